@@ -1,0 +1,39 @@
+//! The one definition of the tracehouse traces table in ClickHouse, shared by the
+//! collector and the operator.
+//!
+//! - [`model`]: the table itself — [`TableOptions`], [`columns`], [`insert_columns`],
+//!   [`indexes`] — compatible with the OpenTelemetry Collector ClickHouse exporter's
+//!   `otel_traces` (Map and JSON variants) and its trace-id lookup table and view.
+//! - [`ddl`] and [`migrations`]: pure SQL rendering of that model, as an ordered,
+//!   append-only list of additive migrations with checksums.
+//! - [`status`], [`plan`], [`apply`]: the async API that brings a server up to date
+//!   under a lock ([`lock`]), recording each step in a ledger ([`ledger`]) and adopting
+//!   tables the exporter or ClickStack created ([`adopt`]).
+//!
+//! User-supplied names only ever reach SQL as [`Ident`]s (see [`ident`]).
+
+pub mod adopt;
+pub mod client;
+pub mod ddl;
+pub mod error;
+pub mod ident;
+pub mod ledger;
+pub mod lock;
+pub mod migrate;
+pub mod migrations;
+pub mod model;
+pub mod types;
+
+pub use client::{ConnectionConfig, Server};
+pub use ddl::{InsertFormat, insert_sql};
+pub use error::Error;
+pub use ident::Ident;
+pub use ledger::{AppliedRecord, Mode};
+pub use lock::LockConfig;
+pub use migrate::{Action, ApplyOptions, ApplyReport, State, Status, apply, plan, status};
+pub use migrations::LATEST_VERSION;
+pub use model::{
+    Attributes, Column, Engine, Replication, SpanColumn, TableOptions, Ttl, columns, indexes,
+    insert_columns,
+};
+pub use types::ClickHouseType;

@@ -1,0 +1,305 @@
+//! The async API the CLI and the operator call: [`status`], [`plan`] and [`apply`].
+//!
+//! `status` and `plan` only read (they never create the database or the ledger).
+//! `apply` creates the bookkeeping tables if needed, takes the schema lock, reads the
+//! ledger again under it, and then runs or adopts each pending migration in order,
+//! recording each one right after it succeeds.
+
+use std::time::Instant;
+
+use crate::adopt::{self, Verdict};
+use crate::client::Server;
+use crate::ddl;
+use crate::error::Error;
+use crate::ledger::{self, AppliedRecord, Mode, RecordContext};
+use crate::lock::{self, LockConfig, SchemaLock};
+use crate::migrations::{self, Rendered};
+use crate::model::TableOptions;
+
+/// What will happen to a pending migration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Run its statements.
+    Run,
+    /// Its object exists with our shape: record it without running anything.
+    Adopt { notes: Vec<String> },
+    /// Its object exists with another shape: `apply` refuses.
+    Conflict { differences: Vec<String> },
+    /// Nothing to run for these options; recorded so versions stay contiguous.
+    NoOp,
+}
+
+/// Where one migration stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    Applied(AppliedRecord),
+    /// Recorded with another checksum: its text changed since it was applied.
+    ChecksumMismatch(AppliedRecord),
+    Pending(Action),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationStatus {
+    pub migration: Rendered,
+    pub state: State,
+}
+
+/// Every migration of one traces table and where it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub migrations: Vec<MigrationStatus>,
+    /// Ledger rows for versions this binary does not know (a newer release).
+    pub unknown: Vec<AppliedRecord>,
+    target: String,
+}
+
+impl Status {
+    /// The migrations still to run or adopt, in order.
+    pub fn pending(&self) -> impl Iterator<Item = (&Rendered, &Action)> {
+        self.migrations.iter().filter_map(|m| match &m.state {
+            State::Pending(a) => Some((&m.migration, a)),
+            _ => None,
+        })
+    }
+
+    /// True when every known migration is recorded and nothing is amiss.
+    pub fn is_up_to_date(&self) -> bool {
+        self.pending().next().is_none() && self.check().is_ok()
+    }
+
+    /// The first reason `apply` would refuse to run, if any.
+    pub fn check(&self) -> Result<(), Error> {
+        if let Some(u) = self.unknown.first() {
+            return Err(Error::UnknownMigration {
+                target: self.target.clone(),
+                version: u.version,
+                name: u.name.clone(),
+            });
+        }
+        for m in &self.migrations {
+            match &m.state {
+                State::ChecksumMismatch(rec) => {
+                    return Err(Error::ChecksumMismatch {
+                        target: self.target.clone(),
+                        version: m.migration.version,
+                        name: m.migration.name.to_string(),
+                        applied: rec.checksum.clone(),
+                        expected: m.migration.checksum.clone(),
+                    });
+                }
+                State::Pending(Action::Conflict { differences }) => {
+                    let object = m
+                        .migration
+                        .creates
+                        .as_ref()
+                        .map_or_else(|| self.target.clone(), |c| c.name().to_string());
+                    return Err(Error::ShapeMismatch {
+                        object,
+                        differences: differences.clone(),
+                    });
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where every migration of `opts.table` stands. Read-only.
+pub async fn status(server: &Server, opts: &TableOptions) -> Result<Status, Error> {
+    let rendered = migrations::render_all(opts)?;
+    let records = ledger::read(server, opts).await?;
+    let mut out = Vec::with_capacity(rendered.len());
+    for m in rendered {
+        let state = match records.iter().find(|r| r.version == m.version) {
+            Some(r) if r.checksum == m.checksum => State::Applied(r.clone()),
+            Some(r) => State::ChecksumMismatch(r.clone()),
+            None => State::Pending(pending_action(server, opts, &m).await?),
+        };
+        out.push(MigrationStatus {
+            migration: m,
+            state,
+        });
+    }
+    let known = migrations::MIGRATIONS.len() as u32;
+    Ok(Status {
+        migrations: out,
+        unknown: records.into_iter().filter(|r| r.version > known).collect(),
+        target: format!("{}.{}", opts.database, opts.table),
+    })
+}
+
+async fn pending_action(
+    server: &Server,
+    opts: &TableOptions,
+    m: &Rendered,
+) -> Result<Action, Error> {
+    if m.statements.is_empty() {
+        return Ok(Action::NoOp);
+    }
+    let Some(creates) = &m.creates else {
+        return Ok(Action::Run);
+    };
+    Ok(match adopt::inspect(server, opts, creates).await? {
+        None => Action::Run,
+        Some(Verdict::Adopt { notes }) => Action::Adopt { notes },
+        Some(Verdict::Conflict { differences }) => Action::Conflict { differences },
+    })
+}
+
+/// What `apply` would do, or the reason it would refuse. Read-only.
+pub async fn plan(server: &Server, opts: &TableOptions) -> Result<Status, Error> {
+    let s = status(server, opts).await?;
+    s.check()?;
+    Ok(s)
+}
+
+/// How `apply` runs.
+#[derive(Debug, Clone)]
+pub struct ApplyOptions {
+    pub lock: LockConfig,
+    /// Stop after this version (staged rollouts, tests); `None` applies everything.
+    pub up_to: Option<u32>,
+    /// Who is applying, recorded in the ledger and shown to waiting appliers.
+    pub applied_by: String,
+}
+
+impl Default for ApplyOptions {
+    fn default() -> Self {
+        Self {
+            lock: LockConfig::default(),
+            up_to: None,
+            applied_by: default_applier(),
+        }
+    }
+}
+
+/// `host/pid` of this process.
+pub fn default_applier() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".into());
+    format!("{host}/{}", std::process::id())
+}
+
+/// One migration `apply` recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub version: u32,
+    pub name: &'static str,
+    pub mode: Mode,
+    pub notes: Vec<String>,
+}
+
+/// What `apply` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// Recorded by this call, in order; empty when everything was already applied.
+    pub applied: Vec<Applied>,
+    /// The status after the run.
+    pub status: Status,
+}
+
+/// Creates what is missing, under the schema lock. Idempotent: a second call finds
+/// everything recorded and changes nothing. Refuses (before running anything) on a
+/// checksum mismatch, an unknown newer migration or an object it cannot adopt.
+pub async fn apply(
+    server: &Server,
+    opts: &TableOptions,
+    options: &ApplyOptions,
+) -> Result<ApplyReport, Error> {
+    opts.validate()?;
+    bootstrap(server, opts).await?;
+    let mut lock = SchemaLock::acquire(server, opts, &options.applied_by, &options.lock).await?;
+    let result = apply_locked(server, opts, options, &mut lock).await;
+    if let Err(e) = lock.release().await {
+        // The lease runs out by itself; the outcome of the migrations stands.
+        tracing::warn!(error = %e, "could not release the schema lock");
+    }
+    let applied = result?;
+    Ok(ApplyReport {
+        applied,
+        status: status(server, opts).await?,
+    })
+}
+
+/// The database and the bookkeeping tables. `IF NOT EXISTS` makes these safe to
+/// repeat and to race, which they must be: the lock lives in one of them.
+async fn bootstrap(server: &Server, opts: &TableOptions) -> Result<(), Error> {
+    for (what, sql) in [
+        ("create the database", ddl::create_database(opts)),
+        ("create the migration ledger", ledger::create_ledger_table(opts)),
+        ("create the schema lock table", lock::create_lock_table(opts)),
+    ] {
+        match server.execute(what, &sql).await {
+            // A concurrent `IF NOT EXISTS` can still lose the race inside the server
+            // and report "already exists": the object is there, which is the point.
+            Err(e) if matches!(e.server_code(), Some(57 | 82)) => {}
+            other => other?,
+        }
+    }
+    Ok(())
+}
+
+async fn apply_locked(
+    server: &Server,
+    opts: &TableOptions,
+    options: &ApplyOptions,
+    lock: &mut SchemaLock,
+) -> Result<Vec<Applied>, Error> {
+    // Read again under the lock: another applier may have finished meanwhile.
+    let current = status(server, opts).await?;
+    current.check()?;
+    let mut done = Vec::new();
+    for (m, action) in current.pending() {
+        if options.up_to.is_some_and(|v| m.version > v) {
+            break;
+        }
+        // Verify we still hold the lock and start a fresh lease before each step.
+        lock.renew().await?;
+        let started = Instant::now();
+        let (mode, notes) = match action {
+            Action::Run => {
+                for sql in &m.statements {
+                    let what = format!("migration {:04} {}", m.version, m.name);
+                    server.execute(&what, sql).await?;
+                }
+                (Mode::Applied, Vec::new())
+            }
+            Action::Adopt { notes } => (Mode::Adopted, notes.clone()),
+            Action::NoOp => (Mode::NoOp, Vec::new()),
+            // `check()` above already refused these; never record one as done.
+            Action::Conflict { differences } => {
+                return Err(Error::ShapeMismatch {
+                    object: format!("{}.{}", opts.database, opts.table),
+                    differences: differences.clone(),
+                });
+            }
+        };
+        // A statement that outlived our lease may have raced a new holder, which
+        // then adopts the object; recording it too would double the ledger row.
+        lock.verify().await?;
+        let ctx = RecordContext {
+            applied_by: &options.applied_by,
+            lock_token: lock.token(),
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        };
+        server
+            .execute(
+                "record the migration in the ledger",
+                &ledger::record_sql(opts, m, mode, &ctx),
+            )
+            .await?;
+        tracing::info!(version = m.version, name = m.name, mode = mode.as_str(), "migration recorded");
+        done.push(Applied {
+            version: m.version,
+            name: m.name,
+            mode,
+            notes,
+        });
+    }
+    Ok(done)
+}

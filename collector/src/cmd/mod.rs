@@ -1,0 +1,4 @@
+//! Subcommands of the collector binary, one module each.
+
+pub mod schema;
+pub mod serve_health;

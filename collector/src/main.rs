@@ -1,0 +1,33 @@
+//! `tracehouse-collector`: the gateway collector binary.
+//!
+//! Each subcommand lives in its own module under `cmd/`; this file only parses
+//! the command line and dispatches.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+/// Moves OpenTelemetry trace spans from Kafka into ClickHouse, at least once.
+#[derive(Debug, Parser)]
+#[command(name = "tracehouse-collector", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Manage the ClickHouse traces table (print DDL, plan and apply migrations).
+    Schema(cmd::schema::SchemaArgs),
+    /// Serve only the health endpoints (`/healthz`, `/readyz`); used to test pod plumbing.
+    #[command(hide = true)]
+    ServeHealth(cmd::serve_health::ServeHealthArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Schema(args) => cmd::schema::run(args),
+        Command::ServeHealth(args) => cmd::serve_health::run(args),
+    }
+}

@@ -1,0 +1,259 @@
+# shellcheck shell=bash
+# A real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) on loopback,
+# plus tracehouse-node-agent, the local "kubelet" that runs pods of our images as processes.
+# kube-apiserver and kube-controller-manager are built from k8s.io/kubernetes by the Go tool
+# module in e2e/k8s (see e2e/k8s/README.md); etcd is Debian's etcd-server, run by us.
+
+K8S_VERSION=1.36.3
+K8S_DATA="$TRACEHOUSE_STATE/k8s"
+K8S_PKI="$K8S_DATA/pki"
+K8S_NODE_NAME="${TRACEHOUSE_NODE_NAME:-tracehouse-node}"
+# Fixed loopback ports; override with the environment when they clash.
+ETCD_PORT="${TRACEHOUSE_ETCD_PORT:-12379}"
+ETCD_PEER_PORT="${TRACEHOUSE_ETCD_PEER_PORT:-12380}"
+APISERVER_PORT="${TRACEHOUSE_APISERVER_PORT:-16443}"
+KCM_PORT="${TRACEHOUSE_KCM_PORT:-16444}"
+NODE_AGENT_PORT="${TRACEHOUSE_NODE_AGENT_PORT:-16445}"
+# The Service network exists only as API objects: nothing routes it on this machine.
+K8S_SERVICE_CIDR="${TRACEHOUSE_SERVICE_CIDR:-10.96.0.0/16}"
+# Where `cargo build` leaves the collector, operator and node agent binaries.
+CARGO_BIN_DIR="${CARGO_TARGET_DIR:-$REPO_DIR/target}/debug"
+# Process groups of pod containers, one file each, written by the node agent (see k8s_kill_pods).
+K8S_POD_PIDS="$K8S_DATA/node/pids"
+
+# The build is keyed by the Kubernetes version and a hash of the module files, so editing
+# go.mod/go.sum or a main.go rebuilds and everything else reuses the cached binaries.
+k8s_bin_dir() {
+  local h
+  h="$(cat "$E2E_DIR/k8s/go.mod" "$E2E_DIR/k8s/go.sum" "$E2E_DIR"/k8s/cmd/*/main.go | sha256sum | cut -c1-12)"
+  echo "$TRACEHOUSE_CACHE/k8s-$K8S_VERSION-$h"
+}
+
+k8s_install() {
+  command -v etcd >/dev/null || apt_ensure etcd-server
+  command -v openssl >/dev/null || apt_ensure openssl
+  command -v curl >/dev/null || apt_ensure curl
+  local dir; dir="$(k8s_bin_dir)"
+  [[ -x "$dir/kube-apiserver" && -x "$dir/kube-controller-manager" ]] && return 0
+  command -v go >/dev/null || die "k8s: Go (>= 1.26) is needed to build kube-apiserver; install it first"
+  say "k8s: building kube-apiserver and kube-controller-manager $K8S_VERSION into $dir (~5 min cold, cached after)"
+  local v="k8s.io/component-base/version" tmp="$dir.tmp.$$" start=$SECONDS
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  (cd "$E2E_DIR/k8s" && go build -trimpath -o "$tmp/" \
+    -ldflags "-s -w -X $v.gitVersion=v$K8S_VERSION -X $v.gitMajor=${K8S_VERSION%%.*} -X $v.gitMinor=$(cut -d. -f2 <<<"$K8S_VERSION") -X $v.gitTreeState=clean" \
+    ./cmd/kube-apiserver ./cmd/kube-controller-manager) >"$LOG_DIR/k8s-install.log" 2>&1 \
+    || { rm -rf "$tmp"; die "k8s: go build failed; log: $LOG_DIR/k8s-install.log"; }
+  rm -rf "$dir"; mv "$tmp" "$dir"
+  say "k8s: built in $((SECONDS - start))s"
+}
+
+# The collector and operator binaries are what the node agent runs for our images, so they are
+# built together with it (incremental: seconds when nothing changed). TRACEHOUSE_SKIP_CARGO_BUILD=1
+# skips this when the caller has just built them.
+k8s_build_agents() {
+  [[ "${TRACEHOUSE_SKIP_CARGO_BUILD:-0}" == 1 ]] && return 0
+  say "k8s: cargo build of tracehouse-node-agent, -collector and -operator"
+  (cd "$REPO_DIR" && cargo build -q -p tracehouse-node-agent -p tracehouse-collector -p tracehouse-operator) \
+    >"$LOG_DIR/node-agent-build.log" 2>&1 \
+    || { tail -n 30 "$LOG_DIR/node-agent-build.log" >&2; die "k8s: cargo build failed; log: $LOG_DIR/node-agent-build.log"; }
+}
+
+# k8s_token NAME: a random bearer token, generated once per state directory.
+k8s_token() {
+  local f="$K8S_PKI/$1.token"
+  [[ -s "$f" ]] || (umask 077; head -c 24 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' >"$f")
+  cat "$f"
+}
+
+# k8s_kubeconfig FILE USER TOKEN: a kubeconfig for USER that trusts our CA.
+k8s_kubeconfig() {
+  (umask 077; cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: tracehouse
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority-data: $(base64 -w0 "$K8S_PKI/ca.crt")
+users:
+- name: $2
+  user:
+    token: $3
+contexts:
+- name: tracehouse
+  context:
+    cluster: tracehouse
+    user: $2
+    namespace: default
+current-context: tracehouse
+EOF
+  )
+}
+
+# Certificates, keys, tokens and kubeconfigs; made once per state directory.
+k8s_pki() {
+  mkdir -p "$K8S_PKI"
+  local log="$LOG_DIR/k8s-pki.log"
+  if [[ ! -s "$K8S_PKI/ca.crt" ]]; then
+    say "k8s: generating CA, serving certificate and service-account key in $K8S_PKI"
+    (
+      set -e; cd "$K8S_PKI"; umask 077
+      openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -keyout ca.key -out ca.crt \
+        -subj "/CN=tracehouse-e2e-ca" -addext "basicConstraints=critical,CA:TRUE" \
+        -addext "keyUsage=critical,keyCertSign,cRLSign"
+      openssl req -new -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr -subj "/CN=kube-apiserver"
+      # 10.96.0.1 is the first address of the Service range: the `kubernetes` Service's ClusterIP.
+      printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+        "extendedKeyUsage=serverAuth" \
+        "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" \
+        >apiserver.ext
+      openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+        -extfile apiserver.ext -out apiserver.crt
+      openssl genrsa -out sa.key 2048
+      openssl rsa -in sa.key -pubout -out sa.pub
+      rm -f apiserver.csr apiserver.ext
+    ) >"$log" 2>&1 || die "k8s: certificate generation failed; log: $log"
+  fi
+  # Static tokens: the admin (tests, the KUBECONFIG of `e2e/stack env`), the controller-manager
+  # (its own RBAC role, not an admin), and the node agent (kubelet and scheduler in one: admin).
+  local admin kcm agent
+  admin="$(k8s_token admin)"; kcm="$(k8s_token controller-manager)"; agent="$(k8s_token node-agent)"
+  (umask 077; cat >"$K8S_PKI/tokens.csv" <<EOF
+$admin,tracehouse-admin,uid-admin,"system:masters"
+$kcm,system:kube-controller-manager,uid-kcm
+$agent,tracehouse-node-agent,uid-node-agent,"system:masters"
+EOF
+  )
+  k8s_kubeconfig "$K8S_DATA/admin.kubeconfig" tracehouse-admin "$admin"
+  k8s_kubeconfig "$K8S_DATA/controller-manager.kubeconfig" system:kube-controller-manager "$kcm"
+  k8s_kubeconfig "$K8S_DATA/node-agent.kubeconfig" tracehouse-node-agent "$agent"
+}
+
+k8s_etcd_ready() { curl -fsS "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'; }
+k8s_api_ready() {
+  [[ "$(curl -fsS --cacert "$K8S_PKI/ca.crt" -H "Authorization: Bearer $(k8s_token admin)" \
+    "https://127.0.0.1:$APISERVER_PORT/readyz" 2>/dev/null)" == ok ]]
+}
+k8s_kcm_ready() { [[ "$(curl -fsSk "https://127.0.0.1:$KCM_PORT/healthz" 2>/dev/null)" == ok ]]; }
+# The node agent answers once its Node is registered and Ready.
+k8s_agent_ready() { [[ "$(curl -fsS "http://127.0.0.1:$NODE_AGENT_PORT/readyz" 2>/dev/null)" == ok ]]; }
+
+k8s_up() {
+  k8s_install
+  k8s_build_agents
+  k8s_pki
+  local bin; bin="$(k8s_bin_dir)"
+  mkdir -p "$K8S_DATA/etcd" "$K8S_DATA/node" "$LOG_DIR/pods"
+
+  if ! pid_alive etcd; then
+    start_bg etcd "$ETCD_PORT" etcd --name tracehouse --data-dir "$K8S_DATA/etcd" \
+      --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+      --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+      --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+      --initial-cluster "tracehouse=http://127.0.0.1:$ETCD_PEER_PORT" \
+      --logger zap --log-level warn
+  fi
+  wait_until etcd 60 k8s_etcd_ready
+
+  if ! pid_alive kube-apiserver; then
+    # --endpoint-reconciler-type=none: the `kubernetes` Endpoints would point at 127.0.0.1,
+    # which Endpoints validation rejects; nothing here routes Service IPs anyway.
+    # --requestheader-*: the controller-manager's delegated authentication reads this CA from the
+    # extension-apiserver-authentication ConfigMap and logs errors without it. No front-proxy
+    # client certificate is ever issued, so the header path is closed in practice.
+    start_bg kube-apiserver "$APISERVER_PORT" "$bin/kube-apiserver" \
+      --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+      --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+      --tls-cert-file "$K8S_PKI/apiserver.crt" --tls-private-key-file "$K8S_PKI/apiserver.key" \
+      --client-ca-file "$K8S_PKI/ca.crt" \
+      --requestheader-client-ca-file "$K8S_PKI/ca.crt" --requestheader-allowed-names front-proxy-client \
+      --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+      --requestheader-extra-headers-prefix X-Remote-Extra- \
+      --token-auth-file "$K8S_PKI/tokens.csv" \
+      --service-account-issuer https://kubernetes.default.svc.cluster.local \
+      --service-account-key-file "$K8S_PKI/sa.pub" \
+      --service-account-signing-key-file "$K8S_PKI/sa.key" \
+      --authorization-mode Node,RBAC \
+      --service-cluster-ip-range "$K8S_SERVICE_CIDR" \
+      --endpoint-reconciler-type none \
+      --allow-privileged=true --profiling=false
+  fi
+  wait_until kube-apiserver 120 k8s_api_ready
+
+  if ! pid_alive kube-controller-manager; then
+    local kc="$K8S_DATA/controller-manager.kubeconfig"
+    # Controllers the operator's objects need: Deployments down to Pods, garbage collection of
+    # owned objects, namespaces and their service accounts (+ the root CA ConfigMap pods mount),
+    # Services' EndpointSlices, PodDisruptionBudgets, Jobs.
+    start_bg kube-controller-manager "$KCM_PORT" "$bin/kube-controller-manager" \
+      --kubeconfig "$kc" --authentication-kubeconfig "$kc" --authorization-kubeconfig "$kc" \
+      --bind-address 127.0.0.1 --secure-port "$KCM_PORT" \
+      --leader-elect=false \
+      --use-service-account-credentials=true \
+      --service-account-private-key-file "$K8S_PKI/sa.key" \
+      --root-ca-file "$K8S_PKI/ca.crt" \
+      --service-cluster-ip-range "$K8S_SERVICE_CIDR" \
+      --controllers "deployment-controller,replicaset-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,endpointslice-controller,disruption-controller,job-controller,ttl-after-finished-controller,statefulset-controller,clusterrole-aggregation-controller"
+  fi
+  wait_until kube-controller-manager 60 k8s_kcm_ready
+
+  if ! pid_alive node-agent; then
+    start_bg node-agent "$NODE_AGENT_PORT" "$CARGO_BIN_DIR/tracehouse-node-agent" \
+      --kubeconfig "$K8S_DATA/node-agent.kubeconfig" \
+      --node-name "$K8S_NODE_NAME" \
+      --state-dir "$K8S_DATA/node" --log-dir "$LOG_DIR/pods" \
+      --cluster-ca-file "$K8S_PKI/ca.crt" \
+      --health-addr "127.0.0.1:$NODE_AGENT_PORT" \
+      --image "tracehouse/collector=$CARGO_BIN_DIR/tracehouse-collector" \
+      --image "tracehouse/operator=$CARGO_BIN_DIR/tracehouse-operator"
+  fi
+  wait_until node-agent 60 k8s_agent_ready
+}
+
+# k8s_kill_pods: kill pod processes a node agent left behind (it was SIGKILLed or crashed).
+# Each file holds "PGID EXE"; the group is only killed while its leader still runs EXE, so a
+# recycled pid is never hit.
+k8s_kill_pods() {
+  [[ -d "$K8S_POD_PIDS" ]] || return 0
+  local f pgid exe
+  for f in "$K8S_POD_PIDS"/*.pid; do
+    [[ -f "$f" ]] || continue
+    read -r pgid exe <"$f" || true
+    if [[ -n "${pgid:-}" && "$(readlink "/proc/$pgid/exe" 2>/dev/null)" == "$exe" ]]; then
+      say "k8s: killing leftover pod process group $pgid ($exe)"
+      kill -KILL -- "-$pgid" 2>/dev/null || true
+    fi
+    rm -f "$f"
+  done
+}
+
+k8s_down() {
+  # The node agent stops its pods' processes (SIGTERM, grace, SIGKILL) before it exits.
+  stop_bg node-agent 40
+  k8s_kill_pods
+  stop_bg kube-controller-manager 20
+  stop_bg kube-apiserver 30
+  stop_bg etcd 20
+}
+
+k8s_rss() { awk '/^VmRSS/ {printf "%d MiB", $2 / 1024}' "/proc/$(cat "$PID_DIR/$1.pid")/status" 2>/dev/null; }
+
+k8s_status() {
+  local name addr
+  for name in etcd kube-apiserver kube-controller-manager node-agent; do
+    case "$name" in
+      etcd) addr="http://127.0.0.1:$ETCD_PORT" ;;
+      kube-apiserver) addr="https://127.0.0.1:$APISERVER_PORT" ;;
+      kube-controller-manager) addr="https://127.0.0.1:$KCM_PORT" ;;
+      node-agent) addr="node $K8S_NODE_NAME, http://127.0.0.1:$NODE_AGENT_PORT" ;;
+    esac
+    if pid_alive "$name"; then
+      printf '%-24s running  pid %s  %s  rss %s  log %s\n' "$name" "$(cat "$PID_DIR/$name.pid")" "$addr" \
+        "$(k8s_rss "$name")" "$LOG_DIR/$name.log"
+    else
+      printf '%-24s stopped\n' "$name"
+    fi
+  done
+}
+
+k8s_env() { echo "export KUBECONFIG=$K8S_DATA/admin.kubeconfig"; }

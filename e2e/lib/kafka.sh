@@ -1,0 +1,92 @@
+# shellcheck shell=bash
+# Apache Kafka 4.1.1, single-node KRaft, from Maven Central jars (e2e/kafka/pom.xml).
+
+KAFKA_VERSION=4.1.1
+KAFKA_HOME="$TRACEHOUSE_CACHE/kafka-$KAFKA_VERSION"
+KAFKA_DATA="$TRACEHOUSE_STATE/kafka"
+
+kafka_install() {
+  [[ -f "$KAFKA_HOME/.installed" ]] && return 0
+  command -v java >/dev/null || apt_ensure openjdk-17-jre-headless
+  command -v mvn >/dev/null || apt_ensure maven
+  say "kafka: fetching $KAFKA_VERSION jars from Maven Central into $KAFKA_HOME/lib"
+  mkdir -p "$KAFKA_HOME/lib"
+  (cd "$E2E_DIR/kafka" && mvn -q -B dependency:copy-dependencies -DoutputDirectory="$KAFKA_HOME/lib") \
+    >"$LOG_DIR/kafka-install.log" 2>&1 || die "kafka: jar download failed; log: $LOG_DIR/kafka-install.log"
+  touch "$KAFKA_HOME/.installed"
+}
+
+kafka_java() {
+  java -Xms256m -Xmx1g -Dlog4j.configuration="file:$KAFKA_DATA/log4j.properties" \
+    -cp "$KAFKA_HOME/lib/*" "$@"
+}
+
+kafka_configure() {
+  mkdir -p "$KAFKA_DATA/logs"
+  cat >"$KAFKA_DATA/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$KAFKA_DATA/logs
+num.partitions=8
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=8
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=true
+message.max.bytes=16777216
+log.retention.hours=24
+PROPS
+  cat >"$KAFKA_DATA/log4j.properties" <<'PROPS'
+log4j.rootLogger=WARN, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.server.KafkaRaftServer=INFO
+log4j.logger.kafka.server.BrokerServer=INFO
+PROPS
+  if [[ ! -f "$KAFKA_DATA/logs/meta.properties" ]]; then
+    local id; id="$(kafka_java kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)"
+    kafka_java kafka.tools.StorageTool format -t "$id" -c "$KAFKA_DATA/server.properties" --standalone \
+      >>"$LOG_DIR/kafka.log" 2>&1 || die "kafka: storage format failed; log: $LOG_DIR/kafka.log"
+  fi
+}
+
+kafka_ready() {
+  kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" --list \
+    >/dev/null 2>&1
+}
+
+kafka_up() {
+  kafka_install
+  if pid_alive kafka; then say "kafka already running"; return 0; fi
+  kafka_configure
+  start_bg kafka "$KAFKA_PORT" java -Xms256m -Xmx1g -XX:+UseG1GC \
+    -Dlog4j.configuration="file:$KAFKA_DATA/log4j.properties" \
+    -cp "$KAFKA_HOME/lib/*" kafka.Kafka "$KAFKA_DATA/server.properties"
+  wait_until kafka 120 port_taken "$KAFKA_PORT"
+  wait_until kafka 120 kafka_ready
+}
+
+kafka_down() { stop_bg kafka 30; }
+
+kafka_status() {
+  if pid_alive kafka; then echo "kafka       running  pid $(cat "$PID_DIR/kafka.pid")  127.0.0.1:$KAFKA_PORT  log $LOG_DIR/kafka.log"
+  else echo "kafka       stopped"; fi
+}
+
+kafka_env() { echo "export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"; }
+
+# kafka_topic NAME PARTITIONS: create the topic if it does not exist.
+kafka_topic() {
+  kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" \
+    --create --if-not-exists --topic "$1" --partitions "$2" --replication-factor 1 >/dev/null
+}

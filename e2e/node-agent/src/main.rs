@@ -1,0 +1,197 @@
+//! `tracehouse-node-agent`: the kubelet (and scheduler) of the e2e stack.
+//!
+//! It registers one Ready Node, binds pending pods to it, and runs each container of those
+//! pods as a local process of the binary its image maps to. See `e2e/node-agent/README.md`.
+
+mod binder;
+mod ctx;
+mod env;
+mod health;
+mod images;
+mod ips;
+mod node;
+mod pods;
+mod probe;
+mod process;
+mod sources;
+mod status;
+mod volumes;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::events::{Recorder, Reporter};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+use crate::ctx::{Backoff, ClusterAccess, Ctx};
+use crate::images::ImageMap;
+use crate::ips::IpPool;
+use crate::node::NodeHealth;
+
+/// Runs pods of the tracehouse images as local processes on a Node of its own.
+#[derive(Debug, Parser)]
+#[command(name = "tracehouse-node-agent", version, about)]
+struct Args {
+    /// Kubeconfig of the node agent's identity (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Name of the Node this agent registers.
+    #[arg(long, env = "TRACEHOUSE_NODE_NAME", default_value = "tracehouse-node")]
+    node_name: String,
+    /// `REPOSITORY=BINARY`: containers of that image (any tag, any registry) run BINARY.
+    #[arg(long = "image", value_name = "REPOSITORY=BINARY", required = true)]
+    images: Vec<String>,
+    /// Pod working directories and process records live here.
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// Container logs (`<namespace>_<pod>_<container>.log`) go here.
+    #[arg(long)]
+    log_dir: PathBuf,
+    /// CA certificate of the API server, written into the kubeconfig of pods that mount their
+    /// service-account token. Without it, pods get no kubeconfig.
+    #[arg(long)]
+    cluster_ca_file: Option<PathBuf>,
+    /// Loopback addresses handed out as pod IPs, FIRST-LAST.
+    #[arg(long, default_value = "127.0.0.2-127.0.0.254")]
+    pod_ip_range: String,
+    /// Address of the agent's /healthz and /readyz.
+    #[arg(long, default_value = "127.0.0.1:16445")]
+    health_addr: SocketAddr,
+    /// First restart delay of a crashed container; doubles per restart.
+    #[arg(long, default_value_t = 2)]
+    restart_backoff_secs: u64,
+    /// Longest restart delay.
+    #[arg(long, default_value_t = 60)]
+    restart_backoff_max_secs: u64,
+    /// Longest grace period a pod gets when the agent itself stops.
+    #[arg(long, default_value_t = 20)]
+    shutdown_grace_secs: u64,
+    /// Reported as the Node's kubeletVersion.
+    #[arg(long, default_value = "v1.36.3")]
+    kubelet_version: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    let server = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config)?;
+    let images = ImageMap::parse(&args.images)?;
+    for (repo, bin) in images.iter() {
+        if !bin.is_file() {
+            tracing::warn!(image = repo, binary = %bin.display(), "binary does not exist (yet); pods of this image will fail to start");
+        }
+    }
+    let pool: IpPool = args.pod_ip_range.parse()?;
+    let pods_dir = args.state_dir.join("pods");
+    let pids_dir = args.state_dir.join("pids");
+    for dir in [&pods_dir, &pids_dir, &args.log_dir] {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let capacity = {
+        let (a, b) = args.pod_ip_range.split_once('-').unwrap_or_default();
+        let n = |s: &str| s.trim().parse::<Ipv4Addr>().map(u32::from).unwrap_or(0);
+        n(b).saturating_sub(n(a)) + 1
+    };
+    let reporter = Reporter {
+        controller: "tracehouse-node-agent".into(),
+        instance: Some(args.node_name.clone()),
+    };
+    let ctx = Arc::new(Ctx {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        node_name: args.node_name.clone(),
+        kubelet_version: args.kubelet_version.clone(),
+        host_ip: Ipv4Addr::LOCALHOST,
+        images,
+        ips: Mutex::new(pool),
+        pod_capacity: capacity,
+        pods_dir,
+        pids_dir,
+        log_dir: args.log_dir.clone(),
+        cluster: args.cluster_ca_file.clone().map(|ca_file| ClusterAccess {
+            server: server.trim_end_matches('/').to_owned(),
+            ca_file,
+        }),
+        restart_backoff: Backoff {
+            initial: Duration::from_secs(args.restart_backoff_secs.max(1)),
+            max: Duration::from_secs(args.restart_backoff_max_secs.max(1)),
+        },
+        shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
+    });
+    run(ctx, args.health_addr).await
+}
+
+async fn run(ctx: Arc<Ctx>, health_addr: SocketAddr) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = sigterm.recv() => tracing::info!("SIGTERM: stopping pods and exiting"),
+                _ = sigint.recv() => tracing::info!("SIGINT: stopping pods and exiting"),
+            }
+            shutdown.cancel();
+        });
+    }
+
+    let health = Arc::new(NodeHealth::default());
+    let server = tokio::spawn(health::serve(health_addr, health.clone(), shutdown.clone()));
+
+    // The API server may still be starting: retry registration until it works.
+    let mut attempt = 0;
+    loop {
+        match node::register(&ctx).await {
+            Ok(()) => break,
+            Err(e) => {
+                let delay = ctx.restart_backoff.delay(attempt).min(Duration::from_secs(10));
+                attempt += 1;
+                tracing::warn!(error = %e, ?delay, "node registration failed; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = shutdown.cancelled() => return Ok(()),
+                }
+            }
+        }
+    }
+    health.set(true);
+    tracing::info!(node = %ctx.node_name, "node Ready");
+
+    let heartbeat = tokio::spawn(node::heartbeat(ctx.clone(), health.clone(), shutdown.clone()));
+    let binder = tokio::spawn(binder::run(ctx.clone(), node::labels(&ctx.node_name), shutdown.clone()));
+    // Runs until shutdown, then stops every pod's processes before returning.
+    pods::run(ctx.clone(), shutdown.clone()).await;
+
+    let _ = heartbeat.await;
+    let _ = binder.await;
+    node::mark_not_ready(&ctx).await;
+    match server.await {
+        Ok(Err(e)) => tracing::warn!(error = %e, "health endpoint failed"),
+        Err(e) => tracing::warn!(error = %e, "health endpoint task failed"),
+        Ok(Ok(())) => {}
+    }
+    tracing::info!("node agent stopped");
+    Ok(())
+}

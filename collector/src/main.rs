@@ -17,6 +17,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Consume OTLP spans from Kafka and insert them into ClickHouse, at least once.
+    Run(cmd::run::RunArgs),
     /// Manage the ClickHouse traces table (print DDL, plan and apply migrations).
     Schema(cmd::schema::SchemaArgs),
     /// Serve only the health endpoints (`/healthz`, `/readyz`); used to test pod plumbing.
@@ -27,6 +29,7 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run(args) => cmd::run::run(args),
         Command::Schema(args) => cmd::schema::run(args),
         Command::ServeHealth(args) => cmd::serve_health::run(args),
     }

@@ -211,15 +211,17 @@ k8s_up() {
 }
 
 # k8s_kill_pods: kill pod processes a node agent left behind (it was SIGKILLed or crashed).
-# Each file holds "PGID EXE"; the group is only killed while its leader still runs EXE, so a
-# recycled pid is never hit.
+# Each file holds "PGID EXE"; the group is only killed while its leader still runs EXE (or
+# EXE since replaced by a rebuild, which the kernel shows as "EXE (deleted)"), so a recycled pid
+# is never hit.
 k8s_kill_pods() {
   [[ -d "$K8S_POD_PIDS" ]] || return 0
-  local f pgid exe
+  local f pgid exe running
   for f in "$K8S_POD_PIDS"/*.pid; do
     [[ -f "$f" ]] || continue
     read -r pgid exe <"$f" || true
-    if [[ -n "${pgid:-}" && "$(readlink "/proc/$pgid/exe" 2>/dev/null)" == "$exe" ]]; then
+    running="$(readlink "/proc/${pgid:-0}/exe" 2>/dev/null || true)"
+    if [[ -n "${pgid:-}" && ( "$running" == "$exe" || "$running" == "$exe (deleted)" ) ]]; then
       say "k8s: killing leftover pod process group $pgid ($exe)"
       kill -KILL -- "-$pgid" 2>/dev/null || true
     fi
@@ -256,4 +258,8 @@ k8s_status() {
   done
 }
 
-k8s_env() { echo "export KUBECONFIG=$K8S_DATA/admin.kubeconfig"; }
+k8s_env() {
+  echo "export KUBECONFIG=$K8S_DATA/admin.kubeconfig"
+  # Container logs of pods run by the node agent: <namespace>_<pod>_<container>.log
+  echo "export TRACEHOUSE_POD_LOGS=$LOG_DIR/pods"
+}

@@ -230,19 +230,33 @@ pub fn check_traces_table(
 /// Checks an existing `<table>_trace_id_ts`. Newer exporter versions declare the
 /// times as `SimpleAggregateFunction(min|max, DateTime)`, which the view fills the
 /// same way, so both spellings are adopted.
-pub fn check_lookup_table(opts: &TableOptions, engine: &str, existing: &[ExistingColumn]) -> Verdict {
-    let mut differences: Vec<String> = engine_difference(opts, engine).into_iter().collect();
+pub fn check_lookup_table(
+    opts: &TableOptions,
+    engine: &str,
+    existing: &[ExistingColumn],
+) -> Verdict {
+    // `SimpleAggregateFunction` columns suggest an aggregating engine; the view only
+    // appends to this table, so that variant of the engine serves just as well.
+    let base_engine = engine.replace("AggregatingMergeTree", "MergeTree");
+    let mut differences: Vec<String> = engine_difference(opts, &base_engine).into_iter().collect();
     let accepted: [(&str, &[&str]); 3] = [
         ("TraceId", &["String"]),
-        ("Start", &["DateTime", "SimpleAggregateFunction(min, DateTime)"]),
-        ("End", &["DateTime", "SimpleAggregateFunction(max, DateTime)"]),
+        (
+            "Start",
+            &["DateTime", "SimpleAggregateFunction(min, DateTime)"],
+        ),
+        (
+            "End",
+            &["DateTime", "SimpleAggregateFunction(max, DateTime)"],
+        ),
     ];
     let squash = |s: &str| s.replace(' ', "");
     for (name, types) in accepted {
         match existing.iter().find(|e| e.name == name) {
             None => differences.push(format!("column {name} is missing")),
-            Some(e) if !types.iter().any(|t| squash(t) == squash(&e.ch_type)) => differences
-                .push(format!("column {name} is {}, expected {}", e.ch_type, types[0])),
+            Some(e) if !types.iter().any(|t| squash(t) == squash(&e.ch_type)) => differences.push(
+                format!("column {name} is {}, expected {}", e.ch_type, types[0]),
+            ),
             Some(_) => {}
         }
     }
@@ -365,14 +379,34 @@ mod tests {
             ExistingColumn::new("Start", "SimpleAggregateFunction(min, DateTime)"),
             ExistingColumn::new("End", "SimpleAggregateFunction(max, DateTime)"),
         ];
-        assert!(matches!(check_lookup_table(&o, "MergeTree", &old), Verdict::Adopt { .. }));
-        assert!(matches!(check_lookup_table(&o, "MergeTree", &new), Verdict::Adopt { .. }));
+        assert!(matches!(
+            check_lookup_table(&o, "MergeTree", &old),
+            Verdict::Adopt { .. }
+        ));
+        assert!(matches!(
+            check_lookup_table(&o, "MergeTree", &new),
+            Verdict::Adopt { .. }
+        ));
+        assert!(matches!(
+            check_lookup_table(&o, "AggregatingMergeTree", &new),
+            Verdict::Adopt { .. }
+        ));
+        assert!(matches!(
+            check_lookup_table(&o, "Log", &new),
+            Verdict::Conflict { .. }
+        ));
         let bad = [ExistingColumn::new("TraceId", "UInt64")];
         let Verdict::Conflict { differences } = check_lookup_table(&o, "MergeTree", &bad) else {
             panic!()
         };
         assert_eq!(differences.len(), 3);
-        assert!(matches!(check_lookup_view("MaterializedView"), Verdict::Adopt { .. }));
-        assert!(matches!(check_lookup_view("View"), Verdict::Conflict { .. }));
+        assert!(matches!(
+            check_lookup_view("MaterializedView"),
+            Verdict::Adopt { .. }
+        ));
+        assert!(matches!(
+            check_lookup_view("View"),
+            Verdict::Conflict { .. }
+        ));
     }
 }

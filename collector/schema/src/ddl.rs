@@ -109,10 +109,9 @@ fn render_columns(cols: &[Column]) -> Vec<String> {
 /// The TTL clause on `time_column`, or empty.
 fn ttl_clause(opts: &TableOptions, time_column: &str) -> String {
     match opts.ttl {
-        Some(ttl) if opts.is_stored() => format!(
-            "\nTTL toDateTime({time_column}) + {}",
-            ttl.interval_sql()
-        ),
+        Some(ttl) if opts.is_stored() => {
+            format!("\nTTL toDateTime({time_column}) + {}", ttl.interval_sql())
+        }
         _ => String::new(),
     }
 }
@@ -193,7 +192,12 @@ pub fn add_indexes(opts: &TableOptions, version: u32) -> Option<String> {
     let clauses: Vec<String> = indexes(opts)
         .iter()
         .filter(|i| i.since == version)
-        .map(|i| format!("    ADD {}", render_index(i).replacen("INDEX", "INDEX IF NOT EXISTS", 1)))
+        .map(|i| {
+            format!(
+                "    ADD {}",
+                render_index(i).replacen("INDEX", "INDEX IF NOT EXISTS", 1)
+            )
+        })
         .collect();
     (!clauses.is_empty()).then(|| {
         format!(
@@ -215,7 +219,11 @@ pub fn add_columns(opts: &TableOptions, version: u32) -> Option<String> {
         .enumerate()
         .filter(|(_, c)| c.since == version)
         .map(|(i, c)| {
-            let mut s = format!("    ADD COLUMN IF NOT EXISTS {} {}", quote_ident(c.name()), c.ch_type);
+            let mut s = format!(
+                "    ADD COLUMN IF NOT EXISTS {} {}",
+                quote_ident(c.name()),
+                c.ch_type
+            );
             if !c.codec.is_default() {
                 write!(s, " CODEC({})", c.codec).unwrap();
             }
@@ -350,7 +358,11 @@ mod tests {
                 for field in split_top_level(&inner[..close]) {
                     let (f, ty) = split_name(field.trim());
                     let ty: ClickHouseType = ty.trim().parse().unwrap();
-                    out.push((format!("{name}.{f}"), ClickHouseType::array(ty), codec.clone()));
+                    out.push((
+                        format!("{name}.{f}"),
+                        ClickHouseType::array(ty),
+                        codec.clone(),
+                    ));
                 }
             } else {
                 let (ty, codec) = match rest.find(" CODEC(") {
@@ -455,7 +467,9 @@ mod tests {
         o.attributes = Attributes::Json;
         let sql = create_traces_table(&o, V_CREATE_TRACES_TABLE);
         assert!(sql.contains("`SpanAttributes` JSON CODEC(ZSTD(1))"));
-        assert!(sql.contains("INDEX `idx_span_attr_keys` SpanAttributesKeys TYPE bloom_filter(0.01)"));
+        assert!(
+            sql.contains("INDEX `idx_span_attr_keys` SpanAttributesKeys TYPE bloom_filter(0.01)")
+        );
         assert!(!sql.contains("idx_trace_id"));
         assert!(sql.contains("ORDER BY (ServiceName, SpanName, toDateTime(Timestamp), Timestamp)"));
     }
@@ -489,8 +503,16 @@ mod tests {
         assert!(t.contains(r"ENGINE = ReplicatedMergeTree('/ch/{shard}/it\'s', '{replica}')"));
         let l = create_lookup_table(&o).unwrap();
         assert!(l.contains("ON CLUSTER") && l.contains("ReplicatedMergeTree("));
-        assert!(create_lookup_view(&o).unwrap().contains(r"ON CLUSTER `prod\`x` TO "));
-        assert!(add_indexes(&o, V_SPAN_NAME_INDEX).unwrap().contains("ON CLUSTER"));
+        assert!(
+            create_lookup_view(&o)
+                .unwrap()
+                .contains(r"ON CLUSTER `prod\`x` TO ")
+        );
+        assert!(
+            add_indexes(&o, V_SPAN_NAME_INDEX)
+                .unwrap()
+                .contains("ON CLUSTER")
+        );
         // Replicated tables deduplicate by default; no setting to add.
         assert_eq!(enable_insert_deduplication(&o).unwrap(), None);
     }

@@ -110,7 +110,10 @@ mod tests {
 
     #[test]
     fn server_code_is_read_from_the_exception_body() {
-        assert_eq!(parse_code("Code: 57. DB::Exception: Table x already exists"), Some(57));
+        assert_eq!(
+            parse_code("Code: 57. DB::Exception: Table x already exists"),
+            Some(57)
+        );
         assert_eq!(parse_code("garbage"), None);
         let e = Error::clickhouse(
             "create",

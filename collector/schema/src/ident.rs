@@ -169,7 +169,10 @@ mod tests {
     fn hostile_names_cannot_close_the_quote() {
         let cases = [
             ("a`b", r"`a\`b`"),
-            ("x`; DROP DATABASE default; --", r"`x\`; DROP DATABASE default; --`"),
+            (
+                "x`; DROP DATABASE default; --",
+                r"`x\`; DROP DATABASE default; --`",
+            ),
             (r"a\`b", r"`a\\\`b`"),
             (r"trailing\", r"`trailing\\`"),
             ("it's \"quoted\"", "`it's \"quoted\"`"),
@@ -187,7 +190,10 @@ mod tests {
     fn string_literals_escape_quotes_backslashes_and_control_characters() {
         assert_eq!(quote_str("plain"), "'plain'");
         assert_eq!(quote_str("it's"), r"'it\'s'");
-        assert_eq!(quote_str(r"a\'; DROP TABLE t; --"), r"'a\\\'; DROP TABLE t; --'");
+        assert_eq!(
+            quote_str(r"a\'; DROP TABLE t; --"),
+            r"'a\\\'; DROP TABLE t; --'"
+        );
         assert_eq!(quote_str("l1\nl2\t\0\r\u{1}"), r"'l1\nl2\t\0\r\x01'");
         assert_eq!(quote_str("`back`"), "'`back`'");
         for s in ["", "'", "\\", "\\'", "'\\", "x\n'y", "ü'"] {

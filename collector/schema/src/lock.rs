@@ -36,7 +36,7 @@ use serde::Deserialize;
 use crate::client::Server;
 use crate::ddl::{merge_tree_engine, on_cluster};
 use crate::error::Error;
-use crate::ident::{Ident, quote_str};
+use crate::ident::{Ident, quote_ident, quote_str};
 use crate::model::{Engine, TableOptions};
 
 /// Name of the lock table, in the traces table's database.
@@ -188,7 +188,9 @@ impl SchemaLock {
             scope: opts.table.as_str().to_string(),
             token: token_bytes.iter().map(|b| format!("{b:02x}")).collect(),
             holder: holder.to_string(),
-            lease_ms: u64::try_from(config.lease.as_millis()).unwrap_or(u64::MAX).max(1),
+            lease_ms: u64::try_from(config.lease.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1),
             epoch: 0,
         };
         let started = Instant::now();
@@ -215,7 +217,7 @@ impl SchemaLock {
                     None => "nobody visible".into(),
                 };
                 return Err(Error::LockTimeout {
-                    scope: format!("{}.{}", lock.database, quote_str(&lock.scope)),
+                    scope: format!("{}.{}", lock.database, quote_ident(&lock.scope)),
                     waited: elapsed,
                     holder,
                 });
@@ -266,7 +268,7 @@ impl SchemaLock {
 
     fn lost(&self, latest: Option<LatestRow>) -> Error {
         Error::LockLost {
-            scope: format!("{}.{}", self.database, quote_str(&self.scope)),
+            scope: format!("{}.{}", self.database, quote_ident(&self.scope)),
             holder: latest.map_or_else(|| "nobody visible".into(), |r| r.holder),
         }
     }
@@ -274,7 +276,10 @@ impl SchemaLock {
     async fn latest(&self) -> Result<Option<LatestRow>, Error> {
         let rows: Vec<LatestRow> = self
             .server
-            .fetch_all("read the schema lock", &latest_sql(&self.database, &self.scope))
+            .fetch_all(
+                "read the schema lock",
+                &latest_sql(&self.database, &self.scope),
+            )
             .await?;
         Ok(rows.into_iter().next())
     }
@@ -324,7 +329,15 @@ mod tests {
 
     #[test]
     fn claims_carry_a_per_scope_per_epoch_deduplication_token() {
-        let sql = claim_sql(&db(), "otel_traces", 7, Kind::Acquire, "abc", "host/1", 120_000);
+        let sql = claim_sql(
+            &db(),
+            "otel_traces",
+            7,
+            Kind::Acquire,
+            "abc",
+            "host/1",
+            120_000,
+        );
         assert!(sql.contains("insert_deduplication_token = 'tracehouse-lock/otel_traces/7'"));
         assert!(sql.contains("insert_deduplicate = 1"));
         assert!(sql.contains("async_insert = 0"));

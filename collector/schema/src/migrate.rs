@@ -231,8 +231,14 @@ pub async fn apply(
 async fn bootstrap(server: &Server, opts: &TableOptions) -> Result<(), Error> {
     for (what, sql) in [
         ("create the database", ddl::create_database(opts)),
-        ("create the migration ledger", ledger::create_ledger_table(opts)),
-        ("create the schema lock table", lock::create_lock_table(opts)),
+        (
+            "create the migration ledger",
+            ledger::create_ledger_table(opts),
+        ),
+        (
+            "create the schema lock table",
+            lock::create_lock_table(opts),
+        ),
     ] {
         match server.execute(what, &sql).await {
             // A concurrent `IF NOT EXISTS` can still lose the race inside the server
@@ -293,7 +299,12 @@ async fn apply_locked(
                 &ledger::record_sql(opts, m, mode, &ctx),
             )
             .await?;
-        tracing::info!(version = m.version, name = m.name, mode = mode.as_str(), "migration recorded");
+        tracing::info!(
+            version = m.version,
+            name = m.name,
+            mode = mode.as_str(),
+            "migration recorded"
+        );
         done.push(Applied {
             version: m.version,
             name: m.name,

@@ -156,10 +156,12 @@ pub fn checksum(statements: &[String]) -> String {
         h.update(s.as_bytes());
         h.update(b";\n");
     }
-    h.finalize().iter().fold(String::with_capacity(64), |mut out, b| {
-        write!(out, "{b:02x}").unwrap();
-        out
-    })
+    h.finalize()
+        .iter()
+        .fold(String::with_capacity(64), |mut out, b| {
+            write!(out, "{b:02x}").unwrap();
+            out
+        })
 }
 
 /// The whole schema as one SQL script (what `schema print` shows): the database,
@@ -218,10 +220,18 @@ mod tests {
             let sql_of = |v: u32| rendered[v as usize - 1].statements.join("\n");
             for c in model::columns(&o) {
                 let name = c.id.nested().map_or(c.name(), |(p, _)| p);
-                assert!(sql_of(c.since).contains(&format!("`{name}`")), "{}", c.name());
+                assert!(
+                    sql_of(c.since).contains(&format!("`{name}`")),
+                    "{}",
+                    c.name()
+                );
             }
             for i in model::indexes(&o) {
-                assert!(sql_of(i.since).contains(&format!("`{}`", i.name)), "{}", i.name);
+                assert!(
+                    sql_of(i.since).contains(&format!("`{}`", i.name)),
+                    "{}",
+                    i.name
+                );
             }
         }
     }
@@ -238,7 +248,9 @@ mod tests {
                 let words: Vec<&str> = all
                     .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                     .collect();
-                for word in ["DROP", "TRUNCATE", "DELETE", "UPDATE", "RENAME", "DETACH", "REPLACE"] {
+                for word in [
+                    "DROP", "TRUNCATE", "DELETE", "UPDATE", "RENAME", "DETACH", "REPLACE",
+                ] {
                     assert!(!words.contains(&word), "{word} in\n{all}");
                 }
                 for phrase in ["MODIFY COLUMN", "MATERIALIZE INDEX", "MATERIALIZE COLUMN"] {
@@ -273,6 +285,10 @@ mod tests {
         let r = render_all(&o).unwrap();
         assert_eq!(r[0].statements.len(), 1);
         assert!(r[1..].iter().all(|m| m.statements.is_empty()));
-        assert!(script(&o).unwrap().contains("-- 0002 create_trace_id_ts_table (nothing to do"));
+        assert!(
+            script(&o)
+                .unwrap()
+                .contains("-- 0002 create_trace_id_ts_table (nothing to do")
+        );
     }
 }

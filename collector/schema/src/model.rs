@@ -76,11 +76,22 @@ impl Replication {
 pub struct Ttl(Duration);
 
 impl Ttl {
-    /// A retention of at least one second, in whole seconds.
+    /// Longest accepted retention: 50 years. The TTL is evaluated as `DateTime`, which
+    /// wraps in 2106, so a longer one would silently expire rows on insert.
+    pub const MAX: Duration = Duration::from_secs(50 * 365 * 86_400);
+
+    /// A retention of at least one second, in whole seconds, at most [`Ttl::MAX`].
     pub fn new(duration: Duration) -> Result<Self, Error> {
         if duration.as_secs() == 0 || duration.subsec_nanos() != 0 {
             return Err(Error::InvalidOptions(format!(
                 "TTL must be a whole number of seconds and at least 1s, got {duration:?}"
+            )));
+        }
+        if duration > Self::MAX {
+            return Err(Error::InvalidOptions(format!(
+                "TTL of {} days is longer than 50 years: toDateTime(Timestamp) + TTL would \
+                 pass 2106, where DateTime wraps, and rows would expire on insert",
+                duration.as_secs() / 86_400
             )));
         }
         Ok(Self(duration))
@@ -390,9 +401,10 @@ impl fmt::Display for IndexKind {
 /// Type of the attribute columns (and of the attributes inside Events and Links).
 pub fn attributes_type(attributes: Attributes) -> ClickHouseType {
     match attributes {
-        Attributes::Map => {
-            ClickHouseType::map(ClickHouseType::low_cardinality_string(), ClickHouseType::String)
-        }
+        Attributes::Map => ClickHouseType::map(
+            ClickHouseType::low_cardinality_string(),
+            ClickHouseType::String,
+        ),
         Attributes::Json => ClickHouseType::Json,
     }
 }
@@ -474,7 +486,13 @@ pub fn indexes(opts: &TableOptions) -> Vec<Index> {
     let mut out = Vec::new();
     match opts.attributes {
         Attributes::Map => out.extend([
-            idx("idx_trace_id", "TraceId", IndexKind::BloomFilter(0.001), 1, v1),
+            idx(
+                "idx_trace_id",
+                "TraceId",
+                IndexKind::BloomFilter(0.001),
+                1,
+                v1,
+            ),
             idx(
                 "idx_res_attr_key",
                 "mapKeys(ResourceAttributes)",
@@ -625,7 +643,10 @@ mod tests {
 
     #[test]
     fn map_variant_inserts_the_22_otel_columns_in_order() {
-        assert_eq!(names(&insert_columns(&opts(Attributes::Map, true))), OTEL_22);
+        assert_eq!(
+            names(&insert_columns(&opts(Attributes::Map, true))),
+            OTEL_22
+        );
     }
 
     #[test]
@@ -649,18 +670,30 @@ mod tests {
     #[test]
     fn nested_columns_are_arrays_of_the_attribute_type() {
         let json = insert_columns(&opts(Attributes::Json, true));
-        let by = |id| json.iter().find(|c| c.id == id).unwrap().ch_type.to_string();
+        let by = |id| {
+            json.iter()
+                .find(|c| c.id == id)
+                .unwrap()
+                .ch_type
+                .to_string()
+        };
         assert_eq!(by(SpanColumn::EventsTimestamp), "Array(DateTime64(9))");
         assert_eq!(by(SpanColumn::EventsAttributes), "Array(JSON)");
         assert_eq!(by(SpanColumn::SpanAttributes), "JSON");
-        assert_eq!(by(SpanColumn::SpanAttributesKeys), "Array(LowCardinality(String))");
+        assert_eq!(
+            by(SpanColumn::SpanAttributesKeys),
+            "Array(LowCardinality(String))"
+        );
         let map = insert_columns(&opts(Attributes::Map, true));
         let by = |id| map.iter().find(|c| c.id == id).unwrap().ch_type.to_string();
         assert_eq!(
             by(SpanColumn::LinksAttributes),
             "Array(Map(LowCardinality(String), String))"
         );
-        assert_eq!(SpanColumn::LinksAttributes.nested(), Some(("Links", "Attributes")));
+        assert_eq!(
+            SpanColumn::LinksAttributes.nested(),
+            Some(("Links", "Attributes"))
+        );
         assert_eq!(SpanColumn::Duration.nested(), None);
     }
 
@@ -682,7 +715,17 @@ mod tests {
         assert_eq!(t("90m").interval_sql(), "toIntervalMinute(90)");
         assert_eq!(t("61s").interval_sql(), "toIntervalSecond(61)");
         assert_eq!(t("36h").to_string(), "36h");
-        for bad in ["", "0", "0d", "-1", "1w", "d", "1.5d", "99999999999999999999d"] {
+        for bad in [
+            "",
+            "0",
+            "0d",
+            "-1",
+            "1w",
+            "d",
+            "1.5d",
+            "99999999999999999999d",
+            "36500",
+        ] {
             assert!(bad.parse::<Ttl>().is_err(), "{bad:?} parsed");
         }
     }

@@ -8,8 +8,8 @@ use common::{Ch, connect, trace_id};
 use tracehouse_schema::migrate::{Action, State};
 use tracehouse_schema::model::lookup_columns;
 use tracehouse_schema::{
-    ApplyOptions, Attributes, Engine, Error, LATEST_VERSION, Mode, TableOptions, Ttl,
-    apply, columns, indexes, plan, status,
+    ApplyOptions, Attributes, Engine, Error, LATEST_VERSION, Mode, TableOptions, Ttl, apply,
+    columns, indexes, plan, status,
 };
 
 async fn apply_all(ch: &Ch, opts: &TableOptions) -> tracehouse_schema::ApplyReport {
@@ -31,9 +31,18 @@ async fn assert_table_matches_model(ch: &Ch, opts: &TableOptions) {
     let described = ch.describe(&opts.table).await;
     let model: Vec<(String, String, String)> = columns(opts)
         .iter()
-        .map(|c| (c.name().to_string(), c.ch_type.to_string(), c.codec.to_string()))
+        .map(|c| {
+            (
+                c.name().to_string(),
+                c.ch_type.to_string(),
+                c.codec.to_string(),
+            )
+        })
         .collect();
-    assert_eq!(described, model, "DESCRIBE differs from the model for {opts:?}");
+    assert_eq!(
+        described, model,
+        "DESCRIBE differs from the model for {opts:?}"
+    );
 
     let idx = ch
         .text(&format!(
@@ -52,7 +61,13 @@ async fn assert_table_matches_model(ch: &Ch, opts: &TableOptions) {
         let lookup = ch.describe(&opts.lookup_table().unwrap()).await;
         let want: Vec<_> = lookup_columns()
             .iter()
-            .map(|c| (c.name.to_string(), c.ch_type.to_string(), c.codec.to_string()))
+            .map(|c| {
+                (
+                    c.name.to_string(),
+                    c.ch_type.to_string(),
+                    c.codec.to_string(),
+                )
+            })
             .collect();
         assert_eq!(lookup, want);
         let engine = ch
@@ -75,7 +90,11 @@ async fn apply_on_an_empty_server_creates_everything_and_a_second_apply_changes_
     assert!(before.pending().all(|(_, a)| *a == Action::Run));
     // status/plan are read-only: the database was not even created.
     assert_eq!(
-        ch.count(&format!("SELECT count() FROM system.databases WHERE name = '{}'", ch.db)).await,
+        ch.count(&format!(
+            "SELECT count() FROM system.databases WHERE name = '{}'",
+            ch.db
+        ))
+        .await,
         0
     );
 
@@ -83,15 +102,28 @@ async fn apply_on_an_empty_server_creates_everything_and_a_second_apply_changes_
     let modes: Vec<_> = first.applied.iter().map(|a| (a.version, a.mode)).collect();
     assert_eq!(
         modes,
-        (1..=LATEST_VERSION).map(|v| (v, Mode::Applied)).collect::<Vec<_>>()
+        (1..=LATEST_VERSION)
+            .map(|v| (v, Mode::Applied))
+            .collect::<Vec<_>>()
     );
     assert!(first.status.is_up_to_date());
     let ledger_after_first = ledger_rows(&ch).await;
 
     let second = apply_all(&ch, &opts).await;
     assert!(second.applied.is_empty(), "{:?}", second.applied);
-    assert_eq!(ledger_rows(&ch).await, ledger_after_first, "second apply wrote to the ledger");
-    assert!(plan(&ch.server, &opts).await.unwrap().pending().next().is_none());
+    assert_eq!(
+        ledger_rows(&ch).await,
+        ledger_after_first,
+        "second apply wrote to the ledger"
+    );
+    assert!(
+        plan(&ch.server, &opts)
+            .await
+            .unwrap()
+            .pending()
+            .next()
+            .is_none()
+    );
     ch.cleanup().await;
 }
 
@@ -104,7 +136,9 @@ async fn every_variant_matches_the_model_and_accepts_the_collectors_insert() {
     ] {
         let ch = connect("variant");
         let mut opts = ch.opts_with(attributes, keys);
-        opts.ttl = Some(Ttl::days(30).unwrap());
+        // Ten years: the fixed 2024 test timestamps are not expired on insert (and the
+        // DateTime sum stays below its 2106 wrap).
+        opts.ttl = Some(Ttl::days(3_650).unwrap());
         apply_all(&ch, &opts).await;
         assert_table_matches_model(&ch, &opts).await;
 
@@ -113,7 +147,9 @@ async fn every_variant_matches_the_model_and_accepts_the_collectors_insert() {
         assert_eq!(ch.count(&format!("SELECT count() FROM {t}")).await, 3);
         let attr = match attributes {
             Attributes::Map => "SpanAttributes['http.method'], ResourceAttributes['host.name']",
-            Attributes::Json => "toString(SpanAttributes.http.method), toString(ResourceAttributes.host.name)",
+            Attributes::Json => {
+                "toString(SpanAttributes.http.method), toString(ResourceAttributes.host.name)"
+            }
         };
         let row = ch
             .text(&format!(
@@ -174,10 +210,17 @@ async fn null_engine_table_takes_inserts_and_has_no_companions() {
             ch.db
         ))
         .await;
-    assert_eq!(others, 0, "Null variant must not create the lookup table or view");
+    assert_eq!(
+        others, 0,
+        "Null variant must not create the lookup table or view"
+    );
 
     ch.insert_spans(&opts, 1, 5).await;
-    assert_eq!(ch.count(&format!("SELECT count() FROM `{}`.otel_traces", ch.db)).await, 0);
+    assert_eq!(
+        ch.count(&format!("SELECT count() FROM `{}`.otel_traces", ch.db))
+            .await,
+        0
+    );
     assert!(apply_all(&ch, &opts).await.applied.is_empty());
     ch.cleanup().await;
 }
@@ -224,20 +267,33 @@ async fn additive_migrations_on_top_of_v1_data_keep_the_data() {
     );
     let before = ch.text(&snapshot_sql).await;
     let lookup_before = ch
-        .count(&format!("SELECT count() FROM `{}`.otel_traces_trace_id_ts", ch.db))
+        .count(&format!(
+            "SELECT count() FROM `{}`.otel_traces_trace_id_ts",
+            ch.db
+        ))
         .await;
 
     let rest = apply_all(&ch, &opts).await;
     let versions: Vec<_> = rest.applied.iter().map(|a| a.version).collect();
     assert_eq!(versions, vec![4, 5]);
-    assert_eq!(ch.text(&snapshot_sql).await, before, "an additive migration changed the data");
     assert_eq!(
-        ch.count(&format!("SELECT count() FROM `{}`.otel_traces_trace_id_ts", ch.db))
-            .await,
+        ch.text(&snapshot_sql).await,
+        before,
+        "an additive migration changed the data"
+    );
+    assert_eq!(
+        ch.count(&format!(
+            "SELECT count() FROM `{}`.otel_traces_trace_id_ts",
+            ch.db
+        ))
+        .await,
         lookup_before
     );
     assert_eq!(has_span_name_index().await, 1);
-    assert_eq!(dedup_setting().await, "non_replicated_deduplication_window = 1000");
+    assert_eq!(
+        dedup_setting().await,
+        "non_replicated_deduplication_window = 1000"
+    );
     assert_table_matches_model(&ch, &opts).await;
 
     // And the new index is usable on new data.
@@ -268,7 +324,11 @@ async fn retried_insert_with_the_same_token_is_deduplicated_after_apply() {
         i.send(bytes::Bytes::from(body.clone())).await.unwrap();
         i.end().await.unwrap();
     }
-    assert_eq!(ch.count(&format!("SELECT count() FROM `{}`.otel_traces", ch.db)).await, 1);
+    assert_eq!(
+        ch.count(&format!("SELECT count() FROM `{}`.otel_traces", ch.db))
+            .await,
+        1
+    );
     ch.cleanup().await;
 }
 
@@ -297,11 +357,21 @@ async fn a_tampered_ledger_checksum_is_refused_naming_the_migration() {
     assert!(matches!(st.migrations[1].state, State::ChecksumMismatch(_)));
     for result in [
         plan(&ch.server, &opts).await.map(|_| ()),
-        apply(&ch.server, &opts, &ApplyOptions::default()).await.map(|_| ()),
+        apply(&ch.server, &opts, &ApplyOptions::default())
+            .await
+            .map(|_| ()),
     ] {
         match result {
-            Err(Error::ChecksumMismatch { version, name, applied, .. }) => {
-                assert_eq!((version, name.as_str(), applied.as_str()), (2, "create_trace_id_ts_table", "deadbeef"));
+            Err(Error::ChecksumMismatch {
+                version,
+                name,
+                applied,
+                ..
+            }) => {
+                assert_eq!(
+                    (version, name.as_str(), applied.as_str()),
+                    (2, "create_trace_id_ts_table", "deadbeef")
+                );
             }
             other => panic!("expected a checksum mismatch, got {other:?}"),
         }
@@ -329,7 +399,10 @@ async fn changed_options_are_refused_as_a_changed_migration() {
         matches!(err, Error::ChecksumMismatch { version: 1, .. }),
         "{err}"
     );
-    assert!(err.to_string().contains("0001 create_traces_table"), "{err}");
+    assert!(
+        err.to_string().contains("0001 create_traces_table"),
+        "{err}"
+    );
     // No TTL crept in.
     let q = ch
         .text(&format!(

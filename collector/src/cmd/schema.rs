@@ -33,8 +33,10 @@ pub const EXIT_LOCK: u8 = 5;
 pub const EXIT_SHAPE: u8 = 6;
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Exit codes: 0 ok, 1 error, 2 usage, 3 pending migrations, \
-4 checksum mismatch / newer schema, 5 lock timeout or lost, 6 existing table with another shape.")]
+#[command(
+    after_help = "Exit codes: 0 ok, 1 error, 2 usage, 3 pending migrations, \
+4 checksum mismatch / newer schema, 5 lock timeout or lost, 6 existing table with another shape."
+)]
 pub struct SchemaArgs {
     #[command(subcommand)]
     command: SchemaCommand,
@@ -137,7 +139,11 @@ struct TableArgs {
 #[derive(Debug, clap::Args)]
 struct ServerArgs {
     /// ClickHouse HTTP URL.
-    #[arg(long = "clickhouse-url", env = "CLICKHOUSE_URL", hide_env_values = true)]
+    #[arg(
+        long = "clickhouse-url",
+        env = "CLICKHOUSE_URL",
+        hide_env_values = true
+    )]
     url: Option<String>,
     /// ClickHouse user.
     #[arg(long, env = "CLICKHOUSE_USER", hide_env_values = true)]
@@ -445,7 +451,10 @@ mod tests {
         assert_eq!(o.ttl.unwrap().to_string(), "3d");
         assert_eq!(o.dedup_window, 5);
         assert_eq!(options(&["print", "--ttl", "none"]).unwrap().ttl, None);
-        assert_eq!(options(&["print", "--engine", "null"]).unwrap().engine, Engine::Null);
+        assert_eq!(
+            options(&["print", "--engine", "null"]).unwrap().engine,
+            Engine::Null
+        );
     }
 
     #[test]
@@ -496,6 +505,9 @@ mod tests {
                 differences: vec![],
             }),
         ];
-        assert_eq!(codes, [EXIT_USAGE, EXIT_ERROR, EXIT_CHECKSUM, EXIT_LOCK, EXIT_SHAPE]);
+        assert_eq!(
+            codes,
+            [EXIT_USAGE, EXIT_ERROR, EXIT_CHECKSUM, EXIT_LOCK, EXIT_SHAPE]
+        );
     }
 }

@@ -39,9 +39,15 @@ enum Stop {
 
 pub fn run(args: ServeHealthArgs) -> ExitCode {
     let addr = args.addr.unwrap_or_else(|| {
-        SocketAddr::new(args.pod_ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), args.port)
+        SocketAddr::new(
+            args.pod_ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+            args.port,
+        )
     });
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("serve-health: cannot start the runtime: {e}");
@@ -54,7 +60,10 @@ pub fn run(args: ServeHealthArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(Stop::Timer) => {
-            eprintln!("serve-health: --exit-after-secs elapsed, exiting with {}", args.exit_code);
+            eprintln!(
+                "serve-health: --exit-after-secs elapsed, exiting with {}",
+                args.exit_code
+            );
             ExitCode::from(args.exit_code)
         }
         Err(e) => {
@@ -68,7 +77,10 @@ async fn serve(addr: SocketAddr, exit_after: Option<Duration>) -> std::io::Resul
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    eprintln!("serve-health: listening on http://{}", listener.local_addr()?);
+    eprintln!(
+        "serve-health: listening on http://{}",
+        listener.local_addr()?
+    );
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }));

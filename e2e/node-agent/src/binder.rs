@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::events::EventType;
 use kube::runtime::watcher::{self, Event};
-use kube::Api;
 use tokio_util::sync::CancellationToken;
 
 use crate::ctx::Ctx;
@@ -32,7 +32,10 @@ pub enum Skip {
 pub fn decide(pod: &Pod, node_labels: &BTreeMap<String, String>) -> Result<(), Skip> {
     let spec = pod.spec.as_ref().ok_or(Skip::NotOurs)?;
     if spec.node_name.as_deref().is_some_and(|n| !n.is_empty())
-        || spec.scheduler_name.as_deref().is_some_and(|s| s != DEFAULT_SCHEDULER)
+        || spec
+            .scheduler_name
+            .as_deref()
+            .is_some_and(|s| s != DEFAULT_SCHEDULER)
         || pod.metadata.deletion_timestamp.is_some()
         || pod
             .status
@@ -53,7 +56,11 @@ pub fn decide(pod: &Pod, node_labels: &BTreeMap<String, String>) -> Result<(), S
 }
 
 /// Watches unbound pods and binds them, until `shutdown`.
-pub async fn run(ctx: Arc<Ctx>, node_labels: BTreeMap<String, String>, shutdown: CancellationToken) {
+pub async fn run(
+    ctx: Arc<Ctx>,
+    node_labels: BTreeMap<String, String>,
+    shutdown: CancellationToken,
+) {
     let api: Api<Pod> = Api::all(ctx.client.clone());
     let config = watcher::Config::default().fields("spec.nodeName=");
     let mut events = watcher::watcher(api, config).default_backoff().boxed();
@@ -79,14 +86,19 @@ pub async fn run(ctx: Arc<Ctx>, node_labels: BTreeMap<String, String>, shutdown:
             Err(Skip::NotOurs) => {}
             Err(Skip::Unschedulable(reason)) => {
                 tracing::info!(pod = ?pod.metadata.name, %reason, "pod not schedulable here");
-                ctx.event(&pod, EventType::Warning, "FailedScheduling", reason).await;
+                ctx.event(&pod, EventType::Warning, "FailedScheduling", reason)
+                    .await;
             }
         }
     }
 }
 
 async fn bind(ctx: Arc<Ctx>, pod: Pod) {
-    let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
     let name = pod.metadata.name.clone().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let binding = Binding {
@@ -158,9 +170,15 @@ mod tests {
         };
         assert_eq!(decide(&pod(fits), &labels), Ok(()));
         let windows = PodSpec {
-            node_selector: Some(BTreeMap::from([("kubernetes.io/os".to_owned(), "windows".to_owned())])),
+            node_selector: Some(BTreeMap::from([(
+                "kubernetes.io/os".to_owned(),
+                "windows".to_owned(),
+            )])),
             ..Default::default()
         };
-        assert!(matches!(decide(&pod(windows), &labels), Err(Skip::Unschedulable(_))));
+        assert!(matches!(
+            decide(&pod(windows), &labels),
+            Err(Skip::Unschedulable(_))
+        ));
     }
 }

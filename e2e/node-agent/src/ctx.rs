@@ -62,7 +62,9 @@ pub struct Ctx {
 
 impl std::fmt::Debug for Ctx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ctx").field("node_name", &self.node_name).finish_non_exhaustive()
+        f.debug_struct("Ctx")
+            .field("node_name", &self.node_name)
+            .finish_non_exhaustive()
     }
 }
 

@@ -19,7 +19,10 @@ pub enum EnvError {
     #[error("couldn't find key {key:?} in secret {name:?}")]
     SecretKeyNotFound { name: String, key: String },
     #[error("env var {var:?}: {source}")]
-    Field { var: String, source: UnsupportedField },
+    Field {
+        var: String,
+        source: UnsupportedField,
+    },
     #[error("env var {0:?}: resourceFieldRef and fileKeyRef are not supported by this node agent")]
     Unsupported(String),
 }
@@ -60,7 +63,12 @@ pub fn resolve(
         let mut entries: Vec<(String, String)> = Vec::new();
         if let Some(r) = &from.config_map_ref {
             match sources.config_map(&r.name) {
-                Some(cm) => entries.extend(cm.data.iter().flatten().map(|(k, v)| (k.clone(), v.clone()))),
+                Some(cm) => entries.extend(
+                    cm.data
+                        .iter()
+                        .flatten()
+                        .map(|(k, v)| (k.clone(), v.clone())),
+                ),
                 None if r.optional == Some(true) => {}
                 None => return Err(EnvError::ConfigMapNotFound(r.name.clone())),
             }
@@ -89,10 +97,14 @@ pub fn resolve(
         let value = match (&e.value, &e.value_from) {
             (_, Some(from)) => {
                 if let Some(r) = &from.field_ref {
-                    Some(field_value(pod, placement, &r.field_path).map_err(|source| EnvError::Field {
-                        var: e.name.clone(),
-                        source,
-                    })?)
+                    Some(
+                        field_value(pod, placement, &r.field_path).map_err(|source| {
+                            EnvError::Field {
+                                var: e.name.clone(),
+                                source,
+                            }
+                        })?,
+                    )
                 } else if let Some(r) = &from.config_map_key_ref {
                     match (sources.config_map(&r.name), r.optional == Some(true)) {
                         (None, true) => None,
@@ -179,14 +191,19 @@ pub fn expand<'a>(input: &str, lookup: impl Fn(&str) -> Option<&'a str>) -> Stri
 /// Expands `$(VAR)` in a command or argument with the container's final environment.
 pub fn expand_with(input: &str, env: &[(String, String)]) -> String {
     expand(input, |name| {
-        env.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        env.iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     })
 }
 
 fn is_env_name(name: &str) -> bool {
     !name.is_empty()
         && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
 #[cfg(test)]
@@ -224,7 +241,13 @@ mod tests {
         s.config_maps.insert(
             "cfg".into(),
             Some(ConfigMap {
-                data: Some([("LEVEL".to_owned(), "debug".to_owned()), ("bad key".to_owned(), "x".to_owned())].into()),
+                data: Some(
+                    [
+                        ("LEVEL".to_owned(), "debug".to_owned()),
+                        ("bad key".to_owned(), "x".to_owned()),
+                    ]
+                    .into(),
+                ),
                 ..Default::default()
             }),
         );
@@ -338,7 +361,11 @@ mod tests {
             }],
         );
         let env = resolve(&pod(), &c, at(), &sources()).unwrap();
-        assert_eq!(env, vec![("CFG_LEVEL".to_owned(), "info".to_owned())], "invalid key skipped");
+        assert_eq!(
+            env,
+            vec![("CFG_LEVEL".to_owned(), "info".to_owned())],
+            "invalid key skipped"
+        );
     }
 
     #[test]
@@ -351,9 +378,15 @@ mod tests {
         );
         let missing_key = container(vec![from("X", cm_key("cfg", "nope", false))], vec![]);
         let err = resolve(&pod(), &missing_key, at(), &s).unwrap_err();
-        assert_eq!(err.to_string(), "couldn't find key \"nope\" in configmap \"cfg\"");
+        assert_eq!(
+            err.to_string(),
+            "couldn't find key \"nope\" in configmap \"cfg\""
+        );
         let optional = container(
-            vec![from("X", cm_key("gone", "k", true)), from("Y", cm_key("cfg", "nope", true))],
+            vec![
+                from("X", cm_key("gone", "k", true)),
+                from("Y", cm_key("cfg", "nope", true)),
+            ],
             vec![],
         );
         assert!(resolve(&pod(), &optional, at(), &s).unwrap().is_empty());

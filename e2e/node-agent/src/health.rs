@@ -11,7 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::node::NodeHealth;
 
-pub async fn serve(addr: SocketAddr, health: Arc<NodeHealth>, shutdown: CancellationToken) -> std::io::Result<()> {
+pub async fn serve(
+    addr: SocketAddr,
+    health: Arc<NodeHealth>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route(
@@ -20,7 +24,10 @@ pub async fn serve(addr: SocketAddr, health: Arc<NodeHealth>, shutdown: Cancella
                 if health.is_ready() {
                     (StatusCode::OK, "ok")
                 } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "node not registered or heartbeat failing")
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "node not registered or heartbeat failing",
+                    )
                 }
             }),
         );

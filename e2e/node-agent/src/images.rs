@@ -99,10 +99,22 @@ mod tests {
     #[test]
     fn repository_strips_tag_and_digest_but_not_registry_port() {
         assert_eq!(repository("tracehouse/collector"), "tracehouse/collector");
-        assert_eq!(repository("tracehouse/collector:0.1"), "tracehouse/collector");
-        assert_eq!(repository("tracehouse/collector@sha256:ab"), "tracehouse/collector");
-        assert_eq!(repository("reg:5000/tracehouse/collector"), "reg:5000/tracehouse/collector");
-        assert_eq!(repository("reg:5000/tracehouse/collector:1"), "reg:5000/tracehouse/collector");
+        assert_eq!(
+            repository("tracehouse/collector:0.1"),
+            "tracehouse/collector"
+        );
+        assert_eq!(
+            repository("tracehouse/collector@sha256:ab"),
+            "tracehouse/collector"
+        );
+        assert_eq!(
+            repository("reg:5000/tracehouse/collector"),
+            "reg:5000/tracehouse/collector"
+        );
+        assert_eq!(
+            repository("reg:5000/tracehouse/collector:1"),
+            "reg:5000/tracehouse/collector"
+        );
     }
 
     #[test]
@@ -115,9 +127,16 @@ mod tests {
             "ghcr.io/tracehouse/collector:0.1.0",
             "localhost:5000/tracehouse/collector",
         ] {
-            assert_eq!(m.resolve(image).unwrap(), Path::new("/bin/collector"), "{image}");
+            assert_eq!(
+                m.resolve(image).unwrap(),
+                Path::new("/bin/collector"),
+                "{image}"
+            );
         }
-        assert_eq!(m.resolve("tracehouse/operator:dev").unwrap(), Path::new("/bin/operator"));
+        assert_eq!(
+            m.resolve("tracehouse/operator:dev").unwrap(),
+            Path::new("/bin/operator")
+        );
     }
 
     #[test]
@@ -126,7 +145,10 @@ mod tests {
         assert_eq!(err.reason(), "UnknownImage");
         let msg = err.to_string();
         assert!(msg.contains("\"nginx:1.27\""), "{msg}");
-        assert!(msg.contains("tracehouse/collector, tracehouse/operator"), "{msg}");
+        assert!(
+            msg.contains("tracehouse/collector, tracehouse/operator"),
+            "{msg}"
+        );
         // A path component that is not a host is part of the repository.
         assert!(map().resolve("other/tracehouse/collector").is_err());
     }

@@ -52,7 +52,11 @@ impl IpPool {
 
     /// The address of `owner` (a pod UID): its current one, else `preferred` when free and in
     /// range (a pod keeps its IP across agent restarts), else the next free one.
-    pub fn allocate(&mut self, owner: &str, preferred: Option<Ipv4Addr>) -> Result<Ipv4Addr, IpError> {
+    pub fn allocate(
+        &mut self,
+        owner: &str,
+        preferred: Option<Ipv4Addr>,
+    ) -> Result<Ipv4Addr, IpError> {
         if let Some(ip) = self.by_owner.get(owner) {
             return Ok(*ip);
         }
@@ -64,7 +68,11 @@ impl IpPool {
                 let mut found = None;
                 for _ in 0..size {
                     let candidate = Ipv4Addr::from(self.next);
-                    self.next = if self.next == self.last { self.first } else { self.next + 1 };
+                    self.next = if self.next == self.last {
+                        self.first
+                    } else {
+                        self.next + 1
+                    };
                     if !in_use(self, candidate) {
                         found = Some(candidate);
                         break;
@@ -95,7 +103,11 @@ mod tests {
         let mut pool: IpPool = "127.0.0.2-127.0.0.4".parse().unwrap();
         assert_eq!(pool.allocate("a", None).unwrap(), ip("127.0.0.2"));
         assert_eq!(pool.allocate("b", None).unwrap(), ip("127.0.0.3"));
-        assert_eq!(pool.allocate("a", None).unwrap(), ip("127.0.0.2"), "same owner, same IP");
+        assert_eq!(
+            pool.allocate("a", None).unwrap(),
+            ip("127.0.0.2"),
+            "same owner, same IP"
+        );
         pool.release("a");
         // .2 was just freed: the next one is preferred, so .2 comes back only after .4.
         assert_eq!(pool.allocate("c", None).unwrap(), ip("127.0.0.4"));
@@ -106,9 +118,18 @@ mod tests {
     #[test]
     fn keeps_a_preferred_address_when_free_and_in_range() {
         let mut pool: IpPool = "127.0.0.2-127.0.0.9".parse().unwrap();
-        assert_eq!(pool.allocate("a", Some(ip("127.0.0.7"))).unwrap(), ip("127.0.0.7"));
-        assert_eq!(pool.allocate("b", Some(ip("127.0.0.7"))).unwrap(), ip("127.0.0.2"));
-        assert_eq!(pool.allocate("c", Some(ip("10.0.0.1"))).unwrap(), ip("127.0.0.3"));
+        assert_eq!(
+            pool.allocate("a", Some(ip("127.0.0.7"))).unwrap(),
+            ip("127.0.0.7")
+        );
+        assert_eq!(
+            pool.allocate("b", Some(ip("127.0.0.7"))).unwrap(),
+            ip("127.0.0.2")
+        );
+        assert_eq!(
+            pool.allocate("c", Some(ip("10.0.0.1"))).unwrap(),
+            ip("127.0.0.3")
+        );
     }
 
     #[test]

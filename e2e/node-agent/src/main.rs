@@ -89,7 +89,8 @@ async fn main() -> anyhow::Result<()> {
 
     let config = match &args.kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            let kc = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?
         }
         None => kube::Config::infer().await?,
@@ -107,6 +108,13 @@ async fn main() -> anyhow::Result<()> {
     let pids_dir = args.state_dir.join("pids");
     for dir in [&pods_dir, &pids_dir, &args.log_dir] {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let killed = process::kill_leftovers(&pids_dir);
+    if !killed.is_empty() {
+        tracing::warn!(
+            ?killed,
+            "killed container processes left behind by an earlier node agent"
+        );
     }
     let capacity = {
         let (a, b) = args.pod_ip_range.split_once('-').unwrap_or_default();
@@ -166,7 +174,10 @@ async fn run(ctx: Arc<Ctx>, health_addr: SocketAddr) -> anyhow::Result<()> {
         match node::register(&ctx).await {
             Ok(()) => break,
             Err(e) => {
-                let delay = ctx.restart_backoff.delay(attempt).min(Duration::from_secs(10));
+                let delay = ctx
+                    .restart_backoff
+                    .delay(attempt)
+                    .min(Duration::from_secs(10));
                 attempt += 1;
                 tracing::warn!(error = %e, ?delay, "node registration failed; retrying");
                 tokio::select! {
@@ -179,8 +190,16 @@ async fn run(ctx: Arc<Ctx>, health_addr: SocketAddr) -> anyhow::Result<()> {
     health.set(true);
     tracing::info!(node = %ctx.node_name, "node Ready");
 
-    let heartbeat = tokio::spawn(node::heartbeat(ctx.clone(), health.clone(), shutdown.clone()));
-    let binder = tokio::spawn(binder::run(ctx.clone(), node::labels(&ctx.node_name), shutdown.clone()));
+    let heartbeat = tokio::spawn(node::heartbeat(
+        ctx.clone(),
+        health.clone(),
+        shutdown.clone(),
+    ));
+    let binder = tokio::spawn(binder::run(
+        ctx.clone(),
+        node::labels(&ctx.node_name),
+        shutdown.clone(),
+    ));
     // Runs until shutdown, then stops every pod's processes before returning.
     pods::run(ctx.clone(), shutdown.clone()).await;
 

@@ -22,7 +22,10 @@ const HEARTBEAT: Duration = Duration::from_secs(10);
 const LEASE_SECONDS: i32 = 40;
 /// Taints the API server puts on a new node until a node controller sees it Ready; there is no
 /// node lifecycle controller here, so the agent, which knows the node is ready, removes them.
-const STARTUP_TAINTS: [&str; 2] = ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"];
+const STARTUP_TAINTS: [&str; 2] = [
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+];
 
 /// Whether the node is registered and its last heartbeat went through (`/readyz`).
 #[derive(Debug, Default)]
@@ -61,23 +64,40 @@ pub async fn register(ctx: &Ctx) -> Result<(), kube::Error> {
         Some(_) => {
             let patch = serde_json::json!({ "metadata": { "labels": labels } });
             nodes
-                .patch(&ctx.node_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(
+                    &ctx.node_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
                 .await?;
         }
     }
     let node = nodes.get(&ctx.node_name).await?;
     let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
-    if taints.iter().any(|t| STARTUP_TAINTS.contains(&t.key.as_str())) {
+    if taints
+        .iter()
+        .any(|t| STARTUP_TAINTS.contains(&t.key.as_str()))
+    {
         let kept: Vec<_> = taints
             .into_iter()
             .filter(|t| !STARTUP_TAINTS.contains(&t.key.as_str()))
             .collect();
         let patch = serde_json::json!({ "spec": { "taints": kept } });
         nodes
-            .patch(&ctx.node_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(
+                &ctx.node_name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await?;
     }
-    report(ctx, true, "KubeletReady", "tracehouse-node-agent is posting ready status").await
+    report(
+        ctx,
+        true,
+        "KubeletReady",
+        "tracehouse-node-agent is posting ready status",
+    )
+    .await
 }
 
 /// Renews the Lease and the node status every [`HEARTBEAT`] until `shutdown`.
@@ -90,7 +110,13 @@ pub async fn heartbeat(ctx: Arc<Ctx>, health: Arc<NodeHealth>, shutdown: Cancell
         }
         let result = async {
             renew_lease(&ctx).await?;
-            report(&ctx, true, "KubeletReady", "tracehouse-node-agent is posting ready status").await
+            report(
+                &ctx,
+                true,
+                "KubeletReady",
+                "tracehouse-node-agent is posting ready status",
+            )
+            .await
         }
         .await;
         match result {
@@ -105,7 +131,14 @@ pub async fn heartbeat(ctx: Arc<Ctx>, health: Arc<NodeHealth>, shutdown: Cancell
 
 /// Reports the node NotReady (the agent stops; its pods no longer run).
 pub async fn mark_not_ready(ctx: &Ctx) {
-    if let Err(e) = report(ctx, false, "NodeAgentStopped", "tracehouse-node-agent stopped").await {
+    if let Err(e) = report(
+        ctx,
+        false,
+        "NodeAgentStopped",
+        "tracehouse-node-agent stopped",
+    )
+    .await
+    {
         tracing::warn!(error = %e, "cannot mark the node NotReady");
     }
 }
@@ -136,7 +169,11 @@ async fn renew_lease(ctx: &Ctx) -> Result<(), kube::Error> {
         }),
     };
     leases
-        .patch(&ctx.node_name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&lease))
+        .patch(
+            &ctx.node_name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&lease),
+        )
         .await?;
     Ok(())
 }
@@ -144,10 +181,21 @@ async fn renew_lease(ctx: &Ctx) -> Result<(), kube::Error> {
 async fn report(ctx: &Ctx, ready: bool, reason: &str, message: &str) -> Result<(), kube::Error> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let previous = nodes.get_status(&ctx.node_name).await?.status;
-    let status = node_status(ctx, ready, reason, message, previous.as_ref(), Timestamp::now());
+    let status = node_status(
+        ctx,
+        ready,
+        reason,
+        message,
+        previous.as_ref(),
+        Timestamp::now(),
+    );
     let patch = serde_json::json!({ "status": status });
     nodes
-        .patch_status(&ctx.node_name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch_status(
+            &ctx.node_name,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await?;
     Ok(())
 }
@@ -170,7 +218,9 @@ fn arch() -> &'static str {
 }
 
 fn read_trimmed(path: &str) -> String {
-    std::fs::read_to_string(path).map(|s| s.trim().to_owned()).unwrap_or_default()
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
 }
 
 fn node_status(
@@ -222,9 +272,24 @@ fn node_status(
         .unwrap_or_else(|| "Linux".to_owned());
     NodeStatus {
         conditions: Some(vec![
-            condition("MemoryPressure", false, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-            condition("DiskPressure", false, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-            condition("PIDPressure", false, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+            condition(
+                "MemoryPressure",
+                false,
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+            ),
+            condition(
+                "DiskPressure",
+                false,
+                "KubeletHasNoDiskPressure",
+                "kubelet has no disk pressure",
+            ),
+            condition(
+                "PIDPressure",
+                false,
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+            ),
             condition("Ready", ready, reason, message),
         ]),
         addresses: Some(vec![
@@ -242,7 +307,10 @@ fn node_status(
         node_info: Some(NodeSystemInfo {
             architecture: arch().to_owned(),
             boot_id: read_trimmed("/proc/sys/kernel/random/boot_id"),
-            container_runtime_version: format!("tracehouse-process://{}", env!("CARGO_PKG_VERSION")),
+            container_runtime_version: format!(
+                "tracehouse-process://{}",
+                env!("CARGO_PKG_VERSION")
+            ),
             kernel_version: read_trimmed("/proc/sys/kernel/osrelease"),
             kube_proxy_version: String::new(),
             kubelet_version: ctx.kubelet_version.clone(),

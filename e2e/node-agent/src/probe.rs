@@ -42,13 +42,20 @@ impl Action {
     /// The check a probe describes, with named ports resolved against the container.
     pub fn of(probe: &Probe, container: &Container) -> Result<Self, ProbeError> {
         if let Some(h) = &probe.http_get {
-            if h.scheme.as_deref().is_some_and(|s| s.eq_ignore_ascii_case("HTTPS")) {
+            if h.scheme
+                .as_deref()
+                .is_some_and(|s| s.eq_ignore_ascii_case("HTTPS"))
+            {
                 return Ok(Self::Unsupported("httpGet with scheme HTTPS"));
             }
             return Ok(Self::Http {
                 host: h.host.clone().filter(|h| !h.is_empty()),
                 port: port(&h.port, container)?,
-                path: h.path.clone().filter(|p| !p.is_empty()).unwrap_or_else(|| "/".to_owned()),
+                path: h
+                    .path
+                    .clone()
+                    .filter(|p| !p.is_empty())
+                    .unwrap_or_else(|| "/".to_owned()),
                 headers: h
                     .http_headers
                     .iter()
@@ -100,8 +107,14 @@ pub struct Timing {
 
 impl Timing {
     pub fn of(probe: &Probe) -> Self {
-        let secs = |v: Option<i32>, default: u64| Duration::from_secs(v.and_then(|v| u64::try_from(v).ok()).unwrap_or(default));
-        let count = |v: Option<i32>, default: u32| v.and_then(|v| u32::try_from(v).ok()).filter(|v| *v > 0).unwrap_or(default);
+        let secs = |v: Option<i32>, default: u64| {
+            Duration::from_secs(v.and_then(|v| u64::try_from(v).ok()).unwrap_or(default))
+        };
+        let count = |v: Option<i32>, default: u32| {
+            v.and_then(|v| u32::try_from(v).ok())
+                .filter(|v| *v > 0)
+                .unwrap_or(default)
+        };
         Self {
             initial_delay: secs(probe.initial_delay_seconds, 0),
             period: secs(probe.period_seconds, 10).max(Duration::from_secs(1)),
@@ -155,7 +168,10 @@ impl Prober {
     /// Probes until `on` breaks, calling it with every [`Verdict`].
     pub async fn run(&self, mut on: impl FnMut(Verdict) -> ControlFlow<()>) {
         if let Action::Unsupported(kind) = self.action {
-            tracing::warn!(kind, "probe kind not supported by the node agent; treating it as passing");
+            tracing::warn!(
+                kind,
+                "probe kind not supported by the node agent; treating it as passing"
+            );
             if on(Verdict::Healthy).is_break() {
                 return;
             }
@@ -193,7 +209,12 @@ impl Prober {
                     .map(drop)
                     .map_err(|e| format!("dial tcp {host}:{port}: {e}"))
             }
-            Action::Http { host, port, path, headers } => {
+            Action::Http {
+                host,
+                port,
+                path,
+                headers,
+            } => {
                 let host = host.clone().unwrap_or_else(|| self.pod_ip.to_string());
                 let url = format!("http://{host}:{port}{path}");
                 let mut stream = TcpStream::connect((host.as_str(), *port))
@@ -279,9 +300,20 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(Action::of(&unknown, &container()), Err(ProbeError::Port("metrics".into())));
+        assert_eq!(
+            Action::of(&unknown, &container()),
+            Err(ProbeError::Port("metrics".into()))
+        );
         let t = Timing::of(&probe);
-        assert_eq!((t.period, t.timeout, t.success_threshold, t.failure_threshold), (Duration::from_secs(10), Duration::from_secs(1), 1, 3));
+        assert_eq!(
+            (
+                t.period,
+                t.timeout,
+                t.success_threshold,
+                t.failure_threshold
+            ),
+            (Duration::from_secs(10), Duration::from_secs(1), 1, 3)
+        );
     }
 
     #[test]
@@ -299,7 +331,10 @@ mod tests {
         assert_eq!(s.record(&timing, Ok(())), Some(Verdict::Healthy));
         assert_eq!(s.record(&timing, Ok(())), None);
         assert_eq!(s.record(&timing, fail()), None);
-        assert_eq!(s.record(&timing, fail()), Some(Verdict::Unhealthy("down".into())));
+        assert_eq!(
+            s.record(&timing, fail()),
+            Some(Verdict::Unhealthy("down".into()))
+        );
         assert_eq!(s.record(&timing, fail()), None);
     }
 
@@ -335,6 +370,9 @@ mod tests {
             pod_ip: "127.0.0.1".parse().unwrap(),
         };
         assert_eq!(prober.check().await, Ok(()));
-        assert_eq!(prober.check().await, Err("HTTP probe failed with statuscode: 500".into()));
+        assert_eq!(
+            prober.check().await,
+            Err("HTTP probe failed with statuscode: 500".into())
+        );
     }
 }

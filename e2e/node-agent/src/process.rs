@@ -7,7 +7,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -52,7 +52,11 @@ impl Running {
             path: spec.log.clone(),
             source,
         };
-        let mut log = OpenOptions::new().create(true).append(true).open(&spec.log).map_err(log_err)?;
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&spec.log)
+            .map_err(log_err)?;
         writeln!(log, "==== {banner} ====").map_err(log_err)?;
         let stderr: File = log.try_clone().map_err(log_err)?;
         let child = Command::new(&spec.program)
@@ -95,7 +99,14 @@ impl Running {
 
     /// Waits for the process to exit; cancel-safe.
     pub async fn wait(&mut self) -> Result<ExitStatus, ProcessError> {
-        let status = self.child.wait().await.map_err(|source| ProcessError::Wait { pid: self.pid, source })?;
+        let status = self
+            .child
+            .wait()
+            .await
+            .map_err(|source| ProcessError::Wait {
+                pid: self.pid,
+                source,
+            })?;
         self.reap();
         Ok(status)
     }
@@ -104,11 +115,18 @@ impl Running {
     pub async fn stop(&mut self, grace: Duration) -> Result<ExitStatus, ProcessError> {
         self.signal(Signal::SIGTERM);
         if let Ok(status) = tokio::time::timeout(grace, self.child.wait()).await {
-            let status = status.map_err(|source| ProcessError::Wait { pid: self.pid, source })?;
+            let status = status.map_err(|source| ProcessError::Wait {
+                pid: self.pid,
+                source,
+            })?;
             self.reap();
             return Ok(status);
         }
-        tracing::info!(pid = self.pid, ?grace, "process did not exit within its grace period; killing");
+        tracing::info!(
+            pid = self.pid,
+            ?grace,
+            "process did not exit within its grace period; killing"
+        );
         self.signal(Signal::SIGKILL);
         self.wait().await
     }
@@ -133,6 +151,36 @@ impl Drop for Running {
             let _ = std::fs::remove_file(&self.pid_file);
         }
     }
+}
+
+/// Kills the process groups recorded in `pids_dir` by an earlier agent that did not stop its
+/// containers (it was SIGKILLed, say); their pods get fresh processes. A group is only killed
+/// while its leader still runs the recorded binary (or that binary, since replaced by a
+/// rebuild), so a recycled pid is left alone. Returns the killed group ids.
+pub fn kill_leftovers(pids_dir: &Path) -> Vec<i32> {
+    let mut killed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(pids_dir) else {
+        return killed;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "pid") {
+            continue;
+        }
+        let record = std::fs::read_to_string(&path).unwrap_or_default();
+        if let Some((pgid, exe)) = record.trim().split_once(' ')
+            && let Ok(pgid) = pgid.parse::<i32>()
+        {
+            let running = std::fs::read_link(format!("/proc/{pgid}/exe")).unwrap_or_default();
+            let running = running.to_string_lossy();
+            if running == exe || running == format!("{exe} (deleted)") {
+                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                killed.push(pgid);
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    killed
 }
 
 /// Kubernetes' exit code for a status: the code, or 128 + signal for a killed process.
@@ -163,12 +211,19 @@ mod tests {
     #[tokio::test]
     async fn runs_with_only_the_given_env_and_records_its_pid() {
         let dir = tempfile::tempdir().unwrap();
-        let mut p = Running::spawn(&spec(dir.path(), "echo $GREETING $HOME; exit 3"), "start 1").unwrap();
+        let mut p =
+            Running::spawn(&spec(dir.path(), "echo $GREETING $HOME; exit 3"), "start 1").unwrap();
         assert!(dir.path().join("c.pid").exists());
         let (code, signal) = exit_code(p.wait().await.unwrap());
         assert_eq!((code, signal), (3, None));
-        assert!(!dir.path().join("c.pid").exists(), "pid file removed on exit");
-        assert_eq!(std::fs::read_to_string(dir.path().join("log")).unwrap(), "==== start 1 ====\nhi\n");
+        assert!(
+            !dir.path().join("c.pid").exists(),
+            "pid file removed on exit"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("log")).unwrap(),
+            "==== start 1 ====\nhi\n"
+        );
     }
 
     #[tokio::test]
@@ -183,7 +238,11 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
             tries += 1;
         }
-        let child: i32 = std::fs::read_to_string(&child_file).unwrap().trim().parse().unwrap();
+        let child: i32 = std::fs::read_to_string(&child_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         let (code, signal) = exit_code(p.stop(Duration::from_millis(300)).await.unwrap());
         assert_eq!((code, signal), (137, Some(9)));
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -191,5 +250,31 @@ mod tests {
             .map(|s| !s.contains(") Z "))
             .unwrap_or(false);
         assert!(!alive, "group member {child} was killed too");
+    }
+
+    #[tokio::test]
+    async fn leftovers_of_a_previous_agent_are_killed_but_not_strangers() {
+        let dir = tempfile::tempdir().unwrap();
+        let pids = dir.path().join("pids");
+        std::fs::create_dir(&pids).unwrap();
+        // Two commands, so the shell stays the group leader instead of exec-ing sleep.
+        let mut s = spec(dir.path(), "sleep 300; true");
+        s.pid_file = pids.join("uid_c.pid");
+        let mut p = Running::spawn(&s, "start").unwrap();
+        // Recorded as another binary: must not be touched.
+        std::fs::write(
+            pids.join("other.pid"),
+            format!("{} /usr/bin/not-it\n", std::process::id()),
+        )
+        .unwrap();
+        let killed = kill_leftovers(&pids);
+        assert_eq!(killed, vec![p.pid()]);
+        let (code, signal) = exit_code(p.wait().await.unwrap());
+        assert_eq!((code, signal), (137, Some(9)));
+        assert_eq!(
+            std::fs::read_dir(&pids).unwrap().count(),
+            0,
+            "records are removed"
+        );
     }
 }

@@ -34,11 +34,20 @@ impl Sources {
             .as_ref()
             .and_then(|d| d.get(key))
             .map(|v| v.as_bytes().to_vec())
-            .or_else(|| cm.binary_data.as_ref().and_then(|d| d.get(key)).map(|v| v.0.clone()))
+            .or_else(|| {
+                cm.binary_data
+                    .as_ref()
+                    .and_then(|d| d.get(key))
+                    .map(|v| v.0.clone())
+            })
     }
 
     pub fn secret_value(&self, name: &str, key: &str) -> Option<Vec<u8>> {
-        self.secret(name)?.data.as_ref()?.get(key).map(|v| v.0.clone())
+        self.secret(name)?
+            .data
+            .as_ref()?
+            .get(key)
+            .map(|v| v.0.clone())
     }
 }
 
@@ -123,11 +132,17 @@ pub struct Placement {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("fieldRef {0:?} is not supported (supported: metadata.name, metadata.namespace, metadata.uid, metadata.labels['K'], metadata.annotations['K'], spec.nodeName, spec.serviceAccountName, status.podIP, status.podIPs, status.hostIP, status.hostIPs)")]
+#[error(
+    "fieldRef {0:?} is not supported (supported: metadata.name, metadata.namespace, metadata.uid, metadata.labels['K'], metadata.annotations['K'], spec.nodeName, spec.serviceAccountName, status.podIP, status.podIPs, status.hostIP, status.hostIPs)"
+)]
 pub struct UnsupportedField(pub String);
 
 /// The value of a downward-API `fieldRef` path.
-pub fn field_value(pod: &Pod, placement: Placement, path: &str) -> Result<String, UnsupportedField> {
+pub fn field_value(
+    pod: &Pod,
+    placement: Placement,
+    path: &str,
+) -> Result<String, UnsupportedField> {
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();
     let from_map = |map: Option<&BTreeMap<String, String>>, prefix: &str| {
@@ -185,6 +200,9 @@ mod tests {
         assert_eq!(f("spec.serviceAccountName").unwrap(), "default");
         assert_eq!(f("metadata.labels['app']").unwrap(), "c");
         assert_eq!(f("metadata.labels['none']").unwrap(), "");
-        assert_eq!(f("metadata.generateName").unwrap_err().0, "metadata.generateName");
+        assert_eq!(
+            f("metadata.generateName").unwrap_err().0,
+            "metadata.generateName"
+        );
     }
 }

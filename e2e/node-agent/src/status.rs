@@ -4,8 +4,8 @@
 use std::net::Ipv4Addr;
 
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
-    HostIP, PodCondition, PodIP, PodStatus,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, HostIP, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -24,8 +24,14 @@ pub struct Terminated {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunState {
-    Waiting { reason: String, message: Option<String> },
-    Running { started_at: Timestamp, container_id: String },
+    Waiting {
+        reason: String,
+        message: Option<String>,
+    },
+    Running {
+        started_at: Timestamp,
+        container_id: String,
+    },
     Terminated(Terminated),
 }
 
@@ -181,7 +187,10 @@ pub fn pod_status(containers: &[ContainerView], facts: &PodFacts<'_>) -> PodStat
         (
             false,
             Some("ContainersNotReady"),
-            Some(format!("containers with unready status: [{}]", unready.join(" "))),
+            Some(format!(
+                "containers with unready status: [{}]",
+                unready.join(" ")
+            )),
         )
     };
     let condition = |type_: &str, status: bool, reason: Option<&str>, message: Option<String>| {
@@ -280,15 +289,29 @@ mod tests {
     }
 
     fn condition<'a>(s: &'a PodStatus, type_: &str) -> &'a PodCondition {
-        s.conditions.as_ref().unwrap().iter().find(|c| c.type_ == type_).unwrap()
+        s.conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == type_)
+            .unwrap()
     }
 
     #[test]
     fn phase_follows_the_kubelet() {
         let creating = ContainerView::waiting("a", "i", "ContainerCreating", None);
-        assert_eq!(phase(std::slice::from_ref(&creating), "Always"), PHASE_PENDING);
-        assert_eq!(phase(&[running("a", false), creating], "Always"), PHASE_PENDING);
-        assert_eq!(phase(&[running("a", false), running("b", true)], "Always"), PHASE_RUNNING);
+        assert_eq!(
+            phase(std::slice::from_ref(&creating), "Always"),
+            PHASE_PENDING
+        );
+        assert_eq!(
+            phase(&[running("a", false), creating], "Always"),
+            PHASE_PENDING
+        );
+        assert_eq!(
+            phase(&[running("a", false), running("b", true)], "Always"),
+            PHASE_RUNNING
+        );
         // Crash-looping with restartPolicy Always is still Running.
         let mut backoff = ContainerView::waiting("a", "i", "CrashLoopBackOff", None);
         backoff.last = match exited("a", 1).state {
@@ -296,9 +319,18 @@ mod tests {
             _ => None,
         };
         assert_eq!(phase(&[backoff], "Always"), PHASE_RUNNING);
-        assert_eq!(phase(&[exited("a", 0), exited("b", 0)], "Never"), PHASE_SUCCEEDED);
-        assert_eq!(phase(&[exited("a", 0), exited("b", 2)], "OnFailure"), PHASE_FAILED);
-        assert_eq!(phase(&[exited("a", 0), running("b", true)], "Never"), PHASE_RUNNING);
+        assert_eq!(
+            phase(&[exited("a", 0), exited("b", 0)], "Never"),
+            PHASE_SUCCEEDED
+        );
+        assert_eq!(
+            phase(&[exited("a", 0), exited("b", 2)], "OnFailure"),
+            PHASE_FAILED
+        );
+        assert_eq!(
+            phase(&[exited("a", 0), running("b", true)], "Never"),
+            PHASE_RUNNING
+        );
     }
 
     #[test]
@@ -307,7 +339,10 @@ mod tests {
         let ready = condition(&s, "Ready");
         assert_eq!(ready.status, "False");
         assert_eq!(ready.reason.as_deref(), Some("ContainersNotReady"));
-        assert_eq!(ready.message.as_deref(), Some("containers with unready status: [b]"));
+        assert_eq!(
+            ready.message.as_deref(),
+            Some("containers with unready status: [b]")
+        );
         assert_eq!(condition(&s, "PodScheduled").status, "True");
         assert_eq!(s.pod_ip.as_deref(), Some("127.0.0.2"));
         let statuses = s.container_statuses.unwrap();
@@ -321,8 +356,14 @@ mod tests {
         let same = pod_status(&[running("a", false)], &facts(Some(&first), 9));
         assert_eq!(first, same, "nothing changed, so nothing to report");
         let flipped = pod_status(&[running("a", true)], &facts(Some(&first), 9));
-        assert_eq!(condition(&flipped, "Ready").last_transition_time, Some(Time(t(9))));
-        assert_eq!(condition(&flipped, "PodScheduled").last_transition_time, Some(Time(t(5))));
+        assert_eq!(
+            condition(&flipped, "Ready").last_transition_time,
+            Some(Time(t(9)))
+        );
+        assert_eq!(
+            condition(&flipped, "PodScheduled").last_transition_time,
+            Some(Time(t(5)))
+        );
     }
 
     #[test]

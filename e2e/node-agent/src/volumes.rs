@@ -34,7 +34,10 @@ pub enum VolumeError {
     #[error("volume {0:?}: no service-account token was issued for it")]
     TokenMissing(String),
     #[error("volume {volume:?}: {source}")]
-    Field { volume: String, source: UnsupportedField },
+    Field {
+        volume: String,
+        source: UnsupportedField,
+    },
     #[error(
         "volume {0:?}: type not supported by this node agent (supported: configMap, secret, projected, downwardAPI, emptyDir, hostPath)"
     )]
@@ -69,52 +72,119 @@ pub enum VolumeContent {
 const DEFAULT_MODE: i32 = 0o644;
 
 /// The content of `volume`, computed from the pod and its sources. Pure.
-pub fn content(pod: &Pod, volume: &Volume, placement: Placement, sources: &Sources) -> Result<VolumeContent, VolumeError> {
+pub fn content(
+    pod: &Pod,
+    volume: &Volume,
+    placement: Placement,
+    sources: &Sources,
+) -> Result<VolumeContent, VolumeError> {
     let vname = volume.name.as_str();
     let mut files = Vec::new();
     if let Some(cm) = &volume.config_map {
         let mode = cm.default_mode.unwrap_or(DEFAULT_MODE);
         match sources.config_map(&cm.name) {
-            Some(_) => keyed_files(&mut files, vname, "configmap", &cm.name, cm.items.as_deref(), mode, |k| {
-                sources.config_map_value(&cm.name, k)
-            }, all_config_map_keys(sources, &cm.name))?,
+            Some(_) => keyed_files(
+                &mut files,
+                vname,
+                "configmap",
+                &cm.name,
+                cm.items.as_deref(),
+                mode,
+                |k| sources.config_map_value(&cm.name, k),
+                all_config_map_keys(sources, &cm.name),
+            )?,
             None if cm.optional == Some(true) => {}
-            None => return Err(VolumeError::ConfigMapNotFound { volume: vname.into(), name: cm.name.clone() }),
+            None => {
+                return Err(VolumeError::ConfigMapNotFound {
+                    volume: vname.into(),
+                    name: cm.name.clone(),
+                });
+            }
         }
     } else if let Some(s) = &volume.secret {
         let name = s.secret_name.clone().unwrap_or_default();
         let mode = s.default_mode.unwrap_or(DEFAULT_MODE);
         match sources.secret(&name) {
-            Some(_) => keyed_files(&mut files, vname, "secret", &name, s.items.as_deref(), mode, |k| {
-                sources.secret_value(&name, k)
-            }, all_secret_keys(sources, &name))?,
+            Some(_) => keyed_files(
+                &mut files,
+                vname,
+                "secret",
+                &name,
+                s.items.as_deref(),
+                mode,
+                |k| sources.secret_value(&name, k),
+                all_secret_keys(sources, &name),
+            )?,
             None if s.optional == Some(true) => {}
-            None => return Err(VolumeError::SecretNotFound { volume: vname.into(), name }),
+            None => {
+                return Err(VolumeError::SecretNotFound {
+                    volume: vname.into(),
+                    name,
+                });
+            }
         }
     } else if let Some(d) = &volume.downward_api {
         let mode = d.default_mode.unwrap_or(DEFAULT_MODE);
-        downward_files(&mut files, pod, vname, placement, d.items.as_deref().unwrap_or_default(), mode)?;
+        downward_files(
+            &mut files,
+            pod,
+            vname,
+            placement,
+            d.items.as_deref().unwrap_or_default(),
+            mode,
+        )?;
     } else if let Some(p) = &volume.projected {
         let mode = p.default_mode.unwrap_or(DEFAULT_MODE);
         for src in p.sources.iter().flatten() {
             if let Some(cm) = &src.config_map {
                 match sources.config_map(&cm.name) {
-                    Some(_) => keyed_files(&mut files, vname, "configmap", &cm.name, cm.items.as_deref(), mode, |k| {
-                        sources.config_map_value(&cm.name, k)
-                    }, all_config_map_keys(sources, &cm.name))?,
+                    Some(_) => keyed_files(
+                        &mut files,
+                        vname,
+                        "configmap",
+                        &cm.name,
+                        cm.items.as_deref(),
+                        mode,
+                        |k| sources.config_map_value(&cm.name, k),
+                        all_config_map_keys(sources, &cm.name),
+                    )?,
                     None if cm.optional == Some(true) => {}
-                    None => return Err(VolumeError::ConfigMapNotFound { volume: vname.into(), name: cm.name.clone() }),
+                    None => {
+                        return Err(VolumeError::ConfigMapNotFound {
+                            volume: vname.into(),
+                            name: cm.name.clone(),
+                        });
+                    }
                 }
             } else if let Some(s) = &src.secret {
                 match sources.secret(&s.name) {
-                    Some(_) => keyed_files(&mut files, vname, "secret", &s.name, s.items.as_deref(), mode, |k| {
-                        sources.secret_value(&s.name, k)
-                    }, all_secret_keys(sources, &s.name))?,
+                    Some(_) => keyed_files(
+                        &mut files,
+                        vname,
+                        "secret",
+                        &s.name,
+                        s.items.as_deref(),
+                        mode,
+                        |k| sources.secret_value(&s.name, k),
+                        all_secret_keys(sources, &s.name),
+                    )?,
                     None if s.optional == Some(true) => {}
-                    None => return Err(VolumeError::SecretNotFound { volume: vname.into(), name: s.name.clone() }),
+                    None => {
+                        return Err(VolumeError::SecretNotFound {
+                            volume: vname.into(),
+                            name: s.name.clone(),
+                        });
+                    }
                 }
             } else if let Some(d) = &src.downward_api {
-                downward_files(&mut files, pod, vname, placement, d.items.as_deref().unwrap_or_default(), mode)?;
+                downward_files(
+                    &mut files,
+                    pod,
+                    vname,
+                    placement,
+                    d.items.as_deref().unwrap_or_default(),
+                    mode,
+                )?;
             } else if let Some(t) = &src.service_account_token {
                 let token = sources
                     .tokens
@@ -140,7 +210,9 @@ pub fn content(pod: &Pod, volume: &Volume, placement: Placement, sources: &Sourc
 }
 
 fn all_config_map_keys(sources: &Sources, name: &str) -> Vec<String> {
-    let Some(cm) = sources.config_map(name) else { return Vec::new() };
+    let Some(cm) = sources.config_map(name) else {
+        return Vec::new();
+    };
     let data = cm.data.iter().flatten().map(|(k, _)| k.clone());
     let binary = cm.binary_data.iter().flatten().map(|(k, _)| k.clone());
     data.chain(binary).collect()
@@ -205,12 +277,15 @@ fn downward_files(
 ) -> Result<(), VolumeError> {
     for item in items {
         let Some(f) = &item.field_ref else {
-            return Err(VolumeError::Unsupported(format!("{volume} (resourceFieldRef)")));
+            return Err(VolumeError::Unsupported(format!(
+                "{volume} (resourceFieldRef)"
+            )));
         };
-        let value = field_value(pod, placement, &f.field_path).map_err(|source| VolumeError::Field {
-            volume: volume.into(),
-            source,
-        })?;
+        let value =
+            field_value(pod, placement, &f.field_path).map_err(|source| VolumeError::Field {
+                volume: volume.into(),
+                source,
+            })?;
         files.push(VolumeFile {
             path: relative(&item.path)?,
             content: value.into_bytes(),
@@ -250,16 +325,21 @@ pub fn sync_dir(dir: &Path, files: &[VolumeFile]) -> Result<(), VolumeError> {
             std::fs::create_dir_all(parent).map_err(io(parent))?;
         }
         let same_content = std::fs::read(&target).is_ok_and(|c| c == f.content);
-        let same_mode = std::fs::metadata(&target).is_ok_and(|m| m.permissions().mode() & 0o777 == f.mode);
+        let same_mode =
+            std::fs::metadata(&target).is_ok_and(|m| m.permissions().mode() & 0o777 == f.mode);
         if same_content && same_mode {
             continue;
         }
         let tmp = target.with_file_name(format!(
             ".{}.tmp",
-            target.file_name().and_then(|n| n.to_str()).unwrap_or("file")
+            target
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("file")
         ));
         std::fs::write(&tmp, &f.content).map_err(io(&tmp))?;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(f.mode)).map_err(io(&tmp))?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(f.mode))
+            .map_err(io(&tmp))?;
         std::fs::rename(&tmp, &target).map_err(io(&target))?;
     }
     remove_unwanted(dir, &wanted).map_err(io(dir))
@@ -270,7 +350,9 @@ fn remove_unwanted(dir: &Path, wanted: &BTreeSet<PathBuf>) -> io::Result<()> {
         let path = entry?.path();
         if path.is_dir() {
             remove_unwanted(&path, wanted)?;
-            if std::fs::read_dir(&path)?.next().is_none() && !wanted.iter().any(|w| w.starts_with(&path)) {
+            if std::fs::read_dir(&path)?.next().is_none()
+                && !wanted.iter().any(|w| w.starts_with(&path))
+            {
                 std::fs::remove_dir(&path)?;
             }
         } else if !wanted.contains(&path) {
@@ -288,12 +370,18 @@ pub struct Mounts(Vec<(String, PathBuf)>);
 impl Mounts {
     /// The mounts of `container`, with volume directories under `volumes_dir`.
     pub fn of(pod: &Pod, container: &Container, volumes_dir: &Path) -> Result<Self, VolumeError> {
-        let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref()).unwrap_or_default();
+        let volumes = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_deref())
+            .unwrap_or_default();
         let mut table = Vec::new();
         for m in container.volume_mounts.iter().flatten() {
-            let volume = volumes.iter().find(|v| v.name == m.name).ok_or_else(|| VolumeError::UnknownVolume {
-                mount: m.mount_path.clone(),
-                volume: m.name.clone(),
+            let volume = volumes.iter().find(|v| v.name == m.name).ok_or_else(|| {
+                VolumeError::UnknownVolume {
+                    mount: m.mount_path.clone(),
+                    volume: m.name.clone(),
+                }
             })?;
             let mut host = match &volume.host_path {
                 Some(h) => PathBuf::from(&h.path),
@@ -345,9 +433,10 @@ mod tests {
 
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::{
-        ConfigMap, ConfigMapProjection, ConfigMapVolumeSource, DownwardAPIProjection, DownwardAPIVolumeFile,
-        EmptyDirVolumeSource, ObjectFieldSelector, PodSpec, ProjectedVolumeSource, Secret, SecretVolumeSource,
-        ServiceAccountTokenProjection, VolumeMount, VolumeProjection,
+        ConfigMap, ConfigMapProjection, ConfigMapVolumeSource, DownwardAPIProjection,
+        DownwardAPIVolumeFile, EmptyDirVolumeSource, ObjectFieldSelector, PodSpec,
+        ProjectedVolumeSource, Secret, SecretVolumeSource, ServiceAccountTokenProjection,
+        VolumeMount, VolumeProjection,
     };
     use kube::api::ObjectMeta;
 
@@ -378,8 +467,14 @@ mod tests {
         s.config_maps.insert(
             "cfg".into(),
             Some(ConfigMap {
-                data: Some(BTreeMap::from([("config.yaml".to_owned(), "a: 1\n".to_owned())])),
-                binary_data: Some(BTreeMap::from([("blob".to_owned(), ByteString(vec![0, 1]))])),
+                data: Some(BTreeMap::from([(
+                    "config.yaml".to_owned(),
+                    "a: 1\n".to_owned(),
+                )])),
+                binary_data: Some(BTreeMap::from([(
+                    "blob".to_owned(),
+                    ByteString(vec![0, 1]),
+                )])),
                 ..Default::default()
             }),
         );
@@ -393,11 +488,15 @@ mod tests {
         s.secrets.insert(
             "tls".into(),
             Some(Secret {
-                data: Some(BTreeMap::from([("tls.key".to_owned(), ByteString(b"KEY".to_vec()))])),
+                data: Some(BTreeMap::from([(
+                    "tls.key".to_owned(),
+                    ByteString(b"KEY".to_vec()),
+                )])),
                 ..Default::default()
             }),
         );
-        s.tokens.insert(token_key("kube-api-access", "token"), "jwt".into());
+        s.tokens
+            .insert(token_key("kube-api-access", "token"), "jwt".into());
         s
     }
 
@@ -415,7 +514,10 @@ mod tests {
 
     fn files(c: VolumeContent) -> Vec<(String, Vec<u8>, u32)> {
         match c {
-            VolumeContent::Files(f) => f.into_iter().map(|f| (f.path.display().to_string(), f.content, f.mode)).collect(),
+            VolumeContent::Files(f) => f
+                .into_iter()
+                .map(|f| (f.path.display().to_string(), f.content, f.mode))
+                .collect(),
             other => panic!("not files: {other:?}"),
         }
     }
@@ -426,7 +528,10 @@ mod tests {
         let all = content(&pod(vec![]), &cm_volume("v", "cfg", None), at(), &s).unwrap();
         assert_eq!(
             files(all),
-            vec![("config.yaml".into(), b"a: 1\n".to_vec(), 0o644), ("blob".into(), vec![0, 1], 0o644)]
+            vec![
+                ("config.yaml".into(), b"a: 1\n".to_vec(), 0o644),
+                ("blob".into(), vec![0, 1], 0o644)
+            ]
         );
         let items = Some(vec![KeyToPath {
             key: "config.yaml".into(),
@@ -434,17 +539,26 @@ mod tests {
             mode: Some(0o600),
         }]);
         let listed = content(&pod(vec![]), &cm_volume("v", "cfg", items), at(), &s).unwrap();
-        assert_eq!(files(listed), vec![("conf/c.yaml".into(), b"a: 1\n".to_vec(), 0o600)]);
+        assert_eq!(
+            files(listed),
+            vec![("conf/c.yaml".into(), b"a: 1\n".to_vec(), 0o600)]
+        );
     }
 
     #[test]
     fn missing_sources_fail_unless_optional_and_bad_paths_are_refused() {
         let s = sources();
         let err = content(&pod(vec![]), &cm_volume("v", "nope", None), at(), &s).unwrap_err();
-        assert_eq!(err.to_string(), "volume \"v\": configmap \"nope\" not found");
+        assert_eq!(
+            err.to_string(),
+            "volume \"v\": configmap \"nope\" not found"
+        );
         let mut optional = cm_volume("v", "nope", None);
         optional.config_map.as_mut().unwrap().optional = Some(true);
-        assert_eq!(content(&pod(vec![]), &optional, at(), &s).unwrap(), VolumeContent::Files(vec![]));
+        assert_eq!(
+            content(&pod(vec![]), &optional, at(), &s).unwrap(),
+            VolumeContent::Files(vec![])
+        );
         let escape = Some(vec![KeyToPath {
             key: "config.yaml".into(),
             path: "../x".into(),
@@ -514,8 +628,18 @@ mod tests {
             ..Default::default()
         };
         let got = files(content(&pod(vec![]), &projected, at(), &sources()).unwrap());
-        let names: Vec<(&str, &[u8])> = got.iter().map(|(p, c, _)| (p.as_str(), c.as_slice())).collect();
-        assert_eq!(names, vec![("token", &b"jwt"[..]), ("ca.crt", b"PEM"), ("namespace", b"ns")]);
+        let names: Vec<(&str, &[u8])> = got
+            .iter()
+            .map(|(p, c, _)| (p.as_str(), c.as_slice()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("token", &b"jwt"[..]),
+                ("ca.crt", b"PEM"),
+                ("namespace", b"ns")
+            ]
+        );
     }
 
     #[test]
@@ -527,12 +651,25 @@ mod tests {
             mode: 0o640,
         };
         sync_dir(dir.path(), &[f("a", "1"), f("sub/b", "2")]).unwrap();
-        assert_eq!(std::fs::read_to_string(dir.path().join("sub/b")).unwrap(), "2");
-        let mode = std::fs::metadata(dir.path().join("a")).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("sub/b")).unwrap(),
+            "2"
+        );
+        let mode = std::fs::metadata(dir.path().join("a"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
         assert_eq!(mode, 0o640);
         sync_dir(dir.path(), &[f("a", "changed")]).unwrap();
-        assert_eq!(std::fs::read_to_string(dir.path().join("a")).unwrap(), "changed");
-        assert!(!dir.path().join("sub").exists(), "stale file and its directory are gone");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a")).unwrap(),
+            "changed"
+        );
+        assert!(
+            !dir.path().join("sub").exists(),
+            "stale file and its directory are gone"
+        );
     }
 
     #[test]
@@ -568,11 +705,25 @@ mod tests {
             ..Default::default()
         };
         let m = Mounts::of(&p, &c, Path::new("/pod/volumes")).unwrap();
-        assert_eq!(m.rewrite("/etc/tracehouse/config.yaml"), "/pod/volumes/config/config.yaml");
+        assert_eq!(
+            m.rewrite("/etc/tracehouse/config.yaml"),
+            "/pod/volumes/config/config.yaml"
+        );
         assert_eq!(m.rewrite("/etc/tracehouse"), "/pod/volumes/config");
-        assert_eq!(m.rewrite("/etc/tracehouse/cache/x"), "/pod/volumes/scratch/x", "longest mount wins");
-        assert_eq!(m.rewrite("--config=/config.yaml"), "--config=/pod/volumes/config/config.yaml");
-        assert_eq!(m.rewrite("/etc/tracehouse-other"), "/etc/tracehouse-other", "prefix of a name is no match");
+        assert_eq!(
+            m.rewrite("/etc/tracehouse/cache/x"),
+            "/pod/volumes/scratch/x",
+            "longest mount wins"
+        );
+        assert_eq!(
+            m.rewrite("--config=/config.yaml"),
+            "--config=/pod/volumes/config/config.yaml"
+        );
+        assert_eq!(
+            m.rewrite("/etc/tracehouse-other"),
+            "/etc/tracehouse-other",
+            "prefix of a name is no match"
+        );
         assert_eq!(m.rewrite("serve"), "serve");
         let bad = Container {
             volume_mounts: Some(vec![VolumeMount {
@@ -582,6 +733,9 @@ mod tests {
             }]),
             ..Default::default()
         };
-        assert!(matches!(Mounts::of(&p, &bad, Path::new("/v")), Err(VolumeError::UnknownVolume { .. })));
+        assert!(matches!(
+            Mounts::of(&p, &bad, Path::new("/v")),
+            Err(VolumeError::UnknownVolume { .. })
+        ));
     }
 }

@@ -125,7 +125,8 @@ impl Ch {
     /// shared server tidy; the library never drops anything.
     pub async fn cleanup(&self) {
         let db = Ident::new("database", &self.db).unwrap();
-        self.exec(&format!("DROP DATABASE IF EXISTS {db} SYNC")).await;
+        self.exec(&format!("DROP DATABASE IF EXISTS {db} SYNC"))
+            .await;
     }
 }
 

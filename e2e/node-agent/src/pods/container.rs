@@ -38,14 +38,19 @@ pub enum PrepareError {
     Env(#[from] EnvError),
     #[error(transparent)]
     Volume(#[from] VolumeError),
-    #[error("command {command:?} is not provided by image {image:?}: only its own binary ({binary}) can run")]
+    #[error(
+        "command {command:?} is not provided by image {image:?}: only its own binary ({binary}) can run"
+    )]
     Command {
         command: String,
         image: String,
         binary: String,
     },
     #[error("writing the pod kubeconfig {path}: {source}")]
-    Kubeconfig { path: PathBuf, source: std::io::Error },
+    Kubeconfig {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Start(#[from] ProcessError),
 }
@@ -99,8 +104,12 @@ impl ContainerRun {
     /// Resolves when a stop is requested (or the pod worker is gone).
     async fn stopped(stop: &mut watch::Receiver<Option<Stop>>) -> Stop {
         match stop.wait_for(Option::is_some).await {
-            Ok(s) => s.unwrap_or(Stop { grace: Duration::ZERO }),
-            Err(_) => Stop { grace: Duration::ZERO },
+            Ok(s) => s.unwrap_or(Stop {
+                grace: Duration::ZERO,
+            }),
+            Err(_) => Stop {
+                grace: Duration::ZERO,
+            },
         }
     }
 
@@ -129,7 +138,12 @@ impl ContainerRun {
                     attempt = attempt.saturating_add(1);
                     tracing::warn!(pod = %self.pod_name(), container = %name, error = %e, ?delay, "container cannot start");
                     self.ctx
-                        .event(&self.pod, EventType::Warning, "Failed", format!("Error: {e}"))
+                        .event(
+                            &self.pod,
+                            EventType::Warning,
+                            "Failed",
+                            format!("Error: {e}"),
+                        )
                         .await;
                     self.update(|v| {
                         v.ready = false;
@@ -182,7 +196,9 @@ impl ContainerRun {
                 self.pod.metadata.name.as_deref().unwrap_or("")
             );
             tracing::info!(pod = %self.pod_name(), container = %name, exit_code = t.exit_code, ?delay, "container exited; restarting after backoff");
-            self.ctx.event(&self.pod, EventType::Warning, "BackOff", message.clone()).await;
+            self.ctx
+                .event(&self.pod, EventType::Warning, "BackOff", message.clone())
+                .await;
             let last = t.clone();
             self.update(|v| {
                 v.ready = false;
@@ -212,7 +228,12 @@ impl ContainerRun {
             }
         };
         let restarts = self.view.borrow().restart_count;
-        let banner = format!("{} container {} start (restart {restarts}) at {}", self.pod_name(), self.container.name, Timestamp::now());
+        let banner = format!(
+            "{} container {} start (restart {restarts}) at {}",
+            self.pod_name(),
+            self.container.name,
+            Timestamp::now()
+        );
         let mut process = Running::spawn(&spec, &banner)?;
         let started_at = Timestamp::now();
         let started = Instant::now();
@@ -223,7 +244,11 @@ impl ContainerRun {
                 &self.pod,
                 EventType::Normal,
                 "Started",
-                format!("Started container {} (pid {})", self.container.name, process.pid()),
+                format!(
+                    "Started container {} (pid {})",
+                    self.container.name,
+                    process.pid()
+                ),
             )
             .await;
         let has_startup = self.container.startup_probe.is_some();
@@ -274,7 +299,11 @@ impl ContainerRun {
             finished_at: Timestamp::now(),
             container_id: Some(container_id),
         };
-        Ok(if stopped { RunEnd::Stopped(t) } else { RunEnd::Exited(t) })
+        Ok(if stopped {
+            RunEnd::Stopped(t)
+        } else {
+            RunEnd::Exited(t)
+        })
     }
 
     /// Everything the process needs: environment, mounts, program and arguments.
@@ -290,11 +319,21 @@ impl ContainerRun {
         let mounts = Mounts::of(&self.pod, &self.container, &self.pod_dir.join("volumes"))?;
 
         let mut env_vars = self.base_env();
-        if let (Some(sa_dir), Some(cluster)) = (mounts.host_path(SERVICE_ACCOUNT_MOUNT), &self.ctx.cluster) {
-            let path = self.pod_dir.join(format!("{}.kubeconfig", self.container.name));
+        if let (Some(sa_dir), Some(cluster)) =
+            (mounts.host_path(SERVICE_ACCOUNT_MOUNT), &self.ctx.cluster)
+        {
+            let path = self
+                .pod_dir
+                .join(format!("{}.kubeconfig", self.container.name));
             let ns = self.pod.metadata.namespace.as_deref().unwrap_or("default");
-            std::fs::write(&path, pod_kubeconfig(&cluster.server, &cluster.ca_file, &sa_dir, ns))
-                .map_err(|source| PrepareError::Kubeconfig { path: path.clone(), source })?;
+            std::fs::write(
+                &path,
+                pod_kubeconfig(&cluster.server, &cluster.ca_file, &sa_dir, ns),
+            )
+            .map_err(|source| PrepareError::Kubeconfig {
+                path: path.clone(),
+                source,
+            })?;
             env_vars.push(("KUBECONFIG".into(), path.display().to_string()));
         }
         for (k, v) in resolved {
@@ -341,8 +380,14 @@ impl ContainerRun {
             args,
             env: env_vars,
             cwd,
-            log: self.ctx.log_dir.join(format!("{ns}_{pod_name}_{}.log", self.container.name)),
-            pid_file: self.ctx.pids_dir.join(format!("{uid}_{}.pid", self.container.name)),
+            log: self
+                .ctx
+                .log_dir
+                .join(format!("{ns}_{pod_name}_{}.log", self.container.name)),
+            pid_file: self
+                .ctx
+                .pids_dir
+                .join(format!("{uid}_{}.pid", self.container.name)),
         })
     }
 
@@ -390,7 +435,8 @@ fn never_started() -> Terminated {
 /// would be a different program than the image provides.
 fn is_entrypoint(command: &str, binary: &Path) -> bool {
     let base = |p: &Path| p.file_name().map(|n| n.to_os_string());
-    Path::new(command) == binary || (base(Path::new(command)).is_some() && base(Path::new(command)) == base(binary))
+    Path::new(command) == binary
+        || (base(Path::new(command)).is_some() && base(Path::new(command)) == base(binary))
 }
 
 /// A kubeconfig that authenticates as the pod's service account with the projected token
@@ -467,7 +513,9 @@ async fn probe_container(
                         }
                     })
                     .await;
-                let _ = unhealthy.send(format!("Liveness probe failed: {failure}")).await;
+                let _ = unhealthy
+                    .send(format!("Liveness probe failed: {failure}"))
+                    .await;
             }
             None => std::future::pending().await,
         }
@@ -482,7 +530,10 @@ mod tests {
     #[test]
     fn command_may_only_name_the_images_own_binary() {
         let bin = Path::new("/work/target/debug/tracehouse-collector");
-        assert!(is_entrypoint("/work/target/debug/tracehouse-collector", bin));
+        assert!(is_entrypoint(
+            "/work/target/debug/tracehouse-collector",
+            bin
+        ));
         assert!(is_entrypoint("tracehouse-collector", bin));
         assert!(is_entrypoint("/usr/local/bin/tracehouse-collector", bin));
         assert!(!is_entrypoint("/bin/sh", bin));
@@ -491,10 +542,24 @@ mod tests {
 
     #[test]
     fn pod_kubeconfig_points_at_the_projected_token() {
-        let k = pod_kubeconfig("https://127.0.0.1:16443", Path::new("/pki/ca.crt"), Path::new("/pod/volumes/sa"), "team");
+        let k = pod_kubeconfig(
+            "https://127.0.0.1:16443",
+            Path::new("/pki/ca.crt"),
+            Path::new("/pod/volumes/sa"),
+            "team",
+        );
         let v: serde_yaml::Value = serde_yaml::from_str(&k).unwrap();
-        assert_eq!(v["users"][0]["user"]["tokenFile"].as_str(), Some("/pod/volumes/sa/token"));
-        assert_eq!(v["clusters"][0]["cluster"]["server"].as_str(), Some("https://127.0.0.1:16443"));
-        assert_eq!(v["contexts"][0]["context"]["namespace"].as_str(), Some("team"));
+        assert_eq!(
+            v["users"][0]["user"]["tokenFile"].as_str(),
+            Some("/pod/volumes/sa/token")
+        );
+        assert_eq!(
+            v["clusters"][0]["cluster"]["server"].as_str(),
+            Some("https://127.0.0.1:16443")
+        );
+        assert_eq!(
+            v["contexts"][0]["context"]["namespace"].as_str(),
+            Some("team")
+        );
     }
 }

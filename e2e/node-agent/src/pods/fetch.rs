@@ -27,7 +27,12 @@ pub enum FetchError {
 #[derive(Debug, Default)]
 pub struct TokenCache(HashMap<String, (String, Instant)>);
 
-pub async fn sources(client: &Client, pod: &Pod, refs: &Refs, tokens: Option<&mut TokenCache>) -> Result<Sources, FetchError> {
+pub async fn sources(
+    client: &Client,
+    pod: &Pod,
+    refs: &Refs,
+    tokens: Option<&mut TokenCache>,
+) -> Result<Sources, FetchError> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let mut out = Sources::default();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
@@ -41,11 +46,14 @@ pub async fn sources(client: &Client, pod: &Pod, refs: &Refs, tokens: Option<&mu
     }
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     for name in &refs.secrets {
-        let s = secrets.get_opt(name).await.map_err(|source| FetchError::Api {
-            kind: "secret",
-            name: name.clone(),
-            source,
-        })?;
+        let s = secrets
+            .get_opt(name)
+            .await
+            .map_err(|source| FetchError::Api {
+                kind: "secret",
+                name: name.clone(),
+                source,
+            })?;
         out.secrets.insert(name.clone(), s);
     }
     let Some(cache) = tokens else { return Ok(out) };
@@ -89,7 +97,10 @@ pub async fn sources(client: &Client, pod: &Pod, refs: &Refs, tokens: Option<&mu
             .ok_or_else(|| FetchError::EmptyToken(sa_name.clone()))?;
         // Renew at 80% of the lifetime, as the kubelet does.
         let lifetime = Duration::from_secs(u64::try_from(t.expiration_seconds).unwrap_or(3600));
-        cache.0.insert(t.key.clone(), (token.clone(), Instant::now() + lifetime.mul_f64(0.8)));
+        cache.0.insert(
+            t.key.clone(),
+            (token.clone(), Instant::now() + lifetime.mul_f64(0.8)),
+        );
         out.tokens.insert(t.key.clone(), token);
     }
     Ok(out)

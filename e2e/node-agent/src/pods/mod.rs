@@ -12,8 +12,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -82,7 +82,10 @@ pub async fn run(ctx: Arc<Ctx>, shutdown: CancellationToken) {
     // Workers see the shutdown token themselves and stop their containers.
     let deadline = ctx.shutdown_grace + Duration::from_secs(10);
     let tasks = workers.into_values().map(|w| w.task);
-    if tokio::time::timeout(deadline, futures::future::join_all(tasks)).await.is_err() {
+    if tokio::time::timeout(deadline, futures::future::join_all(tasks))
+        .await
+        .is_err()
+    {
         tracing::warn!(?deadline, "some pods did not stop in time");
     }
 }
@@ -95,7 +98,9 @@ fn upsert(
     shutdown: &CancellationToken,
     done: &mpsc::Sender<String>,
 ) {
-    let Some(uid) = pod.metadata.uid.clone() else { return };
+    let Some(uid) = pod.metadata.uid.clone() else {
+        return;
+    };
     if retired.contains(&uid) {
         return;
     }
@@ -118,5 +123,12 @@ fn upsert(
         done.clone(),
         uid.clone(),
     ));
-    workers.insert(uid, Worker { updates, gone, task });
+    workers.insert(
+        uid,
+        Worker {
+            updates,
+            gone,
+            task,
+        },
+    );
 }

@@ -48,7 +48,11 @@ pub async fn run(
 ) {
     let pod = updates.borrow_and_update().clone();
     let name = pod.metadata.name.clone().unwrap_or_default();
-    let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let span = tracing::info_span!("pod", pod = %format!("{ns}/{name}"));
     let ending = run_pod(&ctx, &pod, &api, &mut updates, &gone, &shutdown, &uid)
@@ -66,10 +70,15 @@ pub async fn run(
         match api.delete(&name, &dp).await {
             Ok(_) => tracing::info!(pod = %format!("{ns}/{name}"), "pod stopped and removed"),
             Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(e) => tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "cannot remove pod"),
+            Err(e) => {
+                tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "cannot remove pod")
+            }
         }
     }
-    ctx.ips.lock().unwrap_or_else(std::sync::PoisonError::into_inner).release(&uid);
+    ctx.ips
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .release(&uid);
     let dir = ctx.pods_dir.join(&uid);
     if let Err(e) = std::fs::remove_dir_all(&dir)
         && e.kind() != std::io::ErrorKind::NotFound
@@ -110,7 +119,11 @@ impl Reporter {
             return;
         }
         let patch = serde_json::json!({ "status": status });
-        match self.api.patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        match self
+            .api
+            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
             Ok(_) => self.last = Some(status),
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             // Not recorded as sent, so the next change or resync tries again.
@@ -134,7 +147,9 @@ async fn run_pod(
         .and_then(|s| u64::try_from(s).ok())
         .map_or(DEFAULT_GRACE, Duration::from_secs);
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    if matches!(phase, Some(PHASE_SUCCEEDED | PHASE_FAILED)) || pod.metadata.deletion_timestamp.is_some() {
+    if matches!(phase, Some(PHASE_SUCCEEDED | PHASE_FAILED))
+        || pod.metadata.deletion_timestamp.is_some()
+    {
         // Finished before this agent saw it (or being deleted while the agent was down):
         // nothing to run, only the end to wait for.
         return ending(updates, gone, shutdown, grace).await;
@@ -154,7 +169,13 @@ async fn run_pod(
         Ok(ip) => ip,
         Err(e) => {
             tracing::error!(error = %e, "cannot give the pod an IP");
-            ctx.event(pod, EventType::Warning, "FailedCreatePodSandBox", e.to_string()).await;
+            ctx.event(
+                pod,
+                EventType::Warning,
+                "FailedCreatePodSandBox",
+                e.to_string(),
+            )
+            .await;
             return ending(updates, gone, shutdown, grace).await;
         }
     };
@@ -172,7 +193,10 @@ async fn run_pod(
     let mut reporter = Reporter {
         api: api.clone(),
         name: pod.metadata.name.clone().unwrap_or_default(),
-        restart_policy: spec.restart_policy.clone().unwrap_or_else(|| "Always".into()),
+        restart_policy: spec
+            .restart_policy
+            .clone()
+            .unwrap_or_else(|| "Always".into()),
         placement,
         start_time: Timestamp::now(),
         generation: pod.metadata.generation,
@@ -196,7 +220,13 @@ async fn run_pod(
             Ok(bin) => binaries.push(Some(bin.to_path_buf())),
             Err(e) => {
                 tracing::warn!(container = %c.name, error = %e, "container cannot run");
-                ctx.event(pod, EventType::Warning, e.reason(), format!("container {}: {e}", c.name)).await;
+                ctx.event(
+                    pod,
+                    EventType::Warning,
+                    e.reason(),
+                    format!("container {}: {e}", c.name),
+                )
+                .await;
                 view.state = RunState::Waiting {
                     reason: e.reason().to_owned(),
                     message: Some(e.to_string()),
@@ -218,7 +248,8 @@ async fn run_pod(
             Err(message) => {
                 tracing::warn!(error = %message, "volumes not ready");
                 if message != last_error {
-                    ctx.event(pod, EventType::Warning, "FailedMount", message.clone()).await;
+                    ctx.event(pod, EventType::Warning, "FailedMount", message.clone())
+                        .await;
                 }
                 for v in &views {
                     v.send_modify(|v| {
@@ -285,7 +316,10 @@ async fn run_pod(
     tracing::info!(?end, grace = ?stop_grace, "stopping pod containers");
     let _ = stop_tx.send(Some(Stop { grace: stop_grace }));
     let deadline = stop_grace + Duration::from_secs(10);
-    if tokio::time::timeout(deadline, futures::future::join_all(tasks)).await.is_err() {
+    if tokio::time::timeout(deadline, futures::future::join_all(tasks))
+        .await
+        .is_err()
+    {
         tracing::warn!(?deadline, "containers did not stop in time");
     }
     if let Ending::Deleted(_) = end {
@@ -329,7 +363,11 @@ async fn sync_volumes(
     volumes_dir: &Path,
     tokens: &mut TokenCache,
 ) -> Result<(), String> {
-    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref()).unwrap_or_default();
+    let volumes = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_deref())
+        .unwrap_or_default();
     if volumes.is_empty() {
         return Ok(());
     }
@@ -339,8 +377,12 @@ async fn sync_volumes(
     for v in volumes {
         let dir: PathBuf = volumes_dir.join(&v.name);
         match volumes::content(pod, v, placement, &sources).map_err(|e| e.to_string())? {
-            VolumeContent::Files(files) => volumes::sync_dir(&dir, &files).map_err(|e| e.to_string())?,
-            VolumeContent::Scratch => std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?,
+            VolumeContent::Files(files) => {
+                volumes::sync_dir(&dir, &files).map_err(|e| e.to_string())?
+            }
+            VolumeContent::Scratch => {
+                std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?
+            }
             VolumeContent::Host(_) => {}
         }
     }

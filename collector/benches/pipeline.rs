@@ -1,0 +1,2 @@
+//! Placeholder while the pipeline bench is written.
+fn main() {}

@@ -1,0 +1,240 @@
+//! A batch: a contiguous offset range of one partition, its record payloads, and the
+//! deduplication token that names it.
+//!
+//! Batches are cut on record count and payload bytes — both known without decoding — so
+//! that the same records always make the same batches, and on a previous owner's recorded
+//! cuts (see [`crate::offsets`]). Only the linger timer depends on time, and its cuts are
+//! recorded before the insert goes out.
+
+use std::sync::Arc;
+
+use crate::offsets::BatchRange;
+
+/// Why a record was skipped (never inserted, but committed past).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SkipReason {
+    /// Not a valid OTLP `ExportTraceServiceRequest` in the configured encoding.
+    DecodeError,
+    /// Larger than `limits.max_record_bytes`.
+    Oversized,
+    /// ClickHouse refused the record's rows permanently, even alone.
+    Rejected,
+    /// The record carried no payload (a tombstone).
+    Empty,
+}
+
+impl SkipReason {
+    pub fn label(self) -> &'static str {
+        match self {
+            SkipReason::DecodeError => "decode_error",
+            SkipReason::Oversized => "oversized",
+            SkipReason::Rejected => "rejected",
+            SkipReason::Empty => "empty",
+        }
+    }
+}
+
+/// One Kafka record kept for decoding: where its payload sits in [`RecordBatch::data`].
+#[derive(Debug, Clone, Copy)]
+pub struct RecordRef {
+    pub offset: i64,
+    pub start: usize,
+    pub len: usize,
+}
+
+/// A record that will not be inserted.
+#[derive(Debug, Clone)]
+pub struct Skipped {
+    pub offset: i64,
+    pub reason: SkipReason,
+    pub detail: String,
+    /// The payload, for the dead-letter topic (oversized payloads are kept too: the
+    /// dead-letter topic is where the user goes to find them).
+    pub payload: Option<Vec<u8>>,
+}
+
+/// Records `range` of one partition, ready to be decoded and inserted.
+#[derive(Debug)]
+pub struct RecordBatch {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    /// Assignment generation of the partition when the batch was cut; acknowledgements
+    /// from an older generation (the partition was revoked meanwhile) are dropped.
+    pub generation: u64,
+    pub range: BatchRange,
+    /// Payloads, back to back (one allocation per batch, not per record).
+    pub data: Vec<u8>,
+    pub records: Vec<RecordRef>,
+    pub skipped: Vec<Skipped>,
+    /// Kafka timestamp (ms) of the first record: the batch's age for lag-in-seconds.
+    pub first_timestamp_ms: i64,
+    /// Bytes this batch holds against the in-flight budget.
+    pub budget_bytes: usize,
+}
+
+impl RecordBatch {
+    pub fn payload(&self, r: &RecordRef) -> &[u8] {
+        &self.data[r.start..r.start + r.len]
+    }
+
+    /// The insert deduplication token of the records `first..=last` of this batch's partition.
+    pub fn token(&self, range: BatchRange) -> String {
+        dedup_token(&self.topic, self.partition, range)
+    }
+}
+
+/// `<topic>-<partition>-<first>-<last>`: deterministic in offsets, so a retried or replayed
+/// batch carries the same token and ClickHouse drops the duplicate.
+pub fn dedup_token(topic: &str, partition: i32, range: BatchRange) -> String {
+    format!("{topic}-{partition}-{}-{}", range.first, range.last)
+}
+
+/// Limits that close a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct CutPolicy {
+    pub max_bytes: usize,
+    pub max_records: usize,
+}
+
+/// The open batch of one partition.
+#[derive(Debug)]
+pub struct BatchBuilder {
+    topic: Arc<str>,
+    partition: i32,
+    generation: u64,
+    first: Option<i64>,
+    last: i64,
+    data: Vec<u8>,
+    records: Vec<RecordRef>,
+    skipped: Vec<Skipped>,
+    first_timestamp_ms: i64,
+    opened_at: Option<std::time::Instant>,
+    budget_bytes: usize,
+}
+
+impl BatchBuilder {
+    pub fn new(topic: Arc<str>, partition: i32, generation: u64) -> Self {
+        Self {
+            topic,
+            partition,
+            generation,
+            first: None,
+            last: -1,
+            data: Vec::new(),
+            records: Vec::new(),
+            skipped: Vec::new(),
+            first_timestamp_ms: 0,
+            opened_at: None,
+            budget_bytes: 0,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    pub fn first_offset(&self) -> Option<i64> {
+        self.first
+    }
+
+    pub fn opened_at(&self) -> Option<std::time::Instant> {
+        self.opened_at
+    }
+
+    pub fn first_timestamp_ms(&self) -> Option<i64> {
+        self.first.map(|_| self.first_timestamp_ms)
+    }
+
+    fn start(&mut self, offset: i64, timestamp_ms: i64) {
+        if self.first.is_none() {
+            self.first = Some(offset);
+            self.first_timestamp_ms = timestamp_ms;
+            self.opened_at = Some(std::time::Instant::now());
+        }
+        self.last = offset;
+    }
+
+    /// Add a record to decode. Returns the bytes it adds to the budget.
+    pub fn push(&mut self, offset: i64, timestamp_ms: i64, payload: &[u8]) -> usize {
+        self.start(offset, timestamp_ms);
+        let start = self.data.len();
+        self.data.extend_from_slice(payload);
+        self.records.push(RecordRef {
+            offset,
+            start,
+            len: payload.len(),
+        });
+        self.budget_bytes += payload.len();
+        payload.len()
+    }
+
+    /// Add a record that will be skipped. Returns the bytes it adds to the budget.
+    pub fn push_skipped(&mut self, offset: i64, timestamp_ms: i64, skipped: Skipped) -> usize {
+        self.start(offset, timestamp_ms);
+        let bytes = skipped.payload.as_ref().map_or(0, Vec::len);
+        self.skipped.push(skipped);
+        self.budget_bytes += bytes;
+        bytes
+    }
+
+    /// Whether the policy says the batch is full.
+    pub fn is_full(&self, policy: CutPolicy) -> bool {
+        self.data.len() >= policy.max_bytes
+            || self.records.len() + self.skipped.len() >= policy.max_records
+    }
+
+    /// Close the batch (None when empty) and start a new one.
+    pub fn take(&mut self) -> Option<RecordBatch> {
+        let first = self.first.take()?;
+        let batch = RecordBatch {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            generation: self.generation,
+            range: BatchRange {
+                first,
+                last: self.last,
+            },
+            data: std::mem::take(&mut self.data),
+            records: std::mem::take(&mut self.records),
+            skipped: std::mem::take(&mut self.skipped),
+            first_timestamp_ms: self.first_timestamp_ms,
+            budget_bytes: std::mem::take(&mut self.budget_bytes),
+        };
+        self.opened_at = None;
+        Some(batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_cover_contiguous_offsets_and_name_them() {
+        let mut b = BatchBuilder::new("spans".into(), 3, 1);
+        let policy = CutPolicy {
+            max_bytes: 10,
+            max_records: 100,
+        };
+        b.push(7, 1000, b"abcd");
+        b.push_skipped(
+            8,
+            1001,
+            Skipped {
+                offset: 8,
+                reason: SkipReason::Oversized,
+                detail: String::new(),
+                payload: None,
+            },
+        );
+        assert!(!b.is_full(policy));
+        b.push(9, 1002, b"efghij");
+        assert!(b.is_full(policy));
+        let batch = b.take().unwrap();
+        assert_eq!(batch.range, BatchRange { first: 7, last: 9 });
+        assert_eq!(batch.payload(&batch.records[1]), b"efghij");
+        assert_eq!(batch.token(batch.range), "spans-3-7-9");
+        assert_eq!(batch.budget_bytes, 10);
+        assert!(b.is_empty() && b.take().is_none());
+    }
+}

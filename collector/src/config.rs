@@ -1,0 +1,411 @@
+//! What the user writes: the collector's configuration (YAML file, then flags on top).
+//!
+//! `validate()` is pure and names the offending field; nothing here does IO except
+//! reading the files the user pointed at (`load`, `read_password`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// How records on the topic are encoded (the OTel Collector kafka exporter's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum Encoding {
+    OtlpProto,
+    OtlpJson,
+}
+
+/// The ClickHouse input format of inserts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum InsertFormat {
+    /// The measured best for the table variant (see the collector README).
+    Auto,
+    Native,
+    RowBinary,
+}
+
+/// How attribute columns are typed in the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum AttributesKind {
+    Map,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub kafka: KafkaConfig,
+    pub clickhouse: ClickHouseConfig,
+    pub batch: BatchConfig,
+    pub limits: LimitsConfig,
+    pub metrics_addr: SocketAddr,
+    /// How long SIGTERM may take: drain in-flight inserts, commit, leave the group.
+    pub shutdown_deadline_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KafkaConfig {
+    pub brokers: String,
+    pub topics: Vec<String>,
+    pub group_id: String,
+    pub encoding: Encoding,
+    /// Extra librdkafka properties (security.protocol, sasl.*, ssl.*, …).
+    pub properties: std::collections::BTreeMap<String, String>,
+    /// Copy undecodable or oversized records to this topic before skipping them.
+    pub dead_letter_topic: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClickHouseConfig {
+    pub url: String,
+    pub database: String,
+    pub table: String,
+    pub attributes: AttributesKind,
+    /// JSON variant: the table has `ResourceAttributesKeys`/`SpanAttributesKeys` to fill.
+    pub attribute_keys: bool,
+    /// Input format of inserts.
+    pub insert_format: InsertFormat,
+    /// User name; `CLICKHOUSE_USER` when unset.
+    pub user: Option<String>,
+    /// File holding the password; `CLICKHOUSE_PASSWORD` when unset. Never logged.
+    pub password_file: Option<PathBuf>,
+    /// Inserts in flight at once.
+    pub max_inflight_inserts: usize,
+    pub request_timeout_ms: u64,
+    pub retry_initial_ms: u64,
+    pub retry_max_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BatchConfig {
+    /// Close a batch when its records' payloads reach this many bytes.
+    pub max_bytes: usize,
+    /// … or when it holds this many records.
+    pub max_records: usize,
+    /// … or when its oldest record has waited this long.
+    pub linger_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Record payloads held (batching, encoding, inserting) before partitions are paused.
+    pub max_inflight_bytes: usize,
+    /// Larger records are skipped as oversized (and dead-lettered when configured).
+    pub max_record_bytes: usize,
+    /// Threads decoding and encoding batches (0: one per core).
+    pub encode_threads: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            kafka: KafkaConfig::default(),
+            clickhouse: ClickHouseConfig::default(),
+            batch: BatchConfig::default(),
+            limits: LimitsConfig::default(),
+            metrics_addr: "0.0.0.0:8888".parse().expect("static address"),
+            shutdown_deadline_ms: 25_000,
+        }
+    }
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        Self {
+            brokers: "localhost:9092".into(),
+            topics: vec!["otlp_spans".into()],
+            group_id: "tracehouse".into(),
+            encoding: Encoding::OtlpProto,
+            properties: Default::default(),
+            dead_letter_topic: None,
+        }
+    }
+}
+
+impl Default for ClickHouseConfig {
+    fn default() -> Self {
+        Self {
+            url: "http://localhost:8123".into(),
+            database: "otel".into(),
+            table: "otel_traces".into(),
+            attributes: AttributesKind::Map,
+            attribute_keys: true,
+            insert_format: InsertFormat::Auto,
+            user: None,
+            password_file: None,
+            max_inflight_inserts: 4,
+            request_timeout_ms: 60_000,
+            retry_initial_ms: 200,
+            retry_max_ms: 30_000,
+        }
+    }
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        Self {
+            max_bytes: 16 << 20,
+            max_records: 50_000,
+            linger_ms: 2_000,
+        }
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_inflight_bytes: 256 << 20,
+            max_record_bytes: 16 << 20,
+            encode_threads: 0,
+        }
+    }
+}
+
+/// A configuration problem, naming the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: serde_yaml::Error,
+    },
+    #[error("invalid `{field}`: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
+
+impl Config {
+    /// Read a YAML file (unknown fields are errors, so typos are caught).
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        serde_yaml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.into(),
+            source,
+        })
+    }
+
+    /// Check every field; the first problem is reported with the field's path.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let k = &self.kafka;
+        if k.brokers.trim().is_empty() {
+            return Err(invalid("kafka.brokers", "must list at least one host:port"));
+        }
+        if k.topics.is_empty() {
+            return Err(invalid("kafka.topics", "must name at least one topic"));
+        }
+        for t in &k.topics {
+            validate_topic(t).map_err(|r| invalid("kafka.topics", r))?;
+        }
+        if let Some(t) = &k.dead_letter_topic {
+            validate_topic(t).map_err(|r| invalid("kafka.dead_letter_topic", r))?;
+            if k.topics.contains(t) {
+                return Err(invalid(
+                    "kafka.dead_letter_topic",
+                    "must differ from the consumed topics",
+                ));
+            }
+        }
+        if k.group_id.trim().is_empty() {
+            return Err(invalid("kafka.group_id", "must not be empty"));
+        }
+        for key in [
+            "group.id",
+            "bootstrap.servers",
+            "enable.auto.commit",
+            "enable.auto.offset.store",
+        ] {
+            if k.properties.contains_key(key) {
+                return Err(invalid(
+                    "kafka.properties",
+                    format!("`{key}` is managed by the collector"),
+                ));
+            }
+        }
+        let c = &self.clickhouse;
+        if !(c.url.starts_with("http://") || c.url.starts_with("https://")) {
+            return Err(invalid(
+                "clickhouse.url",
+                format!("must start with http:// or https://, got {:?}", c.url),
+            ));
+        }
+        tracehouse_schema::Ident::new("clickhouse.database", c.database.as_str())
+            .map_err(|e| invalid("clickhouse.database", e.to_string()))?;
+        tracehouse_schema::Ident::new("clickhouse.table", c.table.as_str())
+            .map_err(|e| invalid("clickhouse.table", e.to_string()))?;
+        if c.max_inflight_inserts == 0 {
+            return Err(invalid(
+                "clickhouse.max_inflight_inserts",
+                "must be at least 1",
+            ));
+        }
+        if c.retry_initial_ms == 0 || c.retry_max_ms < c.retry_initial_ms {
+            return Err(invalid(
+                "clickhouse.retry_max_ms",
+                "must be ≥ retry_initial_ms > 0",
+            ));
+        }
+        let b = &self.batch;
+        if b.max_bytes == 0 {
+            return Err(invalid("batch.max_bytes", "must be > 0"));
+        }
+        if b.max_records == 0 {
+            return Err(invalid("batch.max_records", "must be > 0"));
+        }
+        let l = &self.limits;
+        if l.max_record_bytes == 0 {
+            return Err(invalid("limits.max_record_bytes", "must be > 0"));
+        }
+        if l.max_inflight_bytes < b.max_bytes.saturating_add(l.max_record_bytes) {
+            return Err(invalid(
+                "limits.max_inflight_bytes",
+                format!(
+                    "must hold at least one full batch plus one record ({} bytes)",
+                    b.max_bytes.saturating_add(l.max_record_bytes)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Kafka's own topic name rules (legal characters, length, not `.`/`..`).
+fn validate_topic(t: &str) -> Result<(), String> {
+    if t.is_empty() || t.len() > 249 || t == "." || t == ".." {
+        return Err(format!("{t:?} is not a valid topic name"));
+    }
+    if let Some(c) = t
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!("{t:?} contains {c:?}; topics use [a-zA-Z0-9._-]"));
+    }
+    Ok(())
+}
+
+/// Credentials for ClickHouse: user and password, from the config or the environment.
+#[derive(Clone)]
+pub struct Credentials {
+    pub user: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"***")
+            .finish()
+    }
+}
+
+impl ClickHouseConfig {
+    /// Resolve credentials: `user`/`password_file` first, then `CLICKHOUSE_USER`/`CLICKHOUSE_PASSWORD`.
+    pub fn credentials(&self) -> Result<Credentials, ConfigError> {
+        let user = self
+            .user
+            .clone()
+            .or_else(|| std::env::var("CLICKHOUSE_USER").ok())
+            .unwrap_or_else(|| "default".into());
+        let password = match &self.password_file {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })?
+                .trim_end_matches(['\n', '\r'])
+                .to_string(),
+            None => std::env::var("CLICKHOUSE_PASSWORD").unwrap_or_default(),
+        };
+        Ok(Credentials { user, password })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_of(e: ConfigError) -> &'static str {
+        match e {
+            ConfigError::Invalid { field, .. } => field,
+            other => panic!("unexpected {other}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn yaml_overrides_defaults_and_rejects_unknown_fields() {
+        let c: Config = serde_yaml::from_str(
+            "kafka: {brokers: 'a:1', topics: [x], encoding: otlp_json}\nclickhouse: {attributes: json}\n",
+        )
+        .unwrap();
+        assert_eq!(c.kafka.encoding, Encoding::OtlpJson);
+        assert_eq!(c.clickhouse.attributes, AttributesKind::Json);
+        assert_eq!(c.batch, BatchConfig::default());
+        let err = serde_yaml::from_str::<Config>("kafka: {brokerz: 'a:1'}").unwrap_err();
+        assert!(err.to_string().contains("brokerz"), "{err}");
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let mut c = Config::default();
+        c.kafka.topics = vec!["bad topic".into()];
+        assert_eq!(field_of(c.validate().unwrap_err()), "kafka.topics");
+
+        let mut c = Config::default();
+        c.clickhouse.url = "localhost:8123".into();
+        assert_eq!(field_of(c.validate().unwrap_err()), "clickhouse.url");
+
+        let mut c = Config::default();
+        c.clickhouse.table = "line\nbreak".into();
+        assert_eq!(field_of(c.validate().unwrap_err()), "clickhouse.table");
+
+        let mut c = Config::default();
+        c.limits.max_inflight_bytes = 1024;
+        assert_eq!(
+            field_of(c.validate().unwrap_err()),
+            "limits.max_inflight_bytes"
+        );
+
+        let mut c = Config::default();
+        c.kafka
+            .properties
+            .insert("enable.auto.commit".into(), "true".into());
+        assert_eq!(field_of(c.validate().unwrap_err()), "kafka.properties");
+    }
+
+    #[test]
+    fn credentials_never_show_the_password() {
+        let c = Credentials {
+            user: "u".into(),
+            password: "s3cret".into(),
+        };
+        assert!(!format!("{c:?}").contains("s3cret"));
+    }
+}

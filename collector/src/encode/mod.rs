@@ -1,0 +1,305 @@
+//! Encode: spans → one ClickHouse insert body, in RowBinary or Native, LZ4-compressed
+//! in ClickHouse's block framing.
+//!
+//! [`Encoder`] is what a worker thread owns: it is fed decoded requests (or raw Kafka
+//! payloads) and hands back the body for `INSERT INTO db.t (cols) FORMAT <format>`
+//! ([`Encoder::insert_sql`]) sent with `decompress=1`. Its buffers live as long as it
+//! does, so a steady stream of batches allocates almost nothing after warm-up, and the
+//! memory it does allocate is freed on the same thread (the allocator-contention lesson
+//! of the compat notes).
+//!
+//! Columns, their order and their types come from the schema crate's insert-column
+//! list ([`plan`]); the per-column values from [`crate::rows`].
+
+pub mod compress;
+mod native;
+pub mod plan;
+mod rowbinary;
+pub mod wire;
+
+use bytes::Bytes;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use tracehouse_schema::{Attributes, ClickHouseType, InsertFormat, TableOptions, insert_sql};
+
+use crate::decode::{self, DecodeError, Encoding};
+use crate::rows::{self, JsonObject, MapAttrs};
+use native::NativeBlock;
+use plan::PlannedColumn;
+
+/// The insert formats this encoder writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    RowBinary,
+    Native,
+}
+
+impl Format {
+    pub fn insert_format(self) -> InsertFormat {
+        match self {
+            Self::RowBinary => InsertFormat::RowBinary,
+            Self::Native => InsertFormat::Native,
+        }
+    }
+}
+
+/// Whether the body is compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Compression {
+    /// Plain body (send without `decompress=1`).
+    None,
+    /// ClickHouse LZ4 block framing (send with `decompress=1`).
+    Lz4,
+}
+
+/// How an [`Encoder`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EncoderOptions {
+    pub format: Format,
+    pub compression: Compression,
+    /// Native only: a block is cut once its columns hold about this many bytes.
+    /// The server squashes small blocks anyway; this bounds the encoder's memory.
+    pub native_block_bytes: usize,
+}
+
+impl EncoderOptions {
+    pub const DEFAULT_NATIVE_BLOCK_BYTES: usize = 8 << 20;
+
+    pub fn new(format: Format) -> Self {
+        Self {
+            format,
+            compression: Compression::Lz4,
+            native_block_bytes: Self::DEFAULT_NATIVE_BLOCK_BYTES,
+        }
+    }
+}
+
+/// Why an encoder cannot be built for a table.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    /// The schema gives a column a type the encoders cannot write for its role.
+    #[error("column {column} has type {ch_type}; the encoder writes {expected} there")]
+    UnsupportedColumn {
+        column: &'static str,
+        ch_type: String,
+        expected: String,
+    },
+    /// Native with `JSON` attribute columns (see the module docs of `encode::native`).
+    #[error(
+        "the Native encoder cannot write JSON attribute columns yet; use RowBinary for the JSON variant"
+    )]
+    NativeJson,
+}
+
+/// Attributes rendered for one column value, in the table's attribute layout.
+#[derive(Debug)]
+pub(crate) enum Rendered {
+    Map(MapAttrs),
+    Json(JsonObject),
+}
+
+impl Rendered {
+    fn new(mode: Attributes) -> Self {
+        match mode {
+            Attributes::Map => Self::Map(MapAttrs::default()),
+            Attributes::Json => Self::Json(JsonObject::default()),
+        }
+    }
+
+    fn fill(&mut self, attrs: &[KeyValue]) {
+        match self {
+            Self::Map(m) => m.fill(attrs),
+            Self::Json(j) => j.fill(attrs),
+        }
+    }
+}
+
+/// Everything a row writer needs about one span; borrowed, built per span for free.
+#[derive(Debug)]
+pub(crate) struct SpanRow<'a> {
+    pub span: &'a opentelemetry_proto::tonic::trace::v1::Span,
+    pub service_name: &'a str,
+    pub scope_name: &'a str,
+    pub scope_version: &'a str,
+    pub resource: &'a Rendered,
+    pub attrs: &'a Rendered,
+}
+
+#[derive(Debug)]
+enum Rows {
+    RowBinary,
+    Native(NativeBlock),
+}
+
+/// Turns spans into one insert body at a time. Not `Sync`: one per worker thread.
+#[derive(Debug)]
+pub struct Encoder {
+    options: EncoderOptions,
+    plan: Vec<PlannedColumn>,
+    insert_sql: String,
+    rows: Rows,
+    /// Uncompressed bytes not yet compressed (RowBinary rows, or cut Native blocks).
+    raw: Vec<u8>,
+    /// The compressed body so far.
+    body: Vec<u8>,
+    row_count: usize,
+    // Per-resource and per-span scratch, reused for the encoder's whole life.
+    service_name: String,
+    resource: Rendered,
+    span_attrs: Rendered,
+    nested_attrs: Rendered,
+}
+
+impl Encoder {
+    /// An encoder for `table`'s insert columns in `format`, LZ4-compressed.
+    pub fn new(table: &TableOptions, format: Format) -> Result<Self, EncodeError> {
+        Self::with_options(table, EncoderOptions::new(format))
+    }
+
+    pub fn with_options(
+        table: &TableOptions,
+        options: EncoderOptions,
+    ) -> Result<Self, EncodeError> {
+        let plan = plan::plan(table)?;
+        let rows = match options.format {
+            Format::RowBinary => Rows::RowBinary,
+            Format::Native => Rows::Native(NativeBlock::new(&plan)?),
+        };
+        Ok(Self {
+            options,
+            insert_sql: insert_sql(table, options.format.insert_format()),
+            plan,
+            rows,
+            raw: Vec::new(),
+            body: Vec::new(),
+            row_count: 0,
+            service_name: String::new(),
+            resource: Rendered::new(table.attributes),
+            span_attrs: Rendered::new(table.attributes),
+            nested_attrs: Rendered::new(table.attributes),
+        })
+    }
+
+    pub fn options(&self) -> EncoderOptions {
+        self.options
+    }
+
+    /// `INSERT INTO db.table (cols…) FORMAT <format>`: the statement for [`Self::finish`]'s body.
+    pub fn insert_sql(&self) -> &str {
+        &self.insert_sql
+    }
+
+    /// The columns written, in order, with their types (the schema's insert columns).
+    pub fn columns(&self) -> impl ExactSizeIterator<Item = (&'static str, &ClickHouseType)> + '_ {
+        self.plan.iter().map(|c| (c.name, &c.ch_type))
+    }
+
+    /// Rows added since the last [`Self::finish`].
+    pub fn rows(&self) -> usize {
+        self.row_count
+    }
+
+    /// Bytes held for the current body (compressed so far plus not yet compressed),
+    /// for batch sizing.
+    pub fn buffered_bytes(&self) -> usize {
+        let pending = match &self.rows {
+            Rows::RowBinary => 0,
+            Rows::Native(block) => block.data_len(),
+        };
+        self.body.len() + self.raw.len() + pending
+    }
+
+    /// Decodes one record payload and appends its spans. On error nothing is appended.
+    pub fn push_record(
+        &mut self,
+        payload: &[u8],
+        encoding: Encoding,
+    ) -> Result<usize, DecodeError> {
+        let req = decode::decode(payload, encoding)?;
+        Ok(self.push_request(&req))
+    }
+
+    /// Appends every span of `req` as a row; returns how many.
+    pub fn push_request(&mut self, req: &ExportTraceServiceRequest) -> usize {
+        let before = self.row_count;
+        for rs in &req.resource_spans {
+            let resource_attrs: &[KeyValue] = rs
+                .resource
+                .as_ref()
+                .map_or(&[], |r| r.attributes.as_slice());
+            // Once per resource: every span of it shares these values.
+            rows::service_name(resource_attrs, &mut self.service_name);
+            self.resource.fill(resource_attrs);
+            for ss in &rs.scope_spans {
+                let (scope_name, scope_version) = ss
+                    .scope
+                    .as_ref()
+                    .map_or(("", ""), |s| (s.name.as_str(), s.version.as_str()));
+                for span in &ss.spans {
+                    self.span_attrs.fill(&span.attributes);
+                    let row = SpanRow {
+                        span,
+                        service_name: &self.service_name,
+                        scope_name,
+                        scope_version,
+                        resource: &self.resource,
+                        attrs: &self.span_attrs,
+                    };
+                    match &mut self.rows {
+                        Rows::RowBinary => rowbinary::write_row(
+                            &mut self.raw,
+                            &self.plan,
+                            &row,
+                            &mut self.nested_attrs,
+                        ),
+                        Rows::Native(block) => {
+                            block.push_row(&row, &mut self.nested_attrs);
+                            // Checking the size costs a walk over the columns: do it
+                            // every 256 rows only.
+                            if block.rows() % 256 == 0
+                                && block.data_len() >= self.options.native_block_bytes
+                            {
+                                block.cut(&mut self.raw);
+                            }
+                        }
+                    }
+                    self.row_count += 1;
+                }
+            }
+        }
+        self.compress_full_frames();
+        self.row_count - before
+    }
+
+    /// Compresses whole 1 MiB frames as soon as they are available, so the raw buffer
+    /// stays small and only the (smaller) compressed body grows with the batch.
+    fn compress_full_frames(&mut self) {
+        if self.options.compression == Compression::None || self.raw.len() < compress::MAX_BLOCK {
+            return;
+        }
+        let whole = self.raw.len() - self.raw.len() % compress::MAX_BLOCK;
+        compress::compress_into(&self.raw[..whole], &mut self.body);
+        self.raw.drain(..whole);
+    }
+
+    /// Takes the body of everything appended since the last call and starts a new one.
+    /// Empty when no row was appended.
+    pub fn finish(&mut self) -> Bytes {
+        if let Rows::Native(block) = &mut self.rows {
+            block.cut(&mut self.raw);
+        }
+        self.row_count = 0;
+        let out = match self.options.compression {
+            Compression::None => &mut self.raw,
+            Compression::Lz4 => {
+                compress::compress_into(&self.raw, &mut self.body);
+                self.raw.clear();
+                &mut self.body
+            }
+        };
+        // The body leaves as `Bytes`; the next one starts with the same capacity so a
+        // steady stream of batches does not grow its buffer step by step again.
+        let next = Vec::with_capacity(out.len());
+        Bytes::from(std::mem::replace(out, next))
+    }
+}

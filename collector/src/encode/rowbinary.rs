@@ -1,0 +1,130 @@
+//! RowBinary: each row is its columns' values back to back, in insert-column order.
+//!
+//! `LowCardinality(String)` is written as `String`, `Map` as a var-int count and the
+//! key/value pairs, `Array` as a var-int count and the elements, and `JSON` in its
+//! native binary form (var-int number of paths, then each path and its `Dynamic`
+//! value), so the server parses no text at all.
+
+use tracehouse_schema::SpanColumn;
+
+use super::plan::PlannedColumn;
+use super::wire::{put_i64, put_str, put_u64, put_varint};
+use super::{Rendered, SpanRow};
+use crate::rows;
+
+/// Appends one span's row.
+pub(super) fn write_row(
+    out: &mut Vec<u8>,
+    plan: &[PlannedColumn],
+    row: &SpanRow<'_>,
+    scratch: &mut Rendered,
+) {
+    let span = row.span;
+    for col in plan {
+        use SpanColumn as C;
+        match col.id {
+            C::Timestamp => put_i64(out, rows::timestamp_ns(span.start_time_unix_nano)),
+            C::TraceId => put_hex_id(out, &span.trace_id),
+            C::SpanId => put_hex_id(out, &span.span_id),
+            C::ParentSpanId => put_hex_id(out, &span.parent_span_id),
+            C::TraceState => put_str(out, span.trace_state.as_bytes()),
+            C::SpanName => put_str(out, span.name.as_bytes()),
+            C::SpanKind => put_str(out, rows::span_kind(span.kind).as_bytes()),
+            C::ServiceName => put_str(out, row.service_name.as_bytes()),
+            C::ResourceAttributes => put_attrs(out, row.resource),
+            C::ResourceAttributesKeys => put_keys(out, row.resource),
+            C::ScopeName => put_str(out, row.scope_name.as_bytes()),
+            C::ScopeVersion => put_str(out, row.scope_version.as_bytes()),
+            C::SpanAttributes => put_attrs(out, row.attrs),
+            C::SpanAttributesKeys => put_keys(out, row.attrs),
+            C::Duration => put_u64(
+                out,
+                rows::duration_ns(span.start_time_unix_nano, span.end_time_unix_nano),
+            ),
+            C::StatusCode => {
+                let code = span.status.as_ref().map_or(0, |s| s.code);
+                put_str(out, rows::status_code(code).as_bytes())
+            }
+            C::StatusMessage => {
+                let msg = span.status.as_ref().map_or("", |s| s.message.as_str());
+                put_str(out, msg.as_bytes())
+            }
+            C::EventsTimestamp => {
+                put_varint(out, span.events.len() as u64);
+                for e in &span.events {
+                    put_i64(out, rows::timestamp_ns(e.time_unix_nano));
+                }
+            }
+            C::EventsName => {
+                put_varint(out, span.events.len() as u64);
+                for e in &span.events {
+                    put_str(out, e.name.as_bytes());
+                }
+            }
+            C::EventsAttributes => {
+                put_varint(out, span.events.len() as u64);
+                for e in &span.events {
+                    scratch.fill(&e.attributes);
+                    put_attrs(out, scratch);
+                }
+            }
+            C::LinksTraceId => {
+                put_varint(out, span.links.len() as u64);
+                for l in &span.links {
+                    put_hex_id(out, &l.trace_id);
+                }
+            }
+            C::LinksSpanId => {
+                put_varint(out, span.links.len() as u64);
+                for l in &span.links {
+                    put_hex_id(out, &l.span_id);
+                }
+            }
+            C::LinksTraceState => {
+                put_varint(out, span.links.len() as u64);
+                for l in &span.links {
+                    put_str(out, l.trace_state.as_bytes());
+                }
+            }
+            C::LinksAttributes => {
+                put_varint(out, span.links.len() as u64);
+                for l in &span.links {
+                    scratch.fill(&l.attributes);
+                    put_attrs(out, scratch);
+                }
+            }
+        }
+    }
+}
+
+fn put_hex_id(out: &mut Vec<u8>, id: &[u8]) {
+    put_varint(out, rows::hex_id_len(id) as u64);
+    rows::push_hex_id(id, out);
+}
+
+fn put_attrs(out: &mut Vec<u8>, attrs: &Rendered) {
+    match attrs {
+        Rendered::Map(m) => {
+            put_varint(out, m.len() as u64);
+            for (k, v) in m.iter() {
+                put_str(out, k.as_bytes());
+                put_str(out, v.as_bytes());
+            }
+        }
+        Rendered::Json(j) => j.write_binary(out),
+    }
+}
+
+fn put_keys(out: &mut Vec<u8>, attrs: &Rendered) {
+    match attrs {
+        Rendered::Json(j) => {
+            let keys = j.keys();
+            put_varint(out, keys.len() as u64);
+            for k in keys {
+                put_str(out, k.as_bytes());
+            }
+        }
+        // The plan only has *Keys columns in the JSON variant.
+        Rendered::Map(_) => put_varint(out, 0),
+    }
+}

@@ -1,0 +1,23 @@
+//! tracehouse collector library: OTLP spans from Kafka into ClickHouse, at least once.
+//!
+//! Read top to bottom as the data flows:
+//! kafka source ([`source`]) → batches ([`batch`]) → decode/encode workers ([`workers`]:
+//! [`decode`] → [`rows`] → [`encode`])
+//! → ClickHouse sink ([`sink`], [`retry`]) → acknowledgements and commits ([`offsets`]).
+//! [`pipeline`] wires the stages with bounded queues and a byte budget; [`config`] is what
+//! the user writes; [`metrics`] and [`http`] are what operators and autoscalers read.
+
+pub mod batch;
+pub mod config;
+pub mod decode;
+pub mod encode;
+pub mod http;
+pub mod insert_encoder;
+pub mod metrics;
+pub mod offsets;
+pub mod pipeline;
+pub mod retry;
+pub mod rows;
+pub mod sink;
+pub mod source;
+pub mod workers;

@@ -1,0 +1,253 @@
+//! Prometheus metrics of the collector (prometheus-client), and the names dashboards and the
+//! operator's autoscaler rely on. Labels stay low-cardinality: topic, partition, reason.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+pub const PREFIX: &str = "tracehouse";
+/// Per-partition lag in records (high watermark − committed offset); the autoscaler's input.
+pub const CONSUMER_LAG_RECORDS: &str = "consumer_lag_records";
+/// Per-partition lag in seconds: age of the oldest record not yet acknowledged by ClickHouse.
+pub const CONSUMER_LAG_SECONDS: &str = "consumer_lag_seconds";
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TopicLabels {
+    pub topic: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabels {
+    pub topic: String,
+    pub partition: i32,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+/// Every metric the collector exports.
+pub struct Metrics {
+    pub records_consumed: Family<TopicLabels, Counter>,
+    pub bytes_consumed: Family<TopicLabels, Counter>,
+    pub spans_decoded: Counter,
+    pub rows_inserted: Counter,
+    pub bytes_inserted: Counter,
+    pub records_skipped: Family<ReasonLabels, Counter>,
+    pub records_dead_lettered: Counter,
+    pub insert_retries: Family<ReasonLabels, Counter>,
+    pub insert_errors: Family<ReasonLabels, Counter>,
+    pub inserts: Counter,
+    pub commits: Counter,
+    pub commit_errors: Counter,
+    pub insert_duration: Histogram,
+    pub batch_rows: Histogram,
+    pub batch_bytes: Histogram,
+    pub lag_records: Family<PartitionLabels, Gauge>,
+    pub lag_seconds: Family<PartitionLabels, Gauge<f64, AtomicU64>>,
+    pub inflight_bytes: Gauge,
+    pub inflight_inserts: Gauge,
+    pub paused_partitions: Gauge,
+    pub assigned_partitions: Gauge,
+    pub resident_memory_bytes: Gauge,
+}
+
+impl Metrics {
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = Self {
+            records_consumed: Family::default(),
+            bytes_consumed: Family::default(),
+            spans_decoded: Counter::default(),
+            rows_inserted: Counter::default(),
+            bytes_inserted: Counter::default(),
+            records_skipped: Family::default(),
+            records_dead_lettered: Counter::default(),
+            insert_retries: Family::default(),
+            insert_errors: Family::default(),
+            inserts: Counter::default(),
+            commits: Counter::default(),
+            commit_errors: Counter::default(),
+            insert_duration: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
+            batch_rows: Histogram::new(exponential_buckets(64.0, 2.0, 14)),
+            batch_bytes: Histogram::new(exponential_buckets(16384.0, 2.0, 14)),
+            lag_records: Family::default(),
+            lag_seconds: Family::default(),
+            inflight_bytes: Gauge::default(),
+            inflight_inserts: Gauge::default(),
+            paused_partitions: Gauge::default(),
+            assigned_partitions: Gauge::default(),
+            resident_memory_bytes: Gauge::default(),
+        };
+        let r = registry.sub_registry_with_prefix(PREFIX);
+        r.register(
+            "records_consumed",
+            "Kafka records consumed",
+            m.records_consumed.clone(),
+        );
+        r.register(
+            "bytes_consumed",
+            "Kafka record payload bytes consumed",
+            m.bytes_consumed.clone(),
+        );
+        r.register(
+            "spans_decoded",
+            "Spans decoded from records",
+            m.spans_decoded.clone(),
+        );
+        r.register(
+            "rows_inserted",
+            "Rows acknowledged by ClickHouse",
+            m.rows_inserted.clone(),
+        );
+        r.register(
+            "bytes_inserted",
+            "Compressed insert bytes acknowledged by ClickHouse",
+            m.bytes_inserted.clone(),
+        );
+        r.register(
+            "records_skipped",
+            "Records skipped and committed past, by reason",
+            m.records_skipped.clone(),
+        );
+        r.register(
+            "records_dead_lettered",
+            "Skipped records copied to the dead-letter topic",
+            m.records_dead_lettered.clone(),
+        );
+        r.register(
+            "insert_retries",
+            "Insert attempts retried, by reason",
+            m.insert_retries.clone(),
+        );
+        r.register(
+            "insert_errors",
+            "Failed insert attempts, by reason",
+            m.insert_errors.clone(),
+        );
+        r.register(
+            "inserts",
+            "Inserts acknowledged by ClickHouse",
+            m.inserts.clone(),
+        );
+        r.register("commits", "Offset commits issued", m.commits.clone());
+        r.register(
+            "commit_errors",
+            "Offset commits that failed",
+            m.commit_errors.clone(),
+        );
+        r.register(
+            "insert_duration_seconds",
+            "Latency of successful inserts",
+            m.insert_duration.clone(),
+        );
+        r.register("batch_rows", "Rows per insert", m.batch_rows.clone());
+        r.register(
+            "batch_bytes",
+            "Compressed bytes per insert",
+            m.batch_bytes.clone(),
+        );
+        r.register(
+            CONSUMER_LAG_RECORDS,
+            "Records not yet committed per partition (high watermark - committed)",
+            m.lag_records.clone(),
+        );
+        r.register(
+            CONSUMER_LAG_SECONDS,
+            "Age of the oldest record not yet acknowledged, per partition",
+            m.lag_seconds.clone(),
+        );
+        r.register(
+            "inflight_bytes",
+            "Record payload bytes held between Kafka and ClickHouse",
+            m.inflight_bytes.clone(),
+        );
+        r.register(
+            "inflight_inserts",
+            "Inserts in flight",
+            m.inflight_inserts.clone(),
+        );
+        r.register(
+            "paused_partitions",
+            "Partitions paused for back-pressure",
+            m.paused_partitions.clone(),
+        );
+        r.register(
+            "assigned_partitions",
+            "Partitions assigned to this collector",
+            m.assigned_partitions.clone(),
+        );
+        r.register(
+            "process_resident_memory_bytes",
+            "Resident set size of the process",
+            m.resident_memory_bytes.clone(),
+        );
+        m
+    }
+
+    /// Refresh gauges that are read from the OS.
+    pub fn refresh_process(&self) {
+        if let Some(rss) = resident_memory_bytes() {
+            self.resident_memory_bytes.set(rss as i64);
+        }
+    }
+}
+
+/// Resident set size from `/proc/self/statm` (Linux).
+pub fn resident_memory_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_has_the_documented_names() {
+        let mut registry = Registry::default();
+        let m = Metrics::new(&mut registry);
+        m.lag_records
+            .get_or_create(&PartitionLabels {
+                topic: "t".into(),
+                partition: 3,
+            })
+            .set(7);
+        m.lag_seconds
+            .get_or_create(&PartitionLabels {
+                topic: "t".into(),
+                partition: 3,
+            })
+            .set(1.5);
+        m.records_skipped
+            .get_or_create(&ReasonLabels {
+                reason: "decode_error",
+            })
+            .inc();
+        m.refresh_process();
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        assert!(
+            out.contains(r#"tracehouse_consumer_lag_records{topic="t",partition="3"} 7"#),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"tracehouse_consumer_lag_seconds{topic="t",partition="3"} 1.5"#),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"tracehouse_records_skipped_total{reason="decode_error"} 1"#),
+            "{out}"
+        );
+        assert!(
+            out.contains("tracehouse_process_resident_memory_bytes "),
+            "{out}"
+        );
+    }
+}

@@ -1,0 +1,342 @@
+//! Attribute values as the strings the OTel exporter stores in `Map(String, String)`.
+//!
+//! The exporter calls pdata's `Value.AsString()`; this file reproduces it byte for byte:
+//!
+//! | value | text |
+//! |---|---|
+//! | string | as is |
+//! | bool | `true` / `false` |
+//! | int | decimal |
+//! | double | ES6 number-to-string (`float64AsString`): shortest round-trip digits, plain below 1e21 and from 1e-6, else exponent form `1e+21`, `1e-7`; `-0` for negative zero; NaN and ±Inf become `json: unsupported value: NaN` / `+Inf` / `-Inf` (pdata's own text) |
+//! | bytes | standard base64 |
+//! | array, kvlist | Go `json.Marshal` of the raw value: map keys sorted and de-duplicated (last wins), HTML characters escaped (`\u003c`), bytes as base64 strings; if it holds a NaN or ±Inf, Marshal fails and the text is `""` |
+//! | empty | `""` |
+
+use std::fmt::Write as _;
+
+use base64::Engine as _;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
+
+/// Appends the `AsString` text of an attribute value (`None`: the empty value).
+pub fn push_as_string(value: Option<&AnyValue>, out: &mut String) {
+    let Some(v) = value.and_then(|v| v.value.as_ref()) else {
+        return;
+    };
+    match v {
+        // Profiles-only string-table reference: meaningless in traces, read as empty.
+        Value::StringValueStrindex(_) => {}
+        Value::StringValue(s) => out.push_str(s),
+        Value::BoolValue(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::IntValue(i) => push_int(*i, out),
+        Value::DoubleValue(d) => push_double_as_string(*d, out),
+        Value::BytesValue(b) => base64::engine::general_purpose::STANDARD.encode_string(b, out),
+        Value::ArrayValue(_) | Value::KvlistValue(_) => {
+            let start = out.len();
+            if push_go_json(value, out).is_err() {
+                // Go: `jsonStr, _ := json.Marshal(...)` — the error is dropped, the text is empty.
+                out.truncate(start);
+            }
+        }
+    }
+}
+
+/// The `AsString` text as a new `String` (tests and cold paths).
+pub fn as_string(value: Option<&AnyValue>) -> String {
+    let mut s = String::new();
+    push_as_string(value, &mut s);
+    s
+}
+
+fn push_int(i: i64, out: &mut String) {
+    // `write!` to a String cannot fail.
+    let _ = write!(out, "{i}");
+}
+
+/// pdata's `float64AsString`, including its text for values JSON cannot represent.
+pub fn push_double_as_string(d: f64, out: &mut String) {
+    if d.is_finite() {
+        push_es6_float(d, out);
+    } else if d.is_nan() {
+        out.push_str("json: unsupported value: NaN");
+    } else if d > 0.0 {
+        out.push_str("json: unsupported value: +Inf");
+    } else {
+        out.push_str("json: unsupported value: -Inf");
+    }
+}
+
+/// Go's `encoding/json` float format (ES6): `strconv.AppendFloat(f, 'f' or 'e', -1, 64)`
+/// with the exponent form below 1e-6 and from 1e21, and `e-07` shortened to `e-7`.
+///
+/// Rust's `{}` and `{:e}` print the same shortest round-trip digits as Go's `-1`
+/// precision; only the exponent spelling differs (`1e21` vs `1e+21`).
+pub fn push_es6_float(d: f64, out: &mut String) {
+    let abs = d.abs();
+    if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
+        let start = out.len();
+        let _ = write!(out, "{d:e}");
+        if let Some(e) = out[start..].find('e') {
+            let at = start + e + 1;
+            if out.as_bytes().get(at) != Some(&b'-') {
+                out.insert(at, '+');
+            }
+        }
+    } else {
+        let _ = write!(out, "{d}");
+    }
+}
+
+/// A NaN or ±Inf somewhere in the value: Go's `json.Marshal` refuses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NonFinite;
+
+/// Appends Go's `json.Marshal(value.AsRaw())`.
+pub fn push_go_json(value: Option<&AnyValue>, out: &mut String) -> Result<(), NonFinite> {
+    let Some(v) = value.and_then(|v| v.value.as_ref()) else {
+        out.push_str("null");
+        return Ok(());
+    };
+    match v {
+        Value::StringValueStrindex(_) => out.push_str("null"),
+        Value::StringValue(s) => push_go_json_string(s, out),
+        Value::BoolValue(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::IntValue(i) => push_int(*i, out),
+        Value::DoubleValue(d) => {
+            if !d.is_finite() {
+                return Err(NonFinite);
+            }
+            push_es6_float(*d, out);
+        }
+        Value::BytesValue(b) => {
+            out.push('"');
+            base64::engine::general_purpose::STANDARD.encode_string(b, out);
+            out.push('"');
+        }
+        Value::ArrayValue(a) => {
+            out.push('[');
+            for (i, item) in a.values.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                push_go_json(Some(item), out)?;
+            }
+            out.push(']');
+        }
+        Value::KvlistValue(kv) => push_go_json_object(&kv.values, out)?,
+    }
+    Ok(())
+}
+
+/// A Go `map[string]any` marshalled: keys sorted bytewise, a repeated key keeps its
+/// last value (later map assignments win in `AsRaw`).
+fn push_go_json_object(entries: &[KeyValue], out: &mut String) -> Result<(), NonFinite> {
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    // Stable, so among equal keys the last one stays last.
+    order.sort_by(|&a, &b| entries[a].key.as_bytes().cmp(entries[b].key.as_bytes()));
+    out.push('{');
+    let mut first = true;
+    for (n, &i) in order.iter().enumerate() {
+        if order
+            .get(n + 1)
+            .is_some_and(|&next| entries[next].key == entries[i].key)
+        {
+            continue;
+        }
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        push_go_json_string(&entries[i].key, out);
+        out.push(':');
+        push_go_json(entries[i].value.as_ref(), out)?;
+    }
+    out.push('}');
+    Ok(())
+}
+
+/// A JSON string as Go's `encoding/json` writes it (HTML-safe escaping on, Go ≥ 1.22):
+/// `\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t`, other control bytes and `<`, `>`, `&`
+/// as `\u00XX`, and U+2028/U+2029 as `\u2028`/`\u2029`.
+pub fn push_go_json_string(s: &str, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push('"');
+    let bytes = s.as_bytes();
+    let mut done = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let escape: Option<&str> = match b {
+            b'"' => Some("\\\""),
+            b'\\' => Some("\\\\"),
+            0x08 => Some("\\b"),
+            0x0c => Some("\\f"),
+            b'\n' => Some("\\n"),
+            b'\r' => Some("\\r"),
+            b'\t' => Some("\\t"),
+            _ => None,
+        };
+        let (skip, needs) = if escape.is_some() || b < 0x20 || matches!(b, b'<' | b'>' | b'&') {
+            (1, true)
+        } else if b == 0xe2
+            && bytes.get(i + 1) == Some(&0x80)
+            && matches!(bytes.get(i + 2), Some(0xa8 | 0xa9))
+        {
+            (3, true)
+        } else {
+            (1, false)
+        };
+        if needs {
+            out.push_str(&s[done..i]);
+            match escape {
+                Some(e) => out.push_str(e),
+                None if skip == 3 => out.push_str(if bytes[i + 2] == 0xa8 {
+                    "\\u2028"
+                } else {
+                    "\\u2029"
+                }),
+                None => {
+                    out.push_str("\\u00");
+                    out.push(HEX[usize::from(b >> 4)] as char);
+                    out.push(HEX[usize::from(b & 0xf)] as char);
+                }
+            }
+            done = i + skip;
+        }
+        i += skip;
+    }
+    out.push_str(&s[done..]);
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::common::v1::{ArrayValue, KeyValueList};
+
+    fn v(value: Value) -> AnyValue {
+        AnyValue { value: Some(value) }
+    }
+    fn s(x: &str) -> AnyValue {
+        v(Value::StringValue(x.into()))
+    }
+    fn kv(k: &str, value: AnyValue) -> KeyValue {
+        KeyValue {
+            key: k.into(),
+            value: Some(value),
+            ..Default::default()
+        }
+    }
+    fn text(value: AnyValue) -> String {
+        as_string(Some(&value))
+    }
+    fn double(d: f64) -> String {
+        text(v(Value::DoubleValue(d)))
+    }
+
+    #[test]
+    fn scalars_follow_pdata_as_string() {
+        assert_eq!(text(s("héllo ✓")), "héllo ✓");
+        assert_eq!(text(v(Value::BoolValue(true))), "true");
+        assert_eq!(text(v(Value::BoolValue(false))), "false");
+        assert_eq!(
+            text(v(Value::IntValue(-9_223_372_036_854_775_808))),
+            "-9223372036854775808"
+        );
+        assert_eq!(
+            text(v(Value::BytesValue(vec![0, 1, 2, 0xfb, 0xff]))),
+            "AAEC+/8="
+        );
+        assert_eq!(text(AnyValue { value: None }), "");
+        assert_eq!(as_string(None), "");
+    }
+
+    #[test]
+    fn doubles_use_the_es6_form_with_go_exponents() {
+        // Values checked against Go 1.22 `strconv.AppendFloat` / pdata `AsString`.
+        assert_eq!(double(0.0), "0");
+        assert_eq!(double(-0.0), "-0");
+        assert_eq!(double(1.0), "1");
+        assert_eq!(double(0.1), "0.1");
+        assert_eq!(double(3.14), "3.14");
+        assert_eq!(double(-2.5), "-2.5");
+        assert_eq!(double(1e20), "100000000000000000000");
+        assert_eq!(double(123456789012345680000.0), "123456789012345680000");
+        assert_eq!(double(1e21), "1e+21");
+        assert_eq!(double(1.5e300), "1.5e+300");
+        assert_eq!(double(f64::MAX), "1.7976931348623157e+308");
+        assert_eq!(double(1e-6), "0.000001");
+        assert_eq!(double(1e-7), "1e-7");
+        assert_eq!(double(-1.234e-7), "-1.234e-7");
+        assert_eq!(double(5e-324), "5e-324");
+        assert_eq!(double(1e-100), "1e-100");
+        assert_eq!(double(0.000123), "0.000123");
+        assert_eq!(double(f64::NAN), "json: unsupported value: NaN");
+        assert_eq!(double(f64::INFINITY), "json: unsupported value: +Inf");
+        assert_eq!(double(f64::NEG_INFINITY), "json: unsupported value: -Inf");
+    }
+
+    #[test]
+    fn arrays_and_kvlists_are_go_json_with_sorted_unique_keys() {
+        let arr = v(Value::ArrayValue(ArrayValue {
+            values: vec![
+                s("a"),
+                v(Value::IntValue(1)),
+                v(Value::DoubleValue(1.5)),
+                v(Value::DoubleValue(2.0)),
+                v(Value::BoolValue(true)),
+                AnyValue { value: None },
+                v(Value::BytesValue(vec![1, 2, 3])),
+                v(Value::ArrayValue(ArrayValue::default())),
+            ],
+        }));
+        assert_eq!(text(arr), r#"["a",1,1.5,2,true,null,"AQID",[]]"#);
+
+        let nested = v(Value::KvlistValue(KeyValueList {
+            values: vec![
+                kv("z", s("last")),
+                kv("a", v(Value::KvlistValue(KeyValueList::default()))),
+                kv("m", s("first")),
+                kv("m", s("second")),
+                kv(
+                    "b",
+                    v(Value::KvlistValue(KeyValueList {
+                        values: vec![kv("y", s("1")), kv("x", s("2"))],
+                    })),
+                ),
+            ],
+        }));
+        assert_eq!(
+            text(nested),
+            r#"{"a":{},"b":{"x":"2","y":"1"},"m":"second","z":"last"}"#
+        );
+    }
+
+    #[test]
+    fn non_finite_numbers_inside_json_make_the_whole_text_empty() {
+        let arr = v(Value::ArrayValue(ArrayValue {
+            values: vec![s("a"), v(Value::DoubleValue(f64::NAN))],
+        }));
+        assert_eq!(text(arr), "");
+        let obj = v(Value::KvlistValue(KeyValueList {
+            values: vec![kv("inf", v(Value::DoubleValue(f64::INFINITY)))],
+        }));
+        assert_eq!(text(obj), "");
+    }
+
+    #[test]
+    fn json_strings_are_escaped_like_go() {
+        let mut out = String::new();
+        push_go_json_string(
+            "a\"b\\c\u{8}\u{c}\n\r\t\u{1}\u{1f}<>&\u{2028}\u{2029}é✓\u{7f}",
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            r#""a\"b\\c\b\f\n\r\t\u0001\u001f\u003c\u003e\u0026\u2028\u2029é✓"#.to_string()
+                + "\u{7f}\""
+        );
+        let mut plain = String::new();
+        push_go_json_string("plain text", &mut plain);
+        assert_eq!(plain, "\"plain text\"");
+    }
+}

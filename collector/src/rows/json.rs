@@ -1,0 +1,491 @@
+//! Attributes for the `JSON` variant: paths and binary `Dynamic` values, ready for
+//! ClickHouse's native binary JSON encoding.
+//!
+//! The OTel exporter sends `json.Marshal(attributes.AsRaw())` as text and lets the
+//! server type it. The same rows are produced here without text, following what the
+//! server does with that text (checked on the real engine, see
+//! `tests/golden_clickhouse.rs`):
+//!
+//! - a dotted key is a path (`http.method`); a kvlist is flattened into dotted paths
+//!   below its key; an empty kvlist and an empty (null) value store nothing;
+//! - string → `String`, int → `Int64`, double → `Float64`, bool → `Bool`, bytes →
+//!   `String` (standard base64, as Go marshals `[]byte`);
+//! - arrays get the type the server infers for them: `Array(Nullable(T))` when the
+//!   elements share one scalar type (ints mixed with doubles are `Float64`; empty or
+//!   all-null arrays are `Array(Nullable(String))`), nested arrays likewise
+//!   (`Array(Array(Nullable(Int64)))`), arrays of kvlists `Array(JSON(…))`, anything
+//!   else `Array(Dynamic)` with each element typed on its own;
+//! - a path present twice (a repeated key, or `a.b` next to `a: {b: …}`) keeps the
+//!   value given last: the server would refuse the whole insert otherwise.
+//!
+//! Deliberate differences from the exporter's text path, all because binary keeps
+//! what text loses: an integral double stays `Float64` (Go writes `1.0` as `1`, which
+//! the server reads as `Int64`); an array mixing bools and numbers is
+//! `Array(Dynamic)` (the server would turn `true` into `1`); NaN and ±Inf are stored
+//! as `Float64` (Go's `json.Marshal` fails and the exporter drops the whole batch).
+//!
+//! The `*Keys` columns (`ResourceAttributesKeys`, `SpanAttributesKeys`) are the
+//! exporter's `UniqueFlattenedAttributes`: every flattened path, null values included,
+//! sorted bytewise and de-duplicated — the paths of [`JsonObject`].
+
+use std::ops::Range;
+
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
+
+use crate::encode::wire::{put_f64, put_i64, put_str, put_varint};
+
+/// Binary type tags of ClickHouse's data-type encoding (used inside `Dynamic`).
+pub mod tag {
+    pub const NOTHING: u8 = 0x00;
+    pub const INT64: u8 = 0x0a;
+    pub const FLOAT64: u8 = 0x0e;
+    pub const STRING: u8 = 0x15;
+    pub const ARRAY: u8 = 0x1e;
+    pub const NULLABLE: u8 = 0x23;
+    pub const DYNAMIC: u8 = 0x2b;
+    pub const BOOL: u8 = 0x2d;
+    pub const JSON: u8 = 0x30;
+}
+
+/// `Dynamic(max_types=32)`: the element type the server gives mixed arrays.
+const DYNAMIC_TYPE: [u8; 2] = [tag::DYNAMIC, 32];
+/// `JSON(max_dynamic_types=16, max_dynamic_paths=256)`: the element type the server
+/// gives arrays of objects. Serialization version 0, var-int 256, u8 16, then no typed
+/// paths, no skipped paths, no skipped path regexps.
+const ARRAY_ELEMENT_JSON_TYPE: [u8; 8] = [tag::JSON, 0, 0x80, 0x02, 16, 0, 0, 0];
+
+/// One object's flattened attributes, reusable from span to span.
+#[derive(Debug, Default)]
+pub struct JsonObject {
+    /// All paths, back to back.
+    paths: String,
+    /// All binary `Dynamic` values (type, then value), back to back.
+    values: Vec<u8>,
+    entries: Vec<Entry>,
+    /// The path being built while descending into kvlists.
+    prefix: String,
+    nulls: usize,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    path: Range<usize>,
+    /// Empty for a null value (kept for the keys, not stored in the object).
+    value: Range<usize>,
+}
+
+impl JsonObject {
+    /// Replaces the content with the flattened `attrs`.
+    pub fn fill(&mut self, attrs: &[KeyValue]) {
+        self.paths.clear();
+        self.values.clear();
+        self.entries.clear();
+        self.prefix.clear();
+        self.nulls = 0;
+        self.flatten(attrs);
+        let paths = &self.paths;
+        // Stable: among equal paths the last one given stays last, and wins below.
+        self.entries.sort_by(|a, b| {
+            paths.as_bytes()[a.path.clone()].cmp(&paths.as_bytes()[b.path.clone()])
+        });
+        let mut keep = 0;
+        for i in 0..self.entries.len() {
+            let last_of_its_path = self
+                .entries
+                .get(i + 1)
+                .is_none_or(|next| paths[next.path.clone()] != paths[self.entries[i].path.clone()]);
+            if last_of_its_path {
+                self.entries.swap(keep, i);
+                keep += 1;
+            }
+        }
+        self.entries.truncate(keep);
+        self.nulls = self.entries.iter().filter(|e| e.value.is_empty()).count();
+    }
+
+    fn flatten(&mut self, attrs: &[KeyValue]) {
+        for kv in attrs {
+            let saved = self.prefix.len();
+            // Go's `UniqueFlattenedAttributes` joins with "." only below a non-empty prefix.
+            if saved > 0 {
+                self.prefix.push('.');
+            }
+            self.prefix.push_str(&kv.key);
+            let value = value_of(kv.value.as_ref());
+            if let Some(Value::KvlistValue(list)) = value {
+                self.flatten(&list.values);
+            } else {
+                let start = self.paths.len();
+                self.paths.push_str(&self.prefix);
+                let path = start..self.paths.len();
+                let vstart = self.values.len();
+                if let Some(v) = value {
+                    put_dynamic(v, &mut self.values);
+                }
+                self.entries.push(Entry {
+                    path,
+                    value: vstart..self.values.len(),
+                });
+            }
+            self.prefix.truncate(saved);
+        }
+    }
+
+    /// Every path, sorted and unique, null values included: the `*Keys` column.
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.entries.iter().map(|e| &self.paths[e.path.clone()])
+    }
+
+    /// Number of paths stored in the object (null values are not).
+    pub fn stored_len(&self) -> usize {
+        self.entries.len() - self.nulls
+    }
+
+    /// `(path, binary Dynamic value)` of every stored path, sorted by path.
+    pub fn stored(&self) -> impl Iterator<Item = (&str, &[u8])> + '_ {
+        self.entries
+            .iter()
+            .filter(|e| !e.value.is_empty())
+            .map(|e| (&self.paths[e.path.clone()], &self.values[e.value.clone()]))
+    }
+
+    /// Appends the object in ClickHouse's binary JSON encoding (RowBinary and inside
+    /// `Dynamic`): var-int number of paths, then each path and its `Dynamic` value.
+    pub fn write_binary(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.stored_len() as u64);
+        for (path, value) in self.stored() {
+            put_str(out, path.as_bytes());
+            out.extend_from_slice(value);
+        }
+    }
+}
+
+/// The value of an attribute; `None` for the empty value and for the profiles-only
+/// string-table reference, which means nothing in traces.
+fn value_of(v: Option<&AnyValue>) -> Option<&Value> {
+    match v?.value.as_ref()? {
+        Value::StringValueStrindex(_) => None,
+        v => Some(v),
+    }
+}
+
+/// The type the server infers for a value inside an array.
+#[derive(Debug, Clone, PartialEq)]
+enum Ty {
+    Null,
+    Bool,
+    Int,
+    Float,
+    Str,
+    Array(Box<Ty>),
+    Object,
+    Dynamic,
+}
+
+fn infer(v: Option<&Value>) -> Ty {
+    match v {
+        None => Ty::Null,
+        Some(Value::BoolValue(_)) => Ty::Bool,
+        Some(Value::IntValue(_)) => Ty::Int,
+        Some(Value::DoubleValue(_)) => Ty::Float,
+        Some(Value::StringValue(_) | Value::BytesValue(_)) => Ty::Str,
+        Some(Value::ArrayValue(a)) => Ty::Array(Box::new(element_type(&a.values))),
+        Some(Value::KvlistValue(_)) => Ty::Object,
+        Some(Value::StringValueStrindex(_)) => Ty::Null,
+    }
+}
+
+fn unify(a: Ty, b: Ty) -> Ty {
+    match (a, b) {
+        (a, b) if a == b => a,
+        (Ty::Null, t) | (t, Ty::Null) => t,
+        (Ty::Int, Ty::Float) | (Ty::Float, Ty::Int) => Ty::Float,
+        (Ty::Array(a), Ty::Array(b)) => match unify(*a, *b) {
+            Ty::Dynamic => Ty::Dynamic,
+            t => Ty::Array(Box::new(t)),
+        },
+        _ => Ty::Dynamic,
+    }
+}
+
+fn element_type(values: &[AnyValue]) -> Ty {
+    let mut t = Ty::Null;
+    for v in values {
+        t = unify(t, infer(value_of(Some(v))));
+        if t == Ty::Dynamic {
+            break;
+        }
+    }
+    t
+}
+
+/// Appends the binary encoding of an array element type.
+fn put_element_type(t: &Ty, out: &mut Vec<u8>) {
+    match t {
+        Ty::Null | Ty::Str => out.extend_from_slice(&[tag::NULLABLE, tag::STRING]),
+        Ty::Bool => out.extend_from_slice(&[tag::NULLABLE, tag::BOOL]),
+        Ty::Int => out.extend_from_slice(&[tag::NULLABLE, tag::INT64]),
+        Ty::Float => out.extend_from_slice(&[tag::NULLABLE, tag::FLOAT64]),
+        Ty::Array(inner) => {
+            out.push(tag::ARRAY);
+            put_element_type(inner, out);
+        }
+        Ty::Object => out.extend_from_slice(&ARRAY_ELEMENT_JSON_TYPE),
+        Ty::Dynamic => out.extend_from_slice(&DYNAMIC_TYPE),
+    }
+}
+
+/// Appends an array element's value, encoded for element type `t`.
+fn put_element(v: Option<&Value>, t: &Ty, out: &mut Vec<u8>) {
+    match t {
+        Ty::Dynamic => match v {
+            Some(v) => put_dynamic(v, out),
+            None => out.push(tag::NOTHING),
+        },
+        Ty::Array(inner) => {
+            // An array cannot be null; a null among arrays becomes [] as in the server.
+            let items: &[AnyValue] = match v {
+                Some(Value::ArrayValue(a)) => &a.values,
+                _ => &[],
+            };
+            put_varint(out, items.len() as u64);
+            for item in items {
+                put_element(value_of(Some(item)), inner, out);
+            }
+        }
+        Ty::Object => {
+            let mut obj = JsonObject::default();
+            if let Some(Value::KvlistValue(list)) = v {
+                obj.fill(&list.values);
+            }
+            obj.write_binary(out);
+        }
+        // Nullable(T): a null flag, then the value.
+        Ty::Null | Ty::Bool | Ty::Int | Ty::Float | Ty::Str => match v {
+            None => out.push(1),
+            Some(v) => {
+                out.push(0);
+                put_scalar(v, *t == Ty::Float, out);
+            }
+        },
+    }
+}
+
+/// Appends a scalar's value without its type (`as_float`: an int in a Float64 array).
+fn put_scalar(v: &Value, as_float: bool, out: &mut Vec<u8>) {
+    match v {
+        Value::StringValue(s) => put_str(out, s.as_bytes()),
+        Value::BytesValue(b) => put_base64(b, out),
+        Value::BoolValue(b) => out.push(u8::from(*b)),
+        Value::IntValue(i) if as_float => put_f64(out, *i as f64),
+        Value::IntValue(i) => put_i64(out, *i),
+        Value::DoubleValue(d) => put_f64(out, *d),
+        // Never asked for: inference only calls this for scalars.
+        Value::ArrayValue(_) | Value::KvlistValue(_) | Value::StringValueStrindex(_) => {}
+    }
+}
+
+fn put_base64(b: &[u8], out: &mut Vec<u8>) {
+    use base64::Engine as _;
+    let text = base64::engine::general_purpose::STANDARD.encode(b);
+    put_str(out, text.as_bytes());
+}
+
+/// Appends one value as a binary `Dynamic`: its type, then the value.
+fn put_dynamic(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::StringValue(_) | Value::BytesValue(_) => out.push(tag::STRING),
+        Value::IntValue(_) => out.push(tag::INT64),
+        Value::DoubleValue(_) => out.push(tag::FLOAT64),
+        Value::BoolValue(_) => out.push(tag::BOOL),
+        Value::ArrayValue(a) => {
+            let t = element_type(&a.values);
+            out.push(tag::ARRAY);
+            put_element_type(&t, out);
+            put_varint(out, a.values.len() as u64);
+            for item in &a.values {
+                put_element(value_of(Some(item)), &t, out);
+            }
+            return;
+        }
+        Value::KvlistValue(list) => {
+            // Only reached inside Array(Dynamic): a nested object as a JSON value.
+            out.extend_from_slice(&ARRAY_ELEMENT_JSON_TYPE);
+            let mut obj = JsonObject::default();
+            obj.fill(&list.values);
+            obj.write_binary(out);
+            return;
+        }
+        // Filtered out by `value_of` before getting here.
+        Value::StringValueStrindex(_) => out.push(tag::NOTHING),
+    }
+    put_scalar(v, false, out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::common::v1::{ArrayValue, KeyValueList};
+
+    fn v(value: Value) -> AnyValue {
+        AnyValue { value: Some(value) }
+    }
+    fn s(x: &str) -> AnyValue {
+        v(Value::StringValue(x.into()))
+    }
+    fn i(x: i64) -> AnyValue {
+        v(Value::IntValue(x))
+    }
+    fn arr(values: Vec<AnyValue>) -> AnyValue {
+        v(Value::ArrayValue(ArrayValue { values }))
+    }
+    fn kvl(values: Vec<KeyValue>) -> AnyValue {
+        v(Value::KvlistValue(KeyValueList { values }))
+    }
+    fn kv(k: &str, value: AnyValue) -> KeyValue {
+        KeyValue {
+            key: k.into(),
+            value: Some(value),
+            ..Default::default()
+        }
+    }
+    fn obj(attrs: &[KeyValue]) -> JsonObject {
+        let mut o = JsonObject::default();
+        o.fill(attrs);
+        o
+    }
+
+    #[test]
+    fn kvlists_flatten_to_dotted_paths_sorted_with_null_paths_only_in_keys() {
+        let o = obj(&[
+            kv("service.name", s("checkout")),
+            kv(
+                "k8s",
+                kvl(vec![
+                    kv("pod", kvl(vec![kv("name", s("p-1"))])),
+                    kv("ns", s("prod")),
+                ]),
+            ),
+            kv("empty.map", kvl(vec![])),
+            KeyValue {
+                key: "nothing".into(),
+                value: None,
+                ..Default::default()
+            },
+            kv("also.nothing", AnyValue { value: None }),
+        ]);
+        let keys: Vec<&str> = o.keys().collect();
+        assert_eq!(
+            keys,
+            [
+                "also.nothing",
+                "k8s.ns",
+                "k8s.pod.name",
+                "nothing",
+                "service.name"
+            ]
+        );
+        let stored: Vec<&str> = o.stored().map(|(p, _)| p).collect();
+        assert_eq!(stored, ["k8s.ns", "k8s.pod.name", "service.name"]);
+        assert_eq!(o.stored_len(), 3);
+    }
+
+    #[test]
+    fn a_repeated_path_keeps_the_last_value() {
+        let o = obj(&[
+            kv("a.b", i(1)),
+            kv("x", s("first")),
+            kv("a", kvl(vec![kv("b", i(2))])),
+            kv("x", s("second")),
+        ]);
+        let stored: Vec<(&str, Vec<u8>)> = o.stored().map(|(p, v)| (p, v.to_vec())).collect();
+        let mut want_b = vec![tag::INT64];
+        want_b.extend_from_slice(&2i64.to_le_bytes());
+        let mut want_x = vec![tag::STRING, 6];
+        want_x.extend_from_slice(b"second");
+        assert_eq!(stored, [("a.b", want_b), ("x", want_x)]);
+    }
+
+    #[test]
+    fn scalars_are_typed_dynamic_values() {
+        let o = obj(&[
+            kv("b", v(Value::BoolValue(true))),
+            kv("d", v(Value::DoubleValue(1.0))),
+            kv("i", i(-1)),
+            kv("s", s("é")),
+            kv("y", v(Value::BytesValue(vec![1, 2, 3]))),
+        ]);
+        let mut out = Vec::new();
+        o.write_binary(&mut out);
+        let mut want = vec![5];
+        want.extend_from_slice(&[1, b'b', tag::BOOL, 1]);
+        want.extend_from_slice(&[1, b'd', tag::FLOAT64]);
+        want.extend_from_slice(&1.0f64.to_le_bytes());
+        want.extend_from_slice(&[1, b'i', tag::INT64]);
+        want.extend_from_slice(&(-1i64).to_le_bytes());
+        want.extend_from_slice(&[1, b's', tag::STRING, 2, 0xc3, 0xa9]);
+        want.extend_from_slice(&[1, b'y', tag::STRING, 4, b'A', b'Q', b'I', b'D']);
+        assert_eq!(out, want);
+    }
+
+    fn array_type(values: Vec<AnyValue>) -> Vec<u8> {
+        let o = obj(&[kv("a", arr(values))]);
+        let (_, value) = o.stored().next().unwrap();
+        value.to_vec()
+    }
+
+    #[test]
+    fn arrays_get_the_type_the_server_infers() {
+        // Byte strings below are what the engine itself writes for these arrays
+        // (SELECT '{"a":[…]}'::JSON FORMAT RowBinary).
+        assert_eq!(
+            array_type(vec![s("x"), AnyValue { value: None }]),
+            [tag::ARRAY, tag::NULLABLE, tag::STRING, 2, 0, 1, b'x', 1]
+        );
+        assert_eq!(
+            array_type(vec![]),
+            [tag::ARRAY, tag::NULLABLE, tag::STRING, 0]
+        );
+        let ints = array_type(vec![i(1), i(2)]);
+        assert_eq!(&ints[..4], [tag::ARRAY, tag::NULLABLE, tag::INT64, 2]);
+        let mixed_numbers = array_type(vec![i(1), v(Value::DoubleValue(2.5))]);
+        assert_eq!(
+            &mixed_numbers[..5],
+            [tag::ARRAY, tag::NULLABLE, tag::FLOAT64, 2, 0]
+        );
+        assert_eq!(&mixed_numbers[5..13], 1.0f64.to_le_bytes());
+        assert_eq!(
+            array_type(vec![s("x"), i(1)]),
+            [
+                [
+                    tag::ARRAY,
+                    tag::DYNAMIC,
+                    32,
+                    2,
+                    tag::STRING,
+                    1,
+                    b'x',
+                    tag::INT64
+                ]
+                .as_slice(),
+                &1i64.to_le_bytes()
+            ]
+            .concat()
+        );
+        let nested = array_type(vec![arr(vec![i(1)]), arr(vec![])]);
+        assert_eq!(
+            &nested[..6],
+            [tag::ARRAY, tag::ARRAY, tag::NULLABLE, tag::INT64, 2, 1]
+        );
+        assert_eq!(
+            array_type(vec![kvl(vec![kv("k", i(1))])]),
+            [
+                [tag::ARRAY].as_slice(),
+                &ARRAY_ELEMENT_JSON_TYPE,
+                &[1, 1, 1, b'k', tag::INT64],
+                &1i64.to_le_bytes()
+            ]
+            .concat()
+        );
+    }
+}

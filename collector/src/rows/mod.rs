@@ -1,0 +1,241 @@
+//! Rows: what each column of a span's row holds, exactly as the OpenTelemetry
+//! Collector's ClickHouse exporter writes it (compat notes §2–3).
+//!
+//! Pure functions and reusable buffers only; the encoders in [`crate::encode`] call
+//! them while writing each row straight into the wire format, so no intermediate row
+//! struct is built per span.
+//!
+//! | column | value |
+//! |---|---|
+//! | `Timestamp`, `Events.Timestamp` | start / event time in ns ([`timestamp_ns`]) |
+//! | `TraceId`, `SpanId`, `ParentSpanId`, `Links.*Id` | lower-case hex; empty or all-zero → `""` ([`push_hex_id`]) |
+//! | `SpanKind`, `StatusCode` | `Server`, `Error`, … ([`span_kind`], [`status_code`]) |
+//! | `ServiceName` | resource `service.name` as string, else `""` ([`service_name`]) |
+//! | attributes | Map: [`MapAttrs`] (`AsString`, [`as_string`]); JSON: [`json::JsonObject`] |
+//! | `Duration` | end − start in ns, 0 when end < start ([`duration_ns`]) |
+
+pub mod as_string;
+pub mod json;
+
+use std::ops::Range;
+
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+
+pub use as_string::push_as_string;
+pub use json::JsonObject;
+
+/// `SpanKind` as pdata's `SpanKind.String()` spells it; `""` for values outside the enum.
+pub fn span_kind(kind: i32) -> &'static str {
+    match kind {
+        0 => "Unspecified",
+        1 => "Internal",
+        2 => "Server",
+        3 => "Client",
+        4 => "Producer",
+        5 => "Consumer",
+        _ => "",
+    }
+}
+
+/// `StatusCode` as pdata's `StatusCode.String()` spells it; `""` outside the enum.
+pub fn status_code(code: i32) -> &'static str {
+    match code {
+        0 => "Unset",
+        1 => "Ok",
+        2 => "Error",
+        _ => "",
+    }
+}
+
+/// `Duration`: end − start in nanoseconds.
+///
+/// A span that ends before it starts (clock skew between hosts, or an unset end time)
+/// gets 0. The Go exporter subtracts unsigned integers and stores the wrapped value,
+/// about 584 years, which breaks every latency percentile and the `Duration` min-max
+/// index; 0 keeps the span visible without poisoning aggregates.
+pub fn duration_ns(start: u64, end: u64) -> u64 {
+    end.saturating_sub(start)
+}
+
+/// A `DateTime64(9)` value from unsigned epoch nanoseconds. Times past the year 2262
+/// (beyond `i64`) are clamped to the largest representable instant.
+pub fn timestamp_ns(t: u64) -> i64 {
+    i64::try_from(t).unwrap_or(i64::MAX)
+}
+
+/// Whether an id is "empty" for pdata: no bytes, or all zero bytes.
+pub fn is_empty_id(id: &[u8]) -> bool {
+    id.iter().all(|&b| b == 0)
+}
+
+/// Appends an id as lower-case hex, or nothing when it is empty or all zero
+/// (pdata's `TraceID.String()` / `SpanID.String()`).
+///
+/// Ids of a length other than 16 / 8 bytes are hex-encoded as they are: pdata would
+/// reject the whole record while decoding, but nothing is lost by keeping them.
+pub fn push_hex_id(id: &[u8], out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    if is_empty_id(id) {
+        return;
+    }
+    out.reserve(id.len() * 2);
+    for &b in id {
+        out.push(HEX[usize::from(b >> 4)]);
+        out.push(HEX[usize::from(b & 0xf)]);
+    }
+}
+
+/// Hex length of an id as [`push_hex_id`] writes it.
+pub fn hex_id_len(id: &[u8]) -> usize {
+    if is_empty_id(id) { 0 } else { id.len() * 2 }
+}
+
+/// The id as a `String` (tests and cold paths).
+pub fn hex_id(id: &[u8]) -> String {
+    let mut out = Vec::new();
+    push_hex_id(id, &mut out);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// `ServiceName`: the first `service.name` resource attribute as text, else `""`
+/// (pdata's `Map.Get` returns the first match).
+pub fn service_name(resource_attrs: &[KeyValue], out: &mut String) {
+    out.clear();
+    if let Some(kv) = resource_attrs.iter().find(|kv| kv.key == "service.name") {
+        push_as_string(kv.value.as_ref(), out);
+    }
+}
+
+/// One attribute list as `Map(String, String)` entries, reusable from span to span.
+///
+/// Keys and values are copied into one buffer so the encoders can hold them without
+/// borrowing the request. Entries keep the order and any repetition of the input
+/// (the exporter does not de-duplicate either; `map['k']` returns the first).
+#[derive(Debug, Default)]
+pub struct MapAttrs {
+    buf: String,
+    entries: Vec<(Range<usize>, Range<usize>)>,
+}
+
+impl MapAttrs {
+    /// Replaces the content with `attrs`, values in their `AsString` text.
+    pub fn fill(&mut self, attrs: &[KeyValue]) {
+        self.buf.clear();
+        self.entries.clear();
+        for kv in attrs {
+            let k = self.buf.len();
+            self.buf.push_str(&kv.key);
+            let v = self.buf.len();
+            push_as_string(kv.value.as_ref(), &mut self.buf);
+            self.entries.push((k..v, v..self.buf.len()));
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// `(key, value)` pairs in input order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
+        self.entries
+            .iter()
+            .map(|(k, v)| (&self.buf[k.clone()], &self.buf[v.clone()]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value::Value};
+
+    fn kv(k: &str, value: Value) -> KeyValue {
+        KeyValue {
+            key: k.into(),
+            value: Some(AnyValue { value: Some(value) }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn kinds_and_codes_use_the_short_names() {
+        let kinds: Vec<&str> = (0..=6).map(span_kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                "Unspecified",
+                "Internal",
+                "Server",
+                "Client",
+                "Producer",
+                "Consumer",
+                ""
+            ]
+        );
+        assert_eq!(span_kind(-1), "");
+        let codes: Vec<&str> = (0..=3).map(status_code).collect();
+        assert_eq!(codes, ["Unset", "Ok", "Error", ""]);
+    }
+
+    #[test]
+    fn ids_are_lower_hex_and_empty_or_zero_ids_are_empty_strings() {
+        assert_eq!(hex_id(&[0xab, 0x01, 0xff, 0x00]), "ab01ff00");
+        assert_eq!(hex_id(&[0x5b; 16]).len(), 32);
+        assert_eq!(hex_id(&[]), "");
+        assert_eq!(hex_id(&[0; 16]), "");
+        assert_eq!(hex_id(&[0; 8]), "");
+        assert_eq!(hex_id_len(&[0; 8]), 0);
+        assert_eq!(hex_id_len(&[1; 8]), 16);
+        // Odd lengths are kept rather than dropped.
+        assert_eq!(hex_id(&[0, 0, 1]), "000001");
+    }
+
+    #[test]
+    fn duration_is_zero_when_the_span_ends_before_it_starts() {
+        assert_eq!(duration_ns(100, 250), 150);
+        assert_eq!(duration_ns(250, 100), 0);
+        assert_eq!(duration_ns(1_700_000_000_000_000_000, 0), 0);
+        assert_eq!(duration_ns(0, u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn timestamps_past_2262_clamp() {
+        assert_eq!(
+            timestamp_ns(1_700_000_000_123_456_789),
+            1_700_000_000_123_456_789
+        );
+        assert_eq!(timestamp_ns(u64::MAX), i64::MAX);
+    }
+
+    #[test]
+    fn service_name_is_the_first_match_as_text_or_empty() {
+        let mut out = String::from("stale");
+        service_name(&[kv("host.name", Value::StringValue("h".into()))], &mut out);
+        assert_eq!(out, "");
+        service_name(
+            &[
+                kv("service.name", Value::IntValue(42)),
+                kv("service.name", Value::StringValue("second".into())),
+            ],
+            &mut out,
+        );
+        assert_eq!(out, "42");
+    }
+
+    #[test]
+    fn map_attrs_keep_order_and_repeats() {
+        let mut m = MapAttrs::default();
+        m.fill(&[
+            kv("b", Value::BoolValue(true)),
+            kv("a", Value::DoubleValue(1e21)),
+            kv("b", Value::IntValue(7)),
+        ]);
+        let pairs: Vec<(&str, &str)> = m.iter().collect();
+        assert_eq!(pairs, [("b", "true"), ("a", "1e+21"), ("b", "7")]);
+        m.fill(&[]);
+        assert!(m.is_empty());
+    }
+}

@@ -1,0 +1,767 @@
+//! Kafka source: one thread that owns the rdkafka consumer, cuts batches, applies
+//! back-pressure and commits what ClickHouse acknowledged.
+//!
+//! Everything that touches the consumer happens on this thread (rdkafka's rebalance
+//! callbacks run inside `poll`, on this thread too), so partition state needs no
+//! cross-thread locking; the mutex below only satisfies rdkafka's `Sync` bound and is never
+//! contended. The thread never blocks on ClickHouse: batches leave through a channel and
+//! acknowledgements come back through another.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaResult;
+use rdkafka::message::Message;
+use rdkafka::statistics::Statistics;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use crate::batch::{BatchBuilder, CutPolicy, RecordBatch, SkipReason, Skipped};
+use crate::metrics::{Metrics, PartitionLabels, TopicLabels};
+use crate::offsets::{BatchRange, PartitionLedger};
+
+/// Shared accounting of record bytes between Kafka and ClickHouse.
+#[derive(Debug)]
+pub struct Budget {
+    used: AtomicUsize,
+    pub max: usize,
+}
+
+impl Budget {
+    pub fn new(max: usize) -> Self {
+        Self {
+            used: AtomicUsize::new(0),
+            max,
+        }
+    }
+    pub fn acquire(&self, n: usize) {
+        self.used.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn release(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::Relaxed);
+    }
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+}
+
+/// ClickHouse acknowledged every row of `range` (or skipped them for a stated reason).
+#[derive(Debug, Clone)]
+pub struct Ack {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub generation: u64,
+    pub range: BatchRange,
+}
+
+/// What the source needs to know.
+#[derive(Debug, Clone)]
+pub struct SourceConfig {
+    pub brokers: String,
+    pub topics: Vec<String>,
+    pub group_id: String,
+    pub properties: Vec<(String, String)>,
+    pub cut: CutPolicy,
+    pub linger: Duration,
+    pub max_record_bytes: usize,
+    /// Keep skipped payloads for the dead-letter topic.
+    pub keep_skipped_payloads: bool,
+    /// How long shutdown may wait for in-flight batches before giving up on them.
+    pub drain_deadline: Duration,
+}
+
+struct PartitionState {
+    topic: Arc<str>,
+    partition: i32,
+    generation: u64,
+    ledger: Option<PartitionLedger>,
+    builder: BatchBuilder,
+    /// First offset and Kafka timestamp of each pending batch, oldest first.
+    pending_ts: std::collections::VecDeque<(i64, i64)>,
+    paused: bool,
+}
+
+#[derive(Default)]
+struct State {
+    partitions: Vec<PartitionState>,
+    next_generation: u64,
+    /// Budget bytes of open batches dropped on revoke, to release.
+    dropped_bytes: usize,
+}
+
+impl State {
+    fn find(&mut self, topic: &str, partition: i32) -> Option<&mut PartitionState> {
+        self.partitions
+            .iter_mut()
+            .find(|p| p.partition == partition && &*p.topic == topic)
+    }
+}
+
+/// rdkafka context: rebalance hooks, statistics (high watermarks), commit results, logs.
+struct SourceContext {
+    state: Mutex<State>,
+    high_watermarks: Mutex<HashMap<(String, i32), i64>>,
+    metrics: Arc<Metrics>,
+    budget: Arc<Budget>,
+}
+
+impl ClientContext for SourceContext {
+    fn stats(&self, statistics: Statistics) {
+        let mut hw = self.high_watermarks.lock().expect("hw lock");
+        for (topic, t) in statistics.topics {
+            for (partition, p) in t.partitions {
+                if partition >= 0 && p.hi_offset >= 0 {
+                    hw.insert((topic.clone(), partition), p.hi_offset);
+                }
+            }
+        }
+    }
+
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", facility = fac, "{log_message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(target: "librdkafka", facility = fac, "{log_message}")
+            }
+            _ => tracing::debug!(target: "librdkafka", facility = fac, "{log_message}"),
+        }
+    }
+}
+
+impl ConsumerContext for SourceContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(tpl) = rebalance else {
+            return;
+        };
+        let mut state = self.state.lock().expect("state lock");
+        let mut commit = TopicPartitionList::new();
+        for elem in tpl.elements() {
+            let Some(idx) = state
+                .partitions
+                .iter()
+                .position(|p| &*p.topic == elem.topic() && p.partition == elem.partition())
+            else {
+                continue;
+            };
+            let mut p = state.partitions.swap_remove(idx);
+            // The open batch was never sent: its records go back to Kafka for the next owner.
+            if let Some(batch) = p.builder.take() {
+                state.dropped_bytes += batch.budget_bytes;
+            }
+            if let Some((offset, metadata)) =
+                p.ledger.as_mut().and_then(PartitionLedger::take_commit)
+            {
+                add_commit(&mut commit, &p.topic, p.partition, offset, metadata);
+            }
+            tracing::info!(topic = %p.topic, partition = p.partition, in_flight = p.ledger.as_ref().map_or(0, PartitionLedger::in_flight), "partition revoked");
+            self.metrics
+                .lag_records
+                .remove(&labels(&p.topic, p.partition));
+            self.metrics
+                .lag_seconds
+                .remove(&labels(&p.topic, p.partition));
+        }
+        self.budget
+            .release(std::mem::take(&mut state.dropped_bytes));
+        self.metrics
+            .assigned_partitions
+            .set(state.partitions.len() as i64);
+        drop(state);
+        if commit.count() > 0 {
+            // Synchronous: the next owner must see our acknowledged progress.
+            match consumer.commit(&commit, CommitMode::Sync) {
+                Ok(()) => {
+                    self.metrics.commits.inc();
+                }
+                Err(e) => {
+                    self.metrics.commit_errors.inc();
+                    tracing::warn!(error = %e, "commit on revoke failed; the next owner replays (deduplicated)");
+                }
+            };
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                let mut state = self.state.lock().expect("state lock");
+                for elem in tpl.elements() {
+                    if state.find(elem.topic(), elem.partition()).is_some() {
+                        continue;
+                    }
+                    state.next_generation += 1;
+                    let generation = state.next_generation;
+                    let topic: Arc<str> = elem.topic().into();
+                    state.partitions.push(PartitionState {
+                        builder: BatchBuilder::new(topic.clone(), elem.partition(), generation),
+                        topic,
+                        partition: elem.partition(),
+                        generation,
+                        ledger: None,
+                        pending_ts: Default::default(),
+                        paused: false,
+                    });
+                    tracing::info!(
+                        topic = elem.topic(),
+                        partition = elem.partition(),
+                        generation,
+                        "partition assigned"
+                    );
+                }
+                self.metrics
+                    .assigned_partitions
+                    .set(state.partitions.len() as i64);
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        if let Err(e) = result {
+            self.metrics.commit_errors.inc();
+            tracing::warn!(error = %e, partitions = offsets.count(), "offset commit failed; will be retried with the next one");
+        }
+    }
+}
+
+fn labels(topic: &str, partition: i32) -> PartitionLabels {
+    PartitionLabels {
+        topic: topic.to_string(),
+        partition,
+    }
+}
+
+fn add_commit(
+    tpl: &mut TopicPartitionList,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    metadata: String,
+) {
+    if tpl
+        .add_partition_offset(topic, partition, Offset::Offset(offset))
+        .is_ok()
+        && let Some(mut elem) = tpl.find_partition(topic, partition)
+    {
+        elem.set_metadata(metadata);
+    }
+}
+
+/// Handle to the running source thread.
+#[derive(Debug)]
+pub struct Source {
+    pub thread: std::thread::JoinHandle<()>,
+    pub stop: Arc<AtomicBool>,
+}
+
+/// Liveness: the source loop's last iteration (unix ms), for `/healthz`.
+pub type Heartbeat = Arc<AtomicU64>;
+
+/// Start the source thread.
+#[allow(clippy::too_many_arguments)]
+pub fn spawn(
+    cfg: SourceConfig,
+    metrics: Arc<Metrics>,
+    budget: Arc<Budget>,
+    batches: crossbeam_channel::Sender<RecordBatch>,
+    acks: crossbeam_channel::Receiver<Ack>,
+    heartbeat: Heartbeat,
+) -> Result<Source, rdkafka::error::KafkaError> {
+    let ctx = SourceContext {
+        state: Mutex::new(State::default()),
+        high_watermarks: Mutex::new(HashMap::new()),
+        metrics: metrics.clone(),
+        budget: budget.clone(),
+    };
+    let mut client = ClientConfig::new();
+    client
+        .set("bootstrap.servers", &cfg.brokers)
+        .set("group.id", &cfg.group_id)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("statistics.interval.ms", "1000")
+        .set("fetch.max.bytes", "67108864")
+        .set("max.partition.fetch.bytes", "16777216")
+        .set("queued.max.messages.kbytes", "65536")
+        .set("session.timeout.ms", "30000")
+        .set("max.poll.interval.ms", "300000");
+    for (k, v) in &cfg.properties {
+        client.set(k, v);
+    }
+    let consumer: BaseConsumer<SourceContext> = client.create_with_context(ctx)?;
+    let topics: Vec<&str> = cfg.topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let thread = std::thread::Builder::new()
+        .name("kafka-source".into())
+        .spawn(move || {
+            let mut run = SourceLoop {
+                cfg,
+                consumer,
+                metrics,
+                budget,
+                batches,
+                acks,
+                stop: stop2,
+                heartbeat,
+            };
+            run.run();
+        })
+        .expect("spawn kafka source thread");
+    Ok(Source { thread, stop })
+}
+
+struct SourceLoop {
+    cfg: SourceConfig,
+    consumer: BaseConsumer<SourceContext>,
+    metrics: Arc<Metrics>,
+    budget: Arc<Budget>,
+    batches: crossbeam_channel::Sender<RecordBatch>,
+    acks: crossbeam_channel::Receiver<Ack>,
+    stop: Arc<AtomicBool>,
+    heartbeat: Heartbeat,
+}
+
+/// Resume paused partitions once the budget drops below this fraction.
+const RESUME_FRACTION: f64 = 0.75;
+
+impl SourceLoop {
+    fn run(&mut self) {
+        let mut last_metrics = Instant::now();
+        let mut errors = RateLimit::new(Duration::from_secs(10));
+        while !self.stop.load(Ordering::Relaxed) {
+            self.beat();
+            self.drain_acks();
+            self.apply_budget();
+            match self.consumer.poll(Duration::from_millis(50)) {
+                Some(Ok(msg)) => {
+                    let topic = msg.topic().to_string();
+                    let partition = msg.partition();
+                    let offset = msg.offset();
+                    let ts = msg.timestamp().to_millis().unwrap_or_else(now_ms);
+                    let payload = msg.payload();
+                    self.on_record(&topic, partition, offset, ts, payload);
+                }
+                Some(Err(e)) if errors.allow() => {
+                    tracing::warn!(error = %e, "kafka consumer error")
+                }
+                Some(Err(_)) => {}
+                None => {}
+            }
+            self.flush_lingering();
+            if last_metrics.elapsed() >= Duration::from_millis(500) {
+                self.update_lag();
+                last_metrics = Instant::now();
+            }
+        }
+        self.shutdown();
+    }
+
+    fn beat(&self) {
+        self.heartbeat.store(now_ms() as u64, Ordering::Relaxed);
+    }
+
+    fn on_record(&self, topic: &str, partition: i32, offset: i64, ts: i64, payload: Option<&[u8]>) {
+        let len = payload.map_or(0, <[u8]>::len);
+        self.metrics
+            .records_consumed
+            .get_or_create(&TopicLabels {
+                topic: topic.to_string(),
+            })
+            .inc();
+        self.metrics
+            .bytes_consumed
+            .get_or_create(&TopicLabels {
+                topic: topic.to_string(),
+            })
+            .inc_by(len as u64);
+        let need_init = {
+            let mut state = self.consumer.context().state.lock().expect("state lock");
+            match state.find(topic, partition) {
+                None => return, // revoked between fetch and delivery: the next owner reads it
+                Some(p) => p.ledger.is_none(),
+            }
+        };
+        let ledger = if need_init {
+            Some(self.load_ledger(topic, partition, offset))
+        } else {
+            None
+        };
+
+        let mut closed = Vec::new();
+        {
+            let keep = self.cfg.keep_skipped_payloads;
+            let max_record = self.cfg.max_record_bytes;
+            let cut = self.cfg.cut;
+            let mut state = self.consumer.context().state.lock().expect("state lock");
+            let Some(p) = state.find(topic, partition) else {
+                return;
+            };
+            if let Some(l) = ledger {
+                p.ledger = Some(l);
+            }
+            let l = p.ledger.as_mut().expect("ledger initialised");
+            // A recorded cut that lies before this record closes the open batch first.
+            if let Some(first) = p.builder.first_offset()
+                && l.forced_end(first).is_some_and(|end| end < offset)
+            {
+                closed.extend(p.builder.take());
+            }
+            let added = match payload {
+                Some(bytes) if bytes.len() > max_record => p.builder.push_skipped(
+                    offset,
+                    ts,
+                    Skipped {
+                        offset,
+                        reason: SkipReason::Oversized,
+                        detail: format!(
+                            "record of {} bytes exceeds limits.max_record_bytes = {max_record}",
+                            bytes.len()
+                        ),
+                        payload: keep.then(|| bytes.to_vec()),
+                    },
+                ),
+                Some(bytes) if !bytes.is_empty() => p.builder.push(offset, ts, bytes),
+                _ => p.builder.push_skipped(
+                    offset,
+                    ts,
+                    Skipped {
+                        offset,
+                        reason: SkipReason::Empty,
+                        detail: "record has no payload".into(),
+                        payload: None,
+                    },
+                ),
+            };
+            self.budget.acquire(added);
+            let first = p.builder.first_offset().expect("just pushed");
+            let forced = l.forced_end(first);
+            if forced == Some(offset) || (forced.is_none() && p.builder.is_full(cut)) {
+                closed.extend(p.builder.take());
+            }
+        }
+        for batch in closed {
+            self.dispatch(batch, false);
+        }
+    }
+
+    /// Read the committed offset and the previous owner's recorded cuts for a partition.
+    fn load_ledger(&self, topic: &str, partition: i32, first_seen: i64) -> PartitionLedger {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(topic, partition);
+        match self
+            .consumer
+            .committed_offsets(tpl, Duration::from_secs(10))
+        {
+            Ok(list) => {
+                if let Some(elem) = list.find_partition(topic, partition)
+                    && let Offset::Offset(committed) = elem.offset()
+                {
+                    let metadata = elem.metadata().to_string();
+                    tracing::info!(topic, partition, committed, cuts = %metadata, "resuming from committed offset");
+                    return PartitionLedger::new(committed, Some(&metadata));
+                }
+                PartitionLedger::new(first_seen, None)
+            }
+            Err(e) => {
+                tracing::warn!(topic, partition, error = %e, "cannot read committed offset; starting without recorded cuts");
+                PartitionLedger::new(first_seen, None)
+            }
+        }
+    }
+
+    /// Record the batch's cut as intent metadata, then hand it to the workers.
+    fn dispatch(&self, batch: RecordBatch, lingered: bool) {
+        let commit = {
+            let mut state = self.consumer.context().state.lock().expect("state lock");
+            let Some(p) = state.find(&batch.topic, batch.partition) else {
+                self.budget.release(batch.budget_bytes);
+                return;
+            };
+            let l = p
+                .ledger
+                .as_mut()
+                .expect("ledger exists for a partition with records");
+            let metadata = l.open(batch.range);
+            p.pending_ts
+                .push_back((batch.range.first, batch.first_timestamp_ms));
+            let mut tpl = TopicPartitionList::new();
+            add_commit(
+                &mut tpl,
+                &batch.topic,
+                batch.partition,
+                l.committed(),
+                metadata,
+            );
+            tpl
+        };
+        // A cut made by the linger timer is not reproducible from the data alone: make sure
+        // Kafka has it before the rows can reach ClickHouse. Size cuts are reproducible, so
+        // their intent is recorded asynchronously.
+        let mode = if lingered {
+            CommitMode::Sync
+        } else {
+            CommitMode::Async
+        };
+        if let Err(e) = self.consumer.commit(&commit, mode) {
+            self.metrics.commit_errors.inc();
+            tracing::warn!(error = %e, topic = %batch.topic, partition = batch.partition, "recording a batch cut failed; a replay may re-insert it");
+        }
+        if let Err(e) = self.batches.send(batch) {
+            // Workers are gone (shutdown): the records stay uncommitted and are replayed.
+            self.budget.release(e.0.budget_bytes);
+        }
+    }
+
+    fn flush_lingering(&self) {
+        let linger = self.cfg.linger;
+        let due: Vec<RecordBatch> = {
+            let mut state = self.consumer.context().state.lock().expect("state lock");
+            state
+                .partitions
+                .iter_mut()
+                .filter(|p| p.builder.opened_at().is_some_and(|t| t.elapsed() >= linger))
+                .filter_map(|p| p.builder.take())
+                .collect()
+        };
+        for batch in due {
+            self.dispatch(batch, true);
+        }
+    }
+
+    fn drain_acks(&self) {
+        let mut commit = TopicPartitionList::new();
+        {
+            let mut state = self.consumer.context().state.lock().expect("state lock");
+            while let Ok(ack) = self.acks.try_recv() {
+                let Some(p) = state.find(&ack.topic, ack.partition) else {
+                    continue;
+                };
+                if p.generation != ack.generation {
+                    continue; // acknowledgement from before a revoke: the new owner replays it
+                }
+                if let Some(l) = p.ledger.as_mut()
+                    && l.ack(ack.range)
+                {
+                    while p
+                        .pending_ts
+                        .front()
+                        .is_some_and(|(first, _)| *first < l.committed())
+                    {
+                        p.pending_ts.pop_front();
+                    }
+                }
+            }
+            for p in &mut state.partitions {
+                if let Some((offset, metadata)) =
+                    p.ledger.as_mut().and_then(PartitionLedger::take_commit)
+                {
+                    add_commit(&mut commit, &p.topic, p.partition, offset, metadata);
+                }
+            }
+        }
+        if commit.count() > 0 {
+            match self.consumer.commit(&commit, CommitMode::Async) {
+                Ok(()) => {
+                    self.metrics.commits.inc();
+                }
+                Err(e) => {
+                    self.metrics.commit_errors.inc();
+                    tracing::warn!(error = %e, "offset commit failed; retried with the next acknowledgement");
+                }
+            }
+        }
+    }
+
+    /// Pause every partition while the byte budget is exhausted; resume below 75 %.
+    fn apply_budget(&self) {
+        let used = self.budget.used();
+        self.metrics.inflight_bytes.set(used as i64);
+        let over = used >= self.budget.max;
+        let under = (used as f64) < self.budget.max as f64 * RESUME_FRACTION;
+        let mut tpl = TopicPartitionList::new();
+        let mut pausing = false;
+        let mut to_flush = Vec::new();
+        {
+            let mut state = self.consumer.context().state.lock().expect("state lock");
+            for p in &mut state.partitions {
+                if over && !p.paused {
+                    tpl.add_partition(&p.topic, p.partition);
+                    p.paused = true;
+                    pausing = true;
+                    // Send what is open, so memory can drain even at low traffic.
+                    to_flush.extend(p.builder.take());
+                } else if under && p.paused {
+                    tpl.add_partition(&p.topic, p.partition);
+                    p.paused = false;
+                }
+            }
+            self.metrics
+                .paused_partitions
+                .set(state.partitions.iter().filter(|p| p.paused).count() as i64);
+        }
+        if tpl.count() > 0 {
+            let result = if pausing {
+                self.consumer.pause(&tpl)
+            } else {
+                self.consumer.resume(&tpl)
+            };
+            match result {
+                Ok(()) => tracing::info!(
+                    partitions = tpl.count(),
+                    used_bytes = used,
+                    budget_bytes = self.budget.max,
+                    "{}",
+                    if pausing {
+                        "paused partitions: in-flight byte budget exhausted"
+                    } else {
+                        "resumed partitions"
+                    }
+                ),
+                Err(e) => tracing::warn!(error = %e, "pause/resume failed"),
+            }
+        }
+        for batch in to_flush {
+            self.dispatch(batch, true);
+        }
+    }
+
+    fn update_lag(&self) {
+        let hw = self
+            .consumer
+            .context()
+            .high_watermarks
+            .lock()
+            .expect("hw lock")
+            .clone();
+        let state = self.consumer.context().state.lock().expect("state lock");
+        let now = now_ms();
+        for p in &state.partitions {
+            let l = labels(&p.topic, p.partition);
+            if let (Some(ledger), Some(high)) =
+                (&p.ledger, hw.get(&(p.topic.to_string(), p.partition)))
+            {
+                self.metrics
+                    .lag_records
+                    .get_or_create(&l)
+                    .set((high - ledger.committed()).max(0));
+            }
+            let oldest = p
+                .pending_ts
+                .front()
+                .map(|(_, ts)| *ts)
+                .or(p.builder.first_timestamp_ms());
+            let age = oldest.map_or(0.0, |ts| ((now - ts).max(0) as f64) / 1000.0);
+            self.metrics.lag_seconds.get_or_create(&l).set(age);
+        }
+        self.metrics.inflight_bytes.set(self.budget.used() as i64);
+    }
+
+    /// Send open batches, wait (bounded) for their acknowledgements, commit, leave the group.
+    fn shutdown(&mut self) {
+        let open: Vec<RecordBatch> = {
+            let mut state = self.consumer.context().state.lock().expect("state lock");
+            state
+                .partitions
+                .iter_mut()
+                .filter_map(|p| p.builder.take())
+                .collect()
+        };
+        for batch in open {
+            self.dispatch(batch, false);
+        }
+        let deadline = Instant::now() + self.cfg.drain_deadline;
+        loop {
+            self.beat();
+            self.drain_acks();
+            let in_flight: usize = {
+                let state = self.consumer.context().state.lock().expect("state lock");
+                state
+                    .partitions
+                    .iter()
+                    .filter_map(|p| p.ledger.as_ref())
+                    .map(PartitionLedger::in_flight)
+                    .sum()
+            };
+            if in_flight == 0 {
+                tracing::info!("all batches acknowledged");
+                break;
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    in_flight,
+                    "shutdown deadline reached; unacknowledged batches will be replayed (deduplicated) by the next owner"
+                );
+                break;
+            }
+            // Serve callbacks (commit results) while waiting.
+            let _ = self.consumer.poll(Duration::from_millis(20));
+        }
+        // Final synchronous commit of everything acknowledged, then leave the group.
+        let mut commit = TopicPartitionList::new();
+        {
+            let state = self.consumer.context().state.lock().expect("state lock");
+            for p in &state.partitions {
+                if let Some(l) = &p.ledger {
+                    let (offset, metadata) = l.current_commit();
+                    add_commit(&mut commit, &p.topic, p.partition, offset, metadata);
+                }
+            }
+        }
+        if commit.count() > 0 {
+            match self.consumer.commit(&commit, CommitMode::Sync) {
+                Ok(()) => tracing::info!(partitions = commit.count(), "final offsets committed"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "final commit failed; the next owner replays (deduplicated)")
+                }
+            }
+        }
+        self.consumer.unsubscribe();
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Lets one event through per period (for logs that could flood).
+#[derive(Debug)]
+pub struct RateLimit {
+    period: Duration,
+    last: Option<Instant>,
+    pub suppressed: u64,
+}
+
+impl RateLimit {
+    pub fn new(period: Duration) -> Self {
+        Self {
+            period,
+            last: None,
+            suppressed: 0,
+        }
+    }
+    pub fn allow(&mut self) -> bool {
+        if self.last.is_none_or(|t| t.elapsed() >= self.period) {
+            self.last = Some(Instant::now());
+            true
+        } else {
+            self.suppressed += 1;
+            false
+        }
+    }
+}

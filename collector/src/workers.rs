@@ -1,0 +1,179 @@
+//! Decode/encode workers: CPU-heavy work off the async runtime and off the Kafka thread.
+//!
+//! Each worker thread owns its encoder (buffers are reused batch after batch and allocated
+//! and freed on the same thread — the allocator-contention lesson of the compat notes).
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::batch::{RecordBatch, SkipReason, Skipped};
+use crate::offsets::BatchRange;
+
+/// Turns Kafka record payloads into one compressed ClickHouse insert body.
+pub trait SpanEncoder: Send {
+    /// The `INSERT INTO … (columns) FORMAT …` statement the body is meant for.
+    fn insert_query(&self) -> String;
+    /// Decode one record and append its spans as rows; returns the spans appended.
+    /// On error nothing of the record was appended and the message says why.
+    fn append(&mut self, payload: &[u8]) -> Result<u64, String>;
+    /// Take the compressed body of everything appended since the last call.
+    fn finish(&mut self) -> Bytes;
+}
+
+/// Makes one encoder per worker thread.
+pub type EncoderFactory = Arc<dyn Fn() -> Box<dyn SpanEncoder> + Send + Sync>;
+
+/// An encoded slice of a batch, ready to insert.
+#[derive(Debug)]
+pub struct Encoded {
+    pub batch: Arc<RecordBatch>,
+    /// Offsets this insert covers (the whole batch, or a part after a split).
+    pub range: BatchRange,
+    /// Indexes into `batch.records` this insert covers.
+    pub records: Range<usize>,
+    pub body: Bytes,
+    pub rows: u64,
+    /// Records of this slice that could not be decoded.
+    pub undecodable: Vec<Skipped>,
+}
+
+/// Encode `records` of `batch` (a whole batch or one half of a split).
+pub fn encode_slice(
+    enc: &mut dyn SpanEncoder,
+    batch: &Arc<RecordBatch>,
+    records: Range<usize>,
+) -> Encoded {
+    let mut rows = 0;
+    let mut undecodable = Vec::new();
+    for r in &batch.records[records.clone()] {
+        match enc.append(batch.payload(r)) {
+            Ok(n) => rows += n,
+            Err(detail) => undecodable.push(Skipped {
+                offset: r.offset,
+                reason: SkipReason::DecodeError,
+                detail,
+                payload: Some(batch.payload(r).to_vec()),
+            }),
+        }
+    }
+    let body = enc.finish();
+    let range = if records == (0..batch.records.len()) {
+        batch.range
+    } else {
+        // A split half covers exactly its own records' offsets.
+        let recs = &batch.records[records.clone()];
+        BatchRange {
+            first: recs[0].offset,
+            last: recs[recs.len() - 1].offset,
+        }
+    };
+    Encoded {
+        batch: batch.clone(),
+        range,
+        records,
+        body,
+        rows,
+        undecodable,
+    }
+}
+
+/// Start `threads` workers: batches in, encoded batches out. Workers end when the input
+/// channel closes or the output is dropped.
+pub fn spawn(
+    threads: usize,
+    factory: EncoderFactory,
+    input: crossbeam_channel::Receiver<RecordBatch>,
+    output: tokio::sync::mpsc::Sender<Encoded>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..threads)
+        .map(|i| {
+            let factory = factory.clone();
+            let input = input.clone();
+            let output = output.clone();
+            std::thread::Builder::new()
+                .name(format!("encode-{i}"))
+                .spawn(move || {
+                    let mut enc = factory();
+                    while let Ok(batch) = input.recv() {
+                        let batch = Arc::new(batch);
+                        let n = batch.records.len();
+                        let encoded = encode_slice(enc.as_mut(), &batch, 0..n);
+                        if output.blocking_send(encoded).is_err() {
+                            return;
+                        }
+                    }
+                })
+                .expect("spawn encode worker")
+        })
+        .collect()
+}
+
+#[cfg(test)]
+pub mod testing {
+    //! A toy encoder for unit tests: a record is a decimal span count, or garbage.
+    use super::*;
+
+    #[derive(Debug, Default)]
+    pub struct CountingEncoder {
+        body: Vec<u8>,
+    }
+
+    impl SpanEncoder for CountingEncoder {
+        fn insert_query(&self) -> String {
+            "INSERT INTO t FORMAT TSV".into()
+        }
+        fn append(&mut self, payload: &[u8]) -> Result<u64, String> {
+            let n: u64 = std::str::from_utf8(payload)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| format!("not a number: {:?}", String::from_utf8_lossy(payload)))?;
+            self.body.extend_from_slice(payload);
+            self.body.push(b'\n');
+            Ok(n)
+        }
+        fn finish(&mut self) -> Bytes {
+            Bytes::from(std::mem::take(&mut self.body))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::CountingEncoder;
+    use super::*;
+    use crate::batch::BatchBuilder;
+
+    #[test]
+    fn undecodable_records_are_reported_and_the_rest_encoded() {
+        let mut b = BatchBuilder::new("t".into(), 0, 0);
+        b.push(10, 0, b"3");
+        b.push(11, 0, b"\xff\xfe");
+        b.push(12, 0, b"4");
+        let batch = Arc::new(b.take().unwrap());
+        let mut enc = CountingEncoder::default();
+        let e = encode_slice(&mut enc, &batch, 0..3);
+        assert_eq!(e.rows, 7);
+        assert_eq!(
+            e.range,
+            BatchRange {
+                first: 10,
+                last: 12
+            }
+        );
+        assert_eq!(e.undecodable.len(), 1);
+        assert_eq!(e.undecodable[0].offset, 11);
+        assert_eq!(&e.body[..], b"3\n4\n");
+
+        let half = encode_slice(&mut enc, &batch, 2..3);
+        assert_eq!(
+            half.range,
+            BatchRange {
+                first: 12,
+                last: 12
+            }
+        );
+        assert_eq!(half.rows, 4);
+    }
+}

@@ -1,0 +1,460 @@
+//! The local Kubernetes control plane and the node agent, end to end: real kube-apiserver,
+//! kube-controller-manager and etcd from `e2e/stack`, pods run as real local processes.
+//!
+//! Needs `e2e/stack up && eval "$(e2e/stack env)"` (KUBECONFIG, TRACEHOUSE_POD_LOGS). Each
+//! test works in a namespace of its own and deletes it at the end, pass or fail.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tracehouse_e2e::{stack_var, unique_name};
+
+const HEALTH_PORT: u16 = 8080;
+
+async fn client() -> Client {
+    let path = stack_var("KUBECONFIG");
+    let kc = Kubeconfig::read_from(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig of the local stack");
+    Client::try_from(config).expect("kube client")
+}
+
+/// Runs `body` in a fresh namespace, then deletes the namespace whatever happened.
+async fn in_namespace<F, Fut>(prefix: &str, body: F)
+where
+    F: FnOnce(Client, String) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let client = client().await;
+    let ns = unique_name(prefix).replace('_', "-").to_lowercase();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace: Namespace =
+        serde_json::from_value(json!({ "metadata": { "name": ns } })).unwrap();
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap_or_else(|e| panic!("creating namespace {ns}: {e}"));
+    let outcome = AssertUnwindSafe(body(client.clone(), ns.clone()))
+        .catch_unwind()
+        .await;
+    if let Err(e) = namespaces.delete(&ns, &DeleteParams::default()).await {
+        eprintln!("cleanup: cannot delete namespace {ns}: {e}");
+    }
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// Polls `check` every 250 ms until it returns `Some`, or fails after `deadline` with the
+/// last state `check` described.
+async fn wait_for<T, Fut>(what: &str, deadline: Duration, mut check: impl FnMut() -> Fut) -> T
+where
+    Fut: Future<Output = Result<T, String>>,
+{
+    let start = Instant::now();
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(state) if start.elapsed() > deadline => {
+                panic!("timed out after {deadline:?} waiting for {what}; last state: {state}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
+
+/// A Deployment of `replicas` `serve-health` processes of the collector image.
+fn health_deployment(name: &str, replicas: i32) -> Deployment {
+    serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": {
+                    "terminationGracePeriodSeconds": 10,
+                    "containers": [{
+                        "name": "collector",
+                        "image": "tracehouse/collector:e2e",
+                        "args": ["serve-health"],
+                        "env": [{ "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } }],
+                        "ports": [{ "name": "health", "containerPort": HEALTH_PORT }],
+                        "readinessProbe": {
+                            "httpGet": { "path": "/readyz", "port": "health" },
+                            "periodSeconds": 1
+                        },
+                        "livenessProbe": {
+                            "httpGet": { "path": "/healthz", "port": HEALTH_PORT },
+                            "periodSeconds": 2
+                        }
+                    }]
+                }
+            }
+        }
+    }))
+    .unwrap()
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The process id behind a container: the node agent reports `process://<pid>`.
+fn container_pid(pod: &Pod) -> Option<i32> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .container_id
+        .as_deref()?
+        .strip_prefix("process://")?
+        .parse()
+        .ok()
+}
+
+fn pod_ip(pod: &Pod) -> Option<String> {
+    pod.status.as_ref()?.pod_ip.clone()
+}
+
+fn name(pod: &Pod) -> String {
+    pod.metadata.name.clone().unwrap_or_default()
+}
+
+/// Whether `pid` is a live `tracehouse-collector serve-health` process on this machine.
+fn is_serve_health_process(pid: i32) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let zombie = stat
+        .rsplit_once(')')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    !zombie
+        && args
+            .first()
+            .is_some_and(|a| a.ends_with("tracehouse-collector"))
+        && args.iter().any(|a| a == "serve-health")
+}
+
+/// `GET http://ip:port/path` over a plain socket; the status code and body.
+async fn http_get(ip: &str, port: u16, path: &str) -> Result<(u16, String), String> {
+    let connect = tokio::net::TcpStream::connect((ip, port));
+    let mut stream = tokio::time::timeout(Duration::from_secs(2), connect)
+        .await
+        .map_err(|_| format!("connect {ip}:{port} timed out"))?
+        .map_err(|e| format!("connect {ip}:{port}: {e}"))?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {ip}:{port}\r\nConnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(2), stream.read_to_string(&mut response))
+        .await
+        .map_err(|_| "read timed out".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("malformed response {response:?}"))?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((code, body))
+}
+
+fn pod_log(ns: &str, pod: &str, container: &str) -> PathBuf {
+    PathBuf::from(stack_var("TRACEHOUSE_POD_LOGS")).join(format!("{ns}_{pod}_{container}.log"))
+}
+
+async fn pods_of(pods: &Api<Pod>, app: &str) -> Vec<Pod> {
+    pods.list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .expect("listing pods")
+        .items
+}
+
+#[tokio::test]
+async fn deployment_pods_run_as_processes_scale_down_gracefully_and_are_collected() {
+    in_namespace("th-agent", |client, ns| async move {
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        deployments
+            .create(&PostParams::default(), &health_deployment("health", 3))
+            .await
+            .expect("creating the deployment");
+
+        // Three Ready pods, each backed by its own live process on its own loopback IP.
+        let running = wait_for(
+            "3 Ready pods with processes",
+            Duration::from_secs(90),
+            || async {
+                let list = pods_of(&pods, "health").await;
+                let ready: Vec<(String, String, i32)> = list
+                    .iter()
+                    .filter(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none())
+                    .filter_map(|p| Some((name(p), pod_ip(p)?, container_pid(p)?)))
+                    .collect();
+                if ready.len() == 3 {
+                    Ok(ready)
+                } else {
+                    Err(format!(
+                        "{} pods, {} ready: {:?}",
+                        list.len(),
+                        ready.len(),
+                        ready
+                    ))
+                }
+            },
+        )
+        .await;
+        let mut ips: Vec<&str> = running.iter().map(|(_, ip, _)| ip.as_str()).collect();
+        ips.sort_unstable();
+        ips.dedup();
+        assert_eq!(ips.len(), 3, "pod IPs are distinct: {running:?}");
+        for (pod, ip, pid) in &running {
+            assert!(ip.starts_with("127."), "{pod} has a loopback IP, got {ip}");
+            assert!(
+                is_serve_health_process(*pid),
+                "{pod}: pid {pid} is a live serve-health process"
+            );
+            let (code, body) = http_get(ip, HEALTH_PORT, "/healthz")
+                .await
+                .expect("health endpoint answers");
+            assert_eq!(
+                (code, body.as_str()),
+                (200, "ok"),
+                "{pod} answers on its own IP {ip}"
+            );
+        }
+
+        // Scale to one: two processes get SIGTERM, exit by themselves, and their pods go away.
+        deployments
+            .patch(
+                "health",
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "replicas": 1 } })),
+            )
+            .await
+            .expect("scaling down");
+        let survivor = wait_for("only one pod left", Duration::from_secs(60), || async {
+            let list = pods_of(&pods, "health").await;
+            match list.as_slice() {
+                [only] if only.metadata.deletion_timestamp.is_none() => Ok(name(only)),
+                _ => Err(format!(
+                    "pods: {:?}",
+                    list.iter().map(name).collect::<Vec<_>>()
+                )),
+            }
+        })
+        .await;
+        assert!(
+            running.iter().any(|(p, ..)| *p == survivor),
+            "the survivor is one of the original pods"
+        );
+        for (pod, _, pid) in running.iter().filter(|(p, ..)| *p != survivor) {
+            wait_for(
+                &format!("process {pid} of {pod} to end"),
+                Duration::from_secs(15),
+                || async {
+                    if is_serve_health_process(*pid) {
+                        Err("still running".to_owned())
+                    } else {
+                        Ok(())
+                    }
+                },
+            )
+            .await;
+            let log =
+                std::fs::read_to_string(pod_log(&ns, pod, "collector")).expect("container log");
+            assert!(
+                log.trim_end()
+                    .ends_with("serve-health: SIGTERM received, exiting"),
+                "{pod} ended gracefully on SIGTERM; its log ends with:\n{}",
+                log.lines().rev().take(5).collect::<Vec<_>>().join("\n")
+            );
+        }
+        let (_, _, survivor_pid) = running.iter().find(|(p, ..)| *p == survivor).unwrap();
+        assert!(
+            is_serve_health_process(*survivor_pid),
+            "the survivor keeps running"
+        );
+
+        // Delete the Deployment: the garbage collector removes its ReplicaSet and pods, and the
+        // node agent ends the last process.
+        deployments
+            .delete("health", &DeleteParams::background())
+            .await
+            .expect("deleting the deployment");
+        wait_for("all pods gone", Duration::from_secs(60), || async {
+            let list = pods
+                .list(&ListParams::default())
+                .await
+                .expect("listing pods")
+                .items;
+            if list.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "pods: {:?}",
+                    list.iter().map(name).collect::<Vec<_>>()
+                ))
+            }
+        })
+        .await;
+        wait_for("no process left", Duration::from_secs(15), || async {
+            let alive: Vec<i32> = running
+                .iter()
+                .map(|(_, _, pid)| *pid)
+                .filter(|p| is_serve_health_process(*p))
+                .collect();
+            if alive.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("alive: {alive:?}"))
+            }
+        })
+        .await;
+    })
+    .await;
+}
+
+/// Pods may only be created once the namespace's `default` ServiceAccount exists (the
+/// ServiceAccount admission plugin refuses them before).
+async fn wait_for_default_service_account(client: &Client, ns: &str) {
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        "the default service account",
+        Duration::from_secs(30),
+        || async {
+            match sas.get_opt("default").await {
+                Ok(Some(_)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn crashing_process_is_restarted_with_a_rising_restart_count() {
+    in_namespace("th-crash", |client, ns| async move {
+        wait_for_default_service_account(&client, &ns).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": { "name": "crasher" },
+            "spec": {
+                "containers": [{
+                    "name": "collector",
+                    "image": "tracehouse/collector",
+                    "args": ["serve-health", "--exit-after-secs", "1", "--exit-code", "3"],
+                    "env": [{ "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } }]
+                }]
+            }
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.expect("creating the pod");
+
+        // Restart count → pid of the process seen with it.
+        let pids = std::cell::RefCell::new(BTreeMap::new());
+        let status = wait_for("restartCount >= 2", Duration::from_secs(60), || {
+            let pods = pods.clone();
+            let pids = &pids;
+            async move {
+                let pod = pods.get("crasher").await.map_err(|e| e.to_string())?;
+                let status = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .and_then(|cs| cs.first().cloned())
+                    .ok_or("no container status yet")?;
+                if let Some(pid) = container_pid(&pod) {
+                    pids.borrow_mut().insert(status.restart_count, pid);
+                }
+                if status.restart_count >= 2 { Ok(status) } else { Err(format!("{status:?}")) }
+            }
+        })
+        .await;
+        let last = status
+            .last_state
+            .and_then(|s| s.terminated)
+            .expect("the last run's termination is reported");
+        assert_eq!(last.exit_code, 3, "the exit code of the crashed run");
+        assert_eq!(last.reason.as_deref(), Some("Error"));
+        let pids = pids.into_inner();
+        let distinct: std::collections::BTreeSet<i32> = pids.values().copied().collect();
+        assert!(
+            distinct.len() >= 2,
+            "each restart is a new process; pids seen by restart count: {pids:?}"
+        );
+        let pod = pods.get("crasher").await.expect("pod");
+        assert_eq!(pod.status.and_then(|s| s.phase).as_deref(), Some("Running"), "restartPolicy Always keeps the pod Running");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn pod_of_an_unknown_image_is_reported_with_the_image_named() {
+    in_namespace("th-image", |client, ns| async move {
+        wait_for_default_service_account(&client, &ns).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": { "name": "web" },
+            "spec": { "containers": [{ "name": "nginx", "image": "nginx:1.27" }] }
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("creating the pod");
+        let waiting = wait_for(
+            "the container to be Waiting with a reason",
+            Duration::from_secs(30),
+            || async {
+                let pod = pods.get("web").await.map_err(|e| e.to_string())?;
+                pod.status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .and_then(|cs| cs.first())
+                    .and_then(|c| c.state.as_ref()?.waiting.clone())
+                    .filter(|w| w.reason.as_deref() == Some("UnknownImage"))
+                    .ok_or_else(|| format!("{:?}", pod.status))
+            },
+        )
+        .await;
+        let message = waiting.message.unwrap_or_default();
+        assert!(
+            message.contains("\"nginx:1.27\""),
+            "message names the image: {message}"
+        );
+        assert!(
+            message.contains("tracehouse/collector"),
+            "message lists the known images: {message}"
+        );
+        let pod = pods.get("web").await.expect("pod");
+        assert_eq!(pod.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
+    })
+    .await;
+}

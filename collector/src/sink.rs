@@ -61,12 +61,19 @@ impl std::fmt::Debug for Sink {
     }
 }
 
+/// Install the process-wide TLS crypto provider (ring) that `https://` endpoints need.
+/// Idempotent; the first provider installed wins.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 impl Sink {
     pub fn new(
         base_url: &str,
         credentials: Credentials,
         timeout: Duration,
     ) -> Result<Self, InsertError> {
+        install_crypto_provider();
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(Duration::from_secs(5))

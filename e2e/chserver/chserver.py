@@ -10,7 +10,9 @@ they arrive. See README.md beside this file for what is and is not implemented.
 
 Request flow: auth → settings/params from the URL → body decoding (HTTP Content-Encoding,
 then ClickHouse block decompression for `decompress=1`) → INSERT data streamed to the engine,
-or the query run and its result returned (optionally block-compressed for `compress=1`).
+or the query run and its result returned (Native framed for the client's
+`client_protocol_version`, optionally block-compressed for `compress=1` and HTTP-compressed for
+`enable_http_compression=1`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 import argparse
 import base64
 import bz2
+import email.parser
+import email.policy
 import gzip
 import hmac
 import io
@@ -349,6 +353,18 @@ def format_clause(text: str):
     return None
 
 
+def multi_statement_at(text: str) -> int | None:
+    """Offset of the `;` that ends the first of several statements, or None for one statement."""
+    end = None
+    for tok, start, _ in _tokens(text):
+        if tok == ";":
+            if end is None:
+                end = start
+        elif end is not None:
+            return end
+    return None
+
+
 def strip_trailing_semicolon(text: str) -> str:
     last = None
     for tok, start, _ in _tokens(text):
@@ -517,13 +533,33 @@ def native_result(conn, statement: str, revision: int):
     return buffers_to_native(data, result_header(conn, statement), revision), r
 
 
+def parse_form(body: bytes, content_type: str) -> list[tuple[str, str]]:
+    """The fields of a multipart/form-data body, as (name, value) pairs."""
+    if len(body) > MAX_QUERY_BYTES:
+        raise CHError(229, "QUERY_IS_TOO_LARGE", "Query is too large")
+    msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode("latin-1", "replace") + b"\r\n\r\n" + body)
+    if not msg.is_multipart():
+        raise CHError(36, "BAD_ARGUMENTS", "Malformed multipart/form-data body")
+    fields = []
+    for part in msg.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if not name:
+            raise CHError(36, "BAD_ARGUMENTS", "A multipart/form-data part has no name")
+        if part.get_filename() is not None:
+            raise CHError(48, "NOT_IMPLEMENTED", f"chserver does not implement external tables (form file '{name}')")
+        value = part.get_payload(decode=True) or b""
+        fields.append((str(name), value.decode("utf-8", "surrogateescape")))
+    return fields
+
+
 # ---------------------------------------------------------------------------------------------
 # HTTP compression (Content-Encoding of requests, enable_http_compression for responses)
 # ---------------------------------------------------------------------------------------------
 
 # The names ClickHouse accepts in Content-Encoding (chooseCompressionMethod), by method.
 CONTENT_ENCODINGS = {
-    "gzip": "gzip", "gz": "gzip", "x-gzip": "gzip", "deflate": "deflate", "zlib": "deflate",
+    "gzip": "gzip", "gz": "gzip", "x-gzip": "gzip", "deflate": "deflate",
     "br": "br", "brotli": "br", "xz": "xz", "lzma": "xz", "zstd": "zstd", "zst": "zstd",
     "lz4": "lz4", "bz2": "bz2", "snappy": "snappy",
 }
@@ -583,27 +619,32 @@ def decode_content(chunks, encoding: str):
         except Exception as exc:  # noqa: BLE001 - every decoder raises its own error types
             raise CHError(code, name, f"Cannot decode the request body ({encoding}): {exc}") from exc
 
-    def incremental(dec, finished):
+    def incremental(new_decoder):
+        # One decoder per stream; a body may hold several concatenated streams (gzip members,
+        # zstd/lz4/xz frames). Anything after the end of one stream starts the next.
+        dec, fed = new_decoder(), False
         for c in chunks:
-            out = dec.decompress(c)
-            if out:
-                yield out
-        tail = dec.flush() if hasattr(dec, "flush") else b""
-        if tail:
-            yield tail
-        if not finished(dec):
+            while c:
+                out = dec.decompress(c)
+                fed = True
+                if out:
+                    yield out
+                if not dec.eof:
+                    break
+                c, dec, fed = dec.unused_data, new_decoder(), False
+        if fed:
             raise CHError(code, name, f"Cannot decode the request body ({encoding}): truncated stream")
 
     if method in ("gzip", "deflate"):
-        gen = incremental(zlib.decompressobj(wbits=47 if method == "gzip" else 15), lambda d: d.eof)
+        gen = incremental(lambda: zlib.decompressobj(wbits=47 if method == "gzip" else 15))
     elif method == "xz":
-        gen = incremental(lzma.LZMADecompressor(), lambda d: d.eof)
+        gen = incremental(lzma.LZMADecompressor)
     elif method == "bz2":
-        gen = incremental(bz2.BZ2Decompressor(), lambda d: d.eof)
+        gen = incremental(bz2.BZ2Decompressor)
     elif method == "lz4":
-        gen = incremental(lz4.frame.LZ4FrameDecompressor(), lambda d: d.eof)
+        gen = incremental(lz4.frame.LZ4FrameDecompressor)
     elif method == "zstd":
-        gen = zstandard.ZstdDecompressor().read_to_iter(_IterReader(chunks))
+        gen = incremental(lambda: zstandard.ZstdDecompressor().decompressobj())
     else:  # br
         def unbrotli():
             pa = _brotli()
@@ -655,8 +696,6 @@ class Engine:
         self.data_dir = data_dir
         self.users = users
         self.started = time.time()
-        self.sessions: dict[str, tuple[threading.Lock, object, float]] = {}
-        self.sessions_lock = threading.Lock()
         # The first connection starts the engine (loading every database: ~0.2 s and more with
         # more tables) and closing the last one shuts it down again. This connection stays open
         # for the server's lifetime so that the per-request connections cost ~0.3 ms, not a
@@ -786,6 +825,13 @@ class Handler(BaseHTTPRequestHandler):
         if path in ("/ping", "/replicas_status") or (path == "/" and "query=" not in self.path):
             self._send(200, b"Ok.\n", {"Content-Type": "text/html; charset=UTF-8"})
             return
+        if not urlsplit(self.path).query:
+            # ClickHouse's query handler takes GET requests only with URL parameters.
+            self._send(404, (f"There is no handle {path}\n\nUse / or /ping for health checks.\n"
+                             "Or /replicas_status for more sophisticated health checks.\n\n"
+                             "Send queries from your program with POST method or GET /?query=...\n").encode(),
+                       {"Content-Type": "text/plain; charset=UTF-8"})
+            return
         self._handle(readonly=True)
 
     def do_POST(self):
@@ -821,7 +867,19 @@ class Handler(BaseHTTPRequestHandler):
         query_id = params.get("query_id") or str(uuid.uuid4())
         body_consumed = False
         try:
+            form = (self.command == "POST"
+                    and (self.headers.get("Content-Type") or "").lower().startswith("multipart/form-data"))
+            if form:
+                # Fields of a multipart/form-data body are parameters like those of the URL
+                # (`query`, `param_*`, settings); the URL's win, as ClickHouse's HTMLForm keeps them first.
+                for name, value in parse_form(b"".join(self._body_chunks(params)), self.headers.get("Content-Type")):
+                    params.setdefault(name, value)
+                body_consumed = True
             self._authenticate(params)
+            if params.get("session_id") and params.get("session_check") == "1":
+                # chserver keeps no HTTP sessions (each request is a fresh query context), so a
+                # session the client expects to exist never does.
+                raise CHError(372, "SESSION_NOT_FOUND", f"Session {params['session_id']} not found")
             settings = {k: v for k, v in params.items() if k not in PROTOCOL_PARAMS and not k.startswith("param_")}
             qparams = {k[6:]: v for k, v in params.items() if k.startswith("param_")}
             database = self.headers.get("X-ClickHouse-Database") or params.get("database")
@@ -829,7 +887,7 @@ class Handler(BaseHTTPRequestHandler):
             if readonly:
                 settings.setdefault("readonly", "2")
             query = params.get("query", "")
-            chunks = self._body_chunks(params) if self.command == "POST" else iter(())
+            chunks = self._body_chunks(params) if self.command == "POST" and not form else iter(())
 
             statement = query
             data_head, insert = b"", None
@@ -839,8 +897,12 @@ class Handler(BaseHTTPRequestHandler):
                 for chunk in chunks:
                     head += chunk
                     text = (query + ("\n" if query else "") + head.decode("utf-8", "surrogateescape"))
-                    if first_word(text) == "INSERT" and split_insert(text) is not None:
-                        break
+                    if first_word(text) == "INSERT":
+                        found = split_insert(text)
+                        # Stop once the data has started (a format name at the very end of
+                        # what has arrived may still continue in the next chunk).
+                        if found is not None and (found[2] < len(text) or not text[-1:].isalnum()):
+                            break
                     if len(head) > MAX_QUERY_BYTES:
                         raise CHError(229, "QUERY_IS_TOO_LARGE", "Query is too large")
                 else:
@@ -860,6 +922,9 @@ class Handler(BaseHTTPRequestHandler):
 
             if not statement.strip():
                 raise CHError(62, "SYNTAX_ERROR", "Empty query")
+            if insert is None and (at := multi_statement_at(statement)) is not None:
+                raise CHError(62, "SYNTAX_ERROR", "Syntax error (Multi-statements are not allowed): failed at "
+                                                  f"position {at + 1} (end of query): {statement[at:at + 100]}")
             conn = self.engine.connect()
             try:
                 self._prepare(conn, settings, qparams, database)
@@ -910,7 +975,8 @@ class Handler(BaseHTTPRequestHandler):
                                                      separators=(",", ":"))
         if params.get("compress") == "1":
             result = compress_blocks(result) if result else b""
-        elif params.get("enable_http_compression") == "1" and result:
+        # HTTP compression applies on top of compress=1 framing, as in ClickHouse.
+        if params.get("enable_http_compression") == "1" and result:
             method = choose_response_encoding(self.headers.get("Accept-Encoding") or "")
             if method:
                 try:

@@ -53,8 +53,8 @@ async fn json_map_datetime64_nested_roundtrip_lz4() {
     let db = fresh_database(&base).await;
     let client = base
         .with_database(&db)
-        .with_option("input_format_binary_read_json_as_string", "1")
-        .with_option("output_format_binary_write_json_as_string", "1")
+        .with_setting("input_format_binary_read_json_as_string", "1")
+        .with_setting("output_format_binary_write_json_as_string", "1")
         .with_validation(false);
     client
         .query(
@@ -122,7 +122,7 @@ async fn null_engine_accepts_inserts_and_stores_nothing() {
     let db = fresh_database(&base).await;
     let client = base
         .with_database(&db)
-        .with_option("input_format_binary_read_json_as_string", "1");
+        .with_setting("input_format_binary_read_json_as_string", "1");
     client
         .query(
             "CREATE TABLE sink (Timestamp DateTime64(9), ServiceName LowCardinality(String),
@@ -144,7 +144,20 @@ async fn null_engine_accepts_inserts_and_stores_nothing() {
 /// POST raw bytes to the HTTP interface the way any client would, returning status, error
 /// code header and body.
 async fn post(query: &str, body: Vec<u8>) -> (u16, Option<String>, String) {
-    let url = format!("{}/?query={}", stack_var("CLICKHOUSE_URL"), urlencode(query));
+    post_with(query, "", body).await
+}
+
+/// `post` with extra URL parameters (`&name=value…`).
+async fn post_with(
+    query: &str,
+    extra_params: &str,
+    body: Vec<u8>,
+) -> (u16, Option<String>, String) {
+    let url = format!(
+        "{}/?query={}{extra_params}",
+        stack_var("CLICKHOUSE_URL"),
+        urlencode(query)
+    );
     let out = tokio::process::Command::new("curl")
         .args(["-sS", "-o", "-", "-D", "/dev/stderr", "--data-binary", "@-"])
         .arg("-H")
@@ -238,4 +251,127 @@ async fn wrong_password_gets_code_516() {
         .with_password("not-the-password");
     let err = client.query("SELECT 1").fetch_one::<u8>().await.unwrap_err();
     assert!(err.to_string().contains("Code: 516"), "{err}");
+}
+
+/// One ClickHouse compressed block as `decompress=1` bodies carry it:
+/// `[CityHash128 v1.0.2 of the rest][method][u32 LE size incl. 9-byte header][u32 LE plain size][data]`,
+/// here with method 0x02 (stored uncompressed).
+fn uncompressed_block(data: &[u8]) -> Vec<u8> {
+    let mut rest = vec![0x02u8];
+    rest.extend_from_slice(&u32::try_from(data.len() + 9).unwrap().to_le_bytes());
+    rest.extend_from_slice(&u32::try_from(data.len()).unwrap().to_le_bytes());
+    rest.extend_from_slice(data);
+    // In the byte order ClickHouse uses (the clickhouse crate writes it the same way).
+    let checksum = cityhash_rs::cityhash_102_128(&rest).rotate_right(64);
+    let mut block = checksum.to_le_bytes().to_vec();
+    block.extend_from_slice(&rest);
+    block
+}
+
+#[tokio::test]
+async fn corrupted_block_checksum_is_refused_with_code_40_and_changes_nothing() {
+    let base = clickhouse();
+    let db = fresh_database(&base).await;
+    let client = base.with_database(&db);
+    client
+        .query("CREATE TABLE t (a UInt64, s String) ENGINE = MergeTree ORDER BY a")
+        .execute()
+        .await
+        .unwrap();
+    client
+        .query("INSERT INTO t VALUES (1, 'one')")
+        .execute()
+        .await
+        .unwrap();
+
+    let mut rows = Vec::new();
+    for (a, s) in [(2u64, "two"), (3, "three")] {
+        rows.extend_from_slice(&a.to_le_bytes());
+        rows.push(u8::try_from(s.len()).unwrap());
+        rows.extend_from_slice(s.as_bytes());
+    }
+    let good = uncompressed_block(&rows);
+    let query = format!("INSERT INTO {db}.t FORMAT RowBinary");
+
+    // One flipped bit in the stored checksum: refused before any row reaches the table.
+    let mut corrupted = good.clone();
+    corrupted[5] ^= 0x04;
+    let (status, code, text) = post_with(&query, "&decompress=1", corrupted).await;
+    assert_eq!(code.as_deref(), Some("40"), "status {status}, body {text}");
+    assert!(
+        text.starts_with("Code: 40. DB::Exception: Checksum doesn't match"),
+        "{text}"
+    );
+    assert!(status >= 400, "status {status}");
+    // The same with the data corrupted after the checksum was taken.
+    let mut corrupted = good.clone();
+    let last = corrupted.len() - 1;
+    corrupted[last] ^= 0x01;
+    let (status, code, text) = post_with(&query, "&decompress=1", corrupted).await;
+    assert_eq!(code.as_deref(), Some("40"), "status {status}, body {text}");
+
+    let got = client
+        .query("SELECT a, s FROM t ORDER BY a")
+        .fetch_all::<(u64, String)>()
+        .await
+        .unwrap();
+    assert_eq!(
+        got,
+        vec![(1, "one".to_string())],
+        "a refused insert must leave the table unchanged"
+    );
+
+    // The very same block with its checksum intact is accepted: the refusal was the checksum.
+    let (status, code, text) = post_with(&query, "&decompress=1", good).await;
+    assert_eq!((status, code), (200, None), "{text}");
+    let got = client
+        .query("SELECT a, s FROM t ORDER BY a")
+        .fetch_all::<(u64, String)>()
+        .await
+        .unwrap();
+    assert_eq!(
+        got,
+        vec![
+            (1, "one".to_string()),
+            (2, "two".to_string()),
+            (3, "three".to_string())
+        ]
+    );
+}
+
+#[derive(Debug, PartialEq, Row, Deserialize)]
+struct Params {
+    s: String,
+    n: u64,
+    arr: Vec<String>,
+}
+
+/// The crate sends server-side `{name:Type}` parameters in a multipart/form-data body (fields
+/// `query` and `param_*`), which ClickHouse's HTTP interface reads like URL parameters.
+#[tokio::test]
+async fn server_side_parameters_in_a_multipart_body() {
+    let client = clickhouse();
+    let got: Params = client
+        .query("SELECT {s:String} AS s, {n:UInt64} + 1 AS n, {arr:Array(String)} AS arr")
+        .param("s", "it's a \"test\"\twith\\escapes")
+        .param("n", 41u64)
+        .param("arr", vec!["a", "b'c"])
+        .fetch_one()
+        .await
+        .unwrap();
+    assert_eq!(
+        got,
+        Params {
+            s: "it's a \"test\"\twith\\escapes".to_string(),
+            n: 42,
+            arr: vec!["a".to_string(), "b'c".to_string()],
+        }
+    );
+    let count: u64 = client
+        .query("SELECT count() FROM system.{tbl:Identifier}")
+        .param("tbl", "one")
+        .fetch_one()
+        .await
+        .unwrap();
+    assert_eq!(count, 1);
 }

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
@@ -455,6 +456,121 @@ async fn pod_of_an_unknown_image_is_reported_with_the_image_named() {
         );
         let pod = pods.get("web").await.expect("pod");
         assert_eq!(pod.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
+    })
+    .await;
+}
+
+/// The environment of a live process, from `/proc/<pid>/environ`.
+fn process_env(pid: i32) -> BTreeMap<String, String> {
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    raw.split(|b| *b == 0)
+        .filter_map(|kv| {
+            let kv = String::from_utf8_lossy(kv);
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn pod_env_volumes_and_service_account_reach_the_process() {
+    in_namespace("th-env", |client, ns| async move {
+        wait_for_default_service_account(&client, &ns).await;
+        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": { "name": "demo" },
+            "data": { "level": "debug", "config.yaml": "version: 1\n" }
+        }))
+        .unwrap();
+        config_maps.create(&PostParams::default(), &cm).await.expect("configmap");
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": { "name": "demo" },
+            "stringData": { "password": "s3cret" }
+        }))
+        .unwrap();
+        secrets.create(&PostParams::default(), &secret).await.expect("secret");
+
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": { "name": "env" },
+            "spec": {
+                "containers": [{
+                    "name": "collector",
+                    "image": "tracehouse/collector",
+                    "args": ["serve-health"],
+                    "envFrom": [{ "prefix": "CM_", "configMapRef": { "name": "demo" } }],
+                    "env": [
+                        { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
+                        { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
+                        { "name": "POD_NAMESPACE", "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } } },
+                        { "name": "LEVEL", "valueFrom": { "configMapKeyRef": { "name": "demo", "key": "level" } } },
+                        { "name": "PASSWORD", "valueFrom": { "secretKeyRef": { "name": "demo", "key": "password" } } },
+                        { "name": "URL", "value": "http://$(POD_IP):8080" },
+                        { "name": "CONFIG_FILE", "value": "/etc/demo/config.yaml" }
+                    ],
+                    "volumeMounts": [
+                        { "name": "config", "mountPath": "/etc/demo" },
+                        { "name": "secret", "mountPath": "/etc/secret", "readOnly": true }
+                    ]
+                }],
+                "volumes": [
+                    { "name": "config", "configMap": { "name": "demo" } },
+                    { "name": "secret", "secret": { "secretName": "demo" } }
+                ]
+            }
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.expect("creating the pod");
+        let (pid, ip) = wait_for("the pod to run", Duration::from_secs(60), || async {
+            let pod = pods.get("env").await.map_err(|e| e.to_string())?;
+            match (container_pid(&pod), pod_ip(&pod), is_ready(&pod)) {
+                (Some(pid), Some(ip), true) => Ok((pid, ip)),
+                _ => Err(format!("{:?}", pod.status)),
+            }
+        })
+        .await;
+
+        let env = process_env(pid);
+        let var = |k: &str| env.get(k).map(String::as_str).unwrap_or_else(|| panic!("{k} missing from {env:?}"));
+        assert_eq!(var("POD_IP"), ip);
+        assert_eq!(var("POD_NAME"), "env");
+        assert_eq!(var("POD_NAMESPACE"), ns);
+        assert_eq!(var("HOSTNAME"), "env");
+        assert_eq!(var("LEVEL"), "debug");
+        assert_eq!(var("CM_level"), "debug", "envFrom with prefix");
+        assert_eq!(var("PASSWORD"), "s3cret");
+        assert_eq!(var("URL"), format!("http://{ip}:8080"), "$(VAR) expansion");
+        // The mounted path is rewritten to the pod's volume directory, which holds the ConfigMap.
+        let config_file = PathBuf::from(var("CONFIG_FILE"));
+        assert!(config_file.ends_with("volumes/config/config.yaml"), "rewritten: {}", config_file.display());
+        assert_eq!(std::fs::read_to_string(&config_file).unwrap(), "version: 1\n");
+        let secret_file = config_file.parent().unwrap().parent().unwrap().join("secret/password");
+        assert_eq!(std::fs::read_to_string(&secret_file).unwrap(), "s3cret");
+
+        // The process's KUBECONFIG authenticates as the pod's service account.
+        let kc = Kubeconfig::read_from(var("KUBECONFIG")).expect("pod kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .expect("pod kubeconfig loads");
+        let as_pod = Client::try_from(config).expect("client");
+        let review = Api::<SelfSubjectReview>::all(as_pod)
+            .create(&PostParams::default(), &SelfSubjectReview::default())
+            .await
+            .expect("self subject review with the pod's token");
+        let user = review.status.and_then(|s| s.user_info).and_then(|u| u.username);
+        assert_eq!(user, Some(format!("system:serviceaccount:{ns}:default")));
+
+        // A ConfigMap change reaches the running pod's files.
+        config_maps
+            .patch("demo", &PatchParams::default(), &Patch::Merge(json!({ "data": { "config.yaml": "version: 2\n" } })))
+            .await
+            .expect("updating the configmap");
+        wait_for("the volume to follow the ConfigMap", Duration::from_secs(30), || async {
+            let now = std::fs::read_to_string(&config_file).map_err(|e| e.to_string())?;
+            if now == "version: 2\n" { Ok(()) } else { Err(now) }
+        })
+        .await;
     })
     .await;
 }

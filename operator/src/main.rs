@@ -1,13 +1,243 @@
-//! `tracehouse-operator`: reconciles `TracePipeline` resources.
+//! `tracehouse-operator`: reconciles `TracePipeline` resources (`run`), and prints or checks
+//! the CRD generated from the Rust types (`crd`).
 
-use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{ArgAction, Parser, Subcommand};
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+use tracehouse_operator::leader::{Ended, LeaderElector, LeaseConfig};
+use tracehouse_operator::metrics::{self, Metrics};
+use tracehouse_operator::reconcile::{self, Context, Settings};
+use tracehouse_operator::{FIELD_MANAGER, crd};
 
 /// Reconciles TracePipeline resources into schema migrations and a gateway collector fleet.
 #[derive(Debug, Parser)]
 #[command(name = "tracehouse-operator", version, about)]
-struct Cli {}
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-fn main() -> anyhow::Result<()> {
-    let _cli = Cli::parse();
-    anyhow::bail!("the reconciler is not implemented yet")
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the controller (with leader election, /metrics and /healthz).
+    Run(RunArgs),
+    /// Print the TracePipeline CustomResourceDefinition as YAML, or check a file against it.
+    Crd(CrdArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct CrdArgs {
+    /// Compare FILE with the generated CRD instead of printing it; exit 1 when it is stale.
+    #[arg(long, value_name = "FILE")]
+    check: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "TRACEHOUSE_OPERATOR_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// Take part in leader election on a Lease, so only one replica reconciles.
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    leader_elect: bool,
+    /// Namespace of the Lease (the operator's own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    lease_namespace: String,
+    /// Name of the Lease.
+    #[arg(long, default_value = "tracehouse-operator")]
+    lease_name: String,
+    /// This replica's identity in the Lease and in Events (default: host name and pid).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "TRACEHOUSE_OPERATOR_NAMESPACE")]
+    namespace: Option<String>,
+    /// Requeue period of a healthy pipeline: how soon a partition increase is noticed.
+    #[arg(long, default_value_t = 30)]
+    requeue_seconds: u64,
+    /// Deadline of one Kafka metadata read.
+    #[arg(long, default_value_t = 10)]
+    kafka_timeout_seconds: u64,
+    /// Log format.
+    #[arg(long, value_parser = ["text", "json"], default_value = "text")]
+    log_format: String,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crd(args) => print_or_check_crd(&args),
+        Command::Run(args) => {
+            init_logging(&args.log_format);
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn print_or_check_crd(args: &CrdArgs) -> ExitCode {
+    let generated = crd::crd_yaml();
+    let Some(path) = &args.check else {
+        print!("{generated}");
+        return ExitCode::SUCCESS;
+    };
+    match std::fs::read_to_string(path) {
+        Ok(committed) if committed == generated => ExitCode::SUCCESS,
+        Ok(_) => {
+            eprintln!(
+                "{} is stale: it differs from the CRD the Rust types generate. \
+                 Run `operator/gen-crds` and commit.",
+                path.display()
+            );
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!(
+                "cannot read {}: {e}. Run `operator/gen-crds` and commit.",
+                path.display()
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot configure the Kubernetes client (KUBECONFIG or in-cluster)")?;
+    reconcile::check_crd(&client).await?;
+
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::new(&mut registry));
+    let shutdown = CancellationToken::new();
+    spawn_signal_handler(shutdown.clone())?;
+    let server = tokio::spawn(metrics::serve(
+        args.metrics_addr,
+        registry,
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        metrics.clone(),
+        Settings {
+            requeue: Duration::from_secs(args.requeue_seconds.max(1)),
+            kafka_timeout: Duration::from_secs(args.kafka_timeout_seconds.max(1)),
+            identity: identity.clone(),
+            ..Settings::default()
+        },
+    ));
+    tracing::info!(
+        %identity, namespace = args.namespace.as_deref().unwrap_or("<all>"),
+        "starting {FIELD_MANAGER} {}", env!("CARGO_PKG_VERSION")
+    );
+
+    let outcome = if args.leader_elect {
+        let mut elector = LeaderElector::new(
+            client,
+            LeaseConfig::new(&args.lease_namespace, &args.lease_name, &identity),
+        );
+        tracing::info!(lease = %format!("{}/{}", args.lease_namespace, args.lease_name), "waiting to lead");
+        if elector.acquire(&shutdown).await {
+            tracing::info!("leading: reconciling");
+            metrics.leader.set(1);
+            let stop = shutdown.child_token();
+            let controller = tokio::spawn(reconcile::run(ctx, args.namespace, stop.clone()));
+            let ended = elector.hold(&shutdown).await;
+            stop.cancel();
+            // In-flight reconciles finish (bounded) before the Lease is handed over.
+            if tokio::time::timeout(Duration::from_secs(20), controller)
+                .await
+                .is_err()
+            {
+                tracing::warn!("the controller did not stop within 20s");
+            }
+            metrics.leader.set(0);
+            match ended {
+                Ended::Shutdown => {
+                    elector.release().await;
+                    Ok(())
+                }
+                Ended::Lost => {
+                    metrics.alive.store(false, Ordering::Relaxed);
+                    Err(anyhow::anyhow!(
+                        "lost the leader Lease; exiting so that a fresh start competes again"
+                    ))
+                }
+            }
+        } else {
+            Ok(())
+        }
+    } else {
+        reconcile::run(ctx, args.namespace, shutdown.clone()).await;
+        Ok(())
+    };
+    shutdown.cancel();
+    match server.await {
+        Ok(Err(e)) => return Err(e).context("the metrics server failed"),
+        Err(e) => tracing::warn!(error = %e, "the metrics server task failed"),
+        Ok(Ok(())) => {}
+    }
+    outcome
+}
+
+fn spawn_signal_handler(shutdown: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = int.recv() => tracing::info!("SIGINT: stopping"),
+        }
+        shutdown.cancel();
+    });
+    Ok(())
+}
+
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,librdkafka=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
 }

@@ -46,8 +46,8 @@ impl Ident {
         }
         if let Some(c) = name.chars().find(|c| c.is_control()) {
             return Err(reject(format!(
-                "it contains the control character {:?}",
-                c.escape_debug().to_string()
+                "it contains the control character U+{:04X}",
+                u32::from(c)
             )));
         }
         if name.trim() != name {

@@ -105,18 +105,25 @@ impl Ttl {
         self.0
     }
 
+    /// The largest whole unit: `(count, short suffix, ClickHouse interval function)`.
+    fn largest_unit(&self) -> (u64, &'static str, &'static str) {
+        let s = self.0.as_secs();
+        [
+            (86_400, "d", "toIntervalDay"),
+            (3_600, "h", "toIntervalHour"),
+            (60, "m", "toIntervalMinute"),
+        ]
+        .into_iter()
+        .find(|(unit, _, _)| s.is_multiple_of(*unit))
+        .map_or((s, "s", "toIntervalSecond"), |(unit, suffix, function)| {
+            (s / unit, suffix, function)
+        })
+    }
+
     /// `toIntervalDay(30)`, `toIntervalHour(12)`, … as the exporter's `GenerateTTLExpr`.
     pub fn interval_sql(&self) -> String {
-        let s = self.0.as_secs();
-        if s % 86_400 == 0 {
-            format!("toIntervalDay({})", s / 86_400)
-        } else if s % 3_600 == 0 {
-            format!("toIntervalHour({})", s / 3_600)
-        } else if s % 60 == 0 {
-            format!("toIntervalMinute({})", s / 60)
-        } else {
-            format!("toIntervalSecond({s})")
-        }
+        let (n, _, function) = self.largest_unit();
+        format!("{function}({n})")
     }
 }
 
@@ -150,13 +157,8 @@ impl FromStr for Ttl {
 
 impl fmt::Display for Ttl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = self.0.as_secs();
-        match () {
-            _ if s % 86_400 == 0 => write!(f, "{}d", s / 86_400),
-            _ if s % 3_600 == 0 => write!(f, "{}h", s / 3_600),
-            _ if s % 60 == 0 => write!(f, "{}m", s / 60),
-            _ => write!(f, "{s}s"),
-        }
+        let (n, suffix, _) = self.largest_unit();
+        write!(f, "{n}{suffix}")
     }
 }
 

@@ -172,7 +172,6 @@ impl Parser<'_> {
 #[cfg(test)]
 mod tests {
     use super::ClickHouseType as T;
-    use super::*;
 
     #[test]
     fn renders_the_servers_spelling() {

@@ -128,8 +128,7 @@ pub fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // rustls needs a process-wide crypto provider for https:// ClickHouse endpoints.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    tracehouse_collector::sink::install_crypto_provider();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("io")

@@ -521,17 +521,28 @@ func TestTracesRoundTripDatabaseSQL(t *testing.T) {
 			if len(got) != len(sent) {
 				t.Fatalf("read %d rows, sent %d", len(got), len(sent))
 			}
-			// clickhouse-go v2.43's database/sql rows panic on Array(JSON) in either JSON
-			// serialization (a driver bug: stdRows.Next → Array.Row on a zero reflect.Value; the
-			// native API above reads the very same bytes fine), so the engine renders it here.
-			links, err := db.QueryContext(ctx, "SELECT Links.TraceId, arrayMap(x -> toJSONString(x), Links.Attributes) "+
-				"FROM spans ORDER BY Timestamp")
+			// Array(JSON) in its object serialization here (clickhouse-go v2.43's database/sql
+			// rows panic on Array(JSON) in the string serialization: stdRows.Next → Array.Row on
+			// a zero reflect.Value, a driver bug; the native API test reads that form).
+			links, err := db.QueryContext(ctx, linksSelect)
 			if err != nil {
 				t.Fatalf("Query links: %v", err)
 			}
 			for i := 0; links.Next(); i++ {
-				if err := links.Scan(&got[i].linkIDs, &got[i].linkAttrs); err != nil {
+				var attrs any
+				if err := links.Scan(&got[i].linkIDs, &attrs); err != nil {
 					t.Fatalf("Scan links: %v", err)
+				}
+				objs, ok := attrs.([]clickhouse.JSON)
+				if !ok {
+					t.Fatalf("Links.Attributes scanned as %T", attrs)
+				}
+				for k := range objs {
+					b, err := json.Marshal(objs[k].NestedMap())
+					if err != nil {
+						t.Fatal(err)
+					}
+					got[i].linkAttrs = append(got[i].linkAttrs, string(b))
 				}
 			}
 			if err := links.Err(); err != nil {
@@ -880,5 +891,123 @@ func TestConcurrentBatches(t *testing.T) {
 	}
 	if n != workers*per || traces != workers*per {
 		t.Fatalf("rows %d, distinct trace ids %d, want %d", n, traces, workers*per)
+	}
+}
+
+// ---------------------------------------------------------------------------------------------
+// The OpenTelemetry Collector's ClickHouse exporter (v0.149) flow, step by step: a DSN with
+// async_insert=true and compress=lz4, CREATE DATABASE/TABLE IF NOT EXISTS with quoted names,
+// DESC TABLE for schema detection, then batches whose JSON columns are appended as strings.
+// ---------------------------------------------------------------------------------------------
+
+const exporterLikeDDL = `CREATE TABLE IF NOT EXISTS %q.%q (
+    Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
+    TraceId String CODEC(ZSTD(1)),
+    SpanName LowCardinality(String) CODEC(ZSTD(1)),
+    ServiceName LowCardinality(String) CODEC(ZSTD(1)),
+    ResourceAttributes JSON CODEC(ZSTD(1)),
+    SpanAttributes JSON CODEC(ZSTD(1)),
+    SpanAttributesKeys Array(LowCardinality(String)) CODEC(ZSTD(1)),
+    Duration UInt64 CODEC(ZSTD(1)),
+    Events Nested (Timestamp DateTime64(9), Name LowCardinality(String), Attributes JSON) CODEC(ZSTD(1)),
+    INDEX idx_span_attr_keys SpanAttributesKeys TYPE bloom_filter(0.01) GRANULARITY 1,
+    INDEX idx_duration Duration TYPE minmax GRANULARITY 1
+) ENGINE = MergeTree
+PARTITION BY toDate(Timestamp)
+ORDER BY (ServiceName, SpanName, toDateTime(Timestamp), Timestamp)
+TTL toDateTime(Timestamp) + toIntervalDay(3650)
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1`
+
+const exporterLikeInsert = `INSERT INTO %q.%q (
+    Timestamp, TraceId, SpanName, ServiceName, ResourceAttributes, SpanAttributes, SpanAttributesKeys,
+    Duration, Events.Timestamp, Events.Name, Events.Attributes
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+func TestExporterLikeFlow(t *testing.T) {
+	s := stackEnv(t)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	database, table := "otel_"+hex.EncodeToString(b), "otel_traces"
+	dsn := (&url.URL{
+		Scheme: "http", Host: s.addr, Path: "/default", User: url.UserPassword(s.user, s.password),
+		RawQuery: url.Values{
+			"async_insert": {"true"}, "compress": {"lz4"}, "client_info_product": {"otelcol/gocompat"},
+			"dial_timeout": {"10s"},
+		}.Encode(),
+	}).String()
+	opt, err := clickhouse.ParseDSN(dsn)
+	if err != nil {
+		t.Fatalf("ParseDSN: %v", err)
+	}
+	if opt.Protocol != clickhouse.HTTP || opt.Compression == nil || opt.Compression.Method != clickhouse.CompressionLZ4 {
+		t.Fatalf("DSN parsed to protocol %v, compression %+v", opt.Protocol, opt.Compression)
+	}
+	conn := open(t, opt)
+	ctx := ctxT(t)
+	t.Cleanup(func() { _ = conn.Exec(context.Background(), fmt.Sprintf("DROP DATABASE IF EXISTS %q", database)) })
+	for i := 0; i < 2; i++ { // the exporter may start twice: IF NOT EXISTS must hold
+		if err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE IF NOT EXISTS %q", database)); err != nil {
+			t.Fatalf("CREATE DATABASE: %v", err)
+		}
+		if err := conn.Exec(ctx, fmt.Sprintf(exporterLikeDDL, database, table)); err != nil {
+			t.Fatalf("CREATE TABLE: %v", err)
+		}
+	}
+
+	rows, err := conn.Query(ctx, fmt.Sprintf("DESC TABLE %q.%q", database, table))
+	if err != nil {
+		t.Fatalf("DESC TABLE: %v", err)
+	}
+	var columns []string
+	for rows.Next() {
+		var name, skip string
+		if err := rows.Scan(&name, &skip, &skip, &skip, &skip, &skip, &skip); err != nil {
+			t.Fatalf("scan DESC: %v", err)
+		}
+		columns = append(columns, name)
+	}
+	_ = rows.Close()
+	if !reflect.DeepEqual(columns, []string{"Timestamp", "TraceId", "SpanName", "ServiceName", "ResourceAttributes",
+		"SpanAttributes", "SpanAttributesKeys", "Duration", "Events.Timestamp", "Events.Name", "Events.Attributes"}) {
+		t.Fatalf("DESC TABLE columns: %v", columns)
+	}
+
+	const batches, per = 3, 700
+	base := time.Unix(1_700_000_000, 0).UTC()
+	for k := 0; k < batches; k++ {
+		batch, err := conn.PrepareBatch(ctx, fmt.Sprintf(exporterLikeInsert, database, table))
+		if err != nil {
+			t.Fatalf("PrepareBatch: %v", err)
+		}
+		for i := 0; i < per; i++ {
+			n := k*per + i
+			if err := batch.Append(
+				base.Add(time.Duration(n)*time.Millisecond), fmt.Sprintf("%032x", n), "span", "svc",
+				`{"service":{"name":"svc"},"host":{"name":"h1"}}`,
+				fmt.Sprintf(`{"http":{"status_code":%d},"n":%d}`, 200+n%3, n),
+				[]string{"http.status_code", "n"},
+				uint64(n),
+				[]time.Time{base}, []string{"ev"}, []string{fmt.Sprintf(`{"e":%d}`, n)},
+			); err != nil {
+				t.Fatalf("Append: %v", err)
+			}
+		}
+		if err := batch.Send(); err != nil {
+			t.Fatalf("Send: %v", err)
+		}
+	}
+	var count, sumN, sumEv uint64
+	if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT count(), sum(SpanAttributes.n::UInt64), "+
+		"sum(arraySum(arrayMap(x -> x.e::UInt64, Events.Attributes))) FROM %q.%q", database, table)).
+		Scan(&count, &sumN, &sumEv); err != nil {
+		t.Fatalf("SELECT: %v", err)
+	}
+	want := uint64(batches*per*(batches*per-1)) / 2
+	if count != batches*per || sumN != want || sumEv != want {
+		t.Fatalf("count %d sum(n) %d sum(Events.e) %d; want %d, %d, %d", count, sumN, sumEv, batches*per, want, want)
+	}
+	var asyncInsert string
+	if err := conn.QueryRow(ctx, "SELECT toString(getSetting('async_insert'))").Scan(&asyncInsert); err != nil || asyncInsert != "true" {
+		t.Fatalf("async_insert from the DSN did not reach the server: %q %v", asyncInsert, err)
 	}
 }

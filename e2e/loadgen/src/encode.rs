@@ -103,7 +103,10 @@ struct Json {
 
 impl Json {
     fn with_capacity(n: usize) -> Self {
-        Self { out: String::with_capacity(n), first: Vec::with_capacity(16) }
+        Self {
+            out: String::with_capacity(n),
+            first: Vec::with_capacity(16),
+        }
     }
 
     fn open(&mut self) {
@@ -207,7 +210,11 @@ impl Json {
         if x.is_nan() {
             self.out.push_str("\"NaN\"");
         } else if x.is_infinite() {
-            self.out.push_str(if x > 0.0 { "\"Infinity\"" } else { "\"-Infinity\"" });
+            self.out.push_str(if x > 0.0 {
+                "\"Infinity\""
+            } else {
+                "\"-Infinity\""
+            });
         } else if x == 0.0 || (1e-6..1e21).contains(&x.abs()) {
             let _ = write!(self.out, "{x}");
         } else {
@@ -364,6 +371,11 @@ impl Json {
                 self.array("values", &l.values, Self::key_value);
                 self.close();
             }
+            // Profiles-only string-table index (never in traces); int32, so a number.
+            Some(Value::StringValueStrindex(i)) => {
+                self.field("stringValueStrindex");
+                let _ = write!(self.out, "{i}");
+            }
         }
         self.close();
     }
@@ -391,7 +403,10 @@ mod tests {
     fn proto_round_trips() {
         let req = sample();
         let bytes = encode(&req, Encoding::OtlpProto);
-        assert_eq!(ExportTraceServiceRequest::decode(bytes.as_slice()).unwrap(), req);
+        assert_eq!(
+            ExportTraceServiceRequest::decode(bytes.as_slice()).unwrap(),
+            req
+        );
     }
 
     #[test]
@@ -408,8 +423,14 @@ mod tests {
         assert_eq!(span["traceId"], json!(hex(&first.trace_id)));
         assert_eq!(span["spanId"], json!(hex(&first.span_id)));
         // 64-bit integers as strings, enums and 32-bit integers as numbers.
-        assert_eq!(span["startTimeUnixNano"], json!(first.start_time_unix_nano.to_string()));
-        assert_eq!(span["endTimeUnixNano"], json!(first.end_time_unix_nano.to_string()));
+        assert_eq!(
+            span["startTimeUnixNano"],
+            json!(first.start_time_unix_nano.to_string())
+        );
+        assert_eq!(
+            span["endTimeUnixNano"],
+            json!(first.end_time_unix_nano.to_string())
+        );
         assert_eq!(span["kind"], json!(first.kind));
         assert_eq!(span["flags"], json!(first.flags));
         assert!(span["status"].is_object());
@@ -419,14 +440,19 @@ mod tests {
             .iter()
             .find(|kv| kv["key"] == "loadgen.seq")
             .unwrap();
-        assert!(seq["value"]["intValue"].is_string(), "intValue must be a string: {seq}");
+        assert!(
+            seq["value"]["intValue"].is_string(),
+            "intValue must be a string: {seq}"
+        );
         // camelCase everywhere, no snake_case key anywhere in the document.
         assert!(!text.contains("_unix_nano") && !text.contains("resource_spans"));
         assert!(text.contains("\"scopeSpans\"") && text.contains("\"kvlistValue\""));
         assert!(text.contains("\"bytesValue\"") && text.contains("\"arrayValue\""));
         assert!(text.contains("\"timeUnixNano\""), "events are written");
         // Defaults are left out: no dropped counts are generated, roots have no parent.
-        assert!(!text.contains("droppedAttributesCount") && !text.contains("\"parentSpanId\":\"\""));
+        assert!(
+            !text.contains("droppedAttributesCount") && !text.contains("\"parentSpanId\":\"\"")
+        );
         assert!(!text.contains("\"traceState\":\"\""));
     }
 
@@ -458,23 +484,34 @@ mod tests {
                     "arr",
                     Value::ArrayValue(ArrayValue {
                         values: vec![
-                            AnyValue { value: Some(Value::IntValue(1)) },
+                            AnyValue {
+                                value: Some(Value::IntValue(1)),
+                            },
                             AnyValue { value: None },
                         ],
                     }),
                 ),
                 kv(
                     "kv",
-                    Value::KvlistValue(KeyValueList { values: vec![kv("n", Value::IntValue(7))] }),
+                    Value::KvlistValue(KeyValueList {
+                        values: vec![kv("n", Value::IntValue(7))],
+                    }),
                 ),
             ],
-            status: Some(Status { message: String::new(), code: 2 }),
+            status: Some(Status {
+                message: String::new(),
+                code: 2,
+            }),
             ..Default::default()
         };
         let req = ExportTraceServiceRequest {
             resource_spans: vec![ResourceSpans {
                 resource: None,
-                scope_spans: vec![ScopeSpans { scope: None, spans: vec![span], schema_url: String::new() }],
+                scope_spans: vec![ScopeSpans {
+                    scope: None,
+                    spans: vec![span],
+                    schema_url: String::new(),
+                }],
                 schema_url: String::new(),
             }],
         };

@@ -197,8 +197,9 @@ impl Generator {
     pub fn next_request(&mut self, spans: usize) -> ExportTraceServiceRequest {
         let scopes = self.config.scopes_per_service;
         // Buckets [service][scope]: the request groups spans by resource, then scope.
-        let mut buckets: Vec<Vec<Vec<Span>>> =
-            (0..self.services.len()).map(|_| vec![Vec::new(); scopes]).collect();
+        let mut buckets: Vec<Vec<Vec<Span>>> = (0..self.services.len())
+            .map(|_| vec![Vec::new(); scopes])
+            .collect();
         for _ in 0..spans {
             let (service, span) = self.next_span();
             let scope = self.rng.index(scopes);
@@ -261,10 +262,19 @@ impl Generator {
                 let start = self.next_trace_start;
                 self.next_trace_start += rng.range(NS_PER_MS / 2, 3 * NS_PER_MS / 2);
                 // Roots are mostly at the edge service, like real front doors.
-                let service = if rng.chance(70) { 0 } else { rng.index(n_services) };
+                let service = if rng.chance(70) {
+                    0
+                } else {
+                    rng.index(n_services)
+                };
                 let duration = rng.range(5 * NS_PER_MS, 2_000 * NS_PER_MS);
-                let root =
-                    Node { span_id, start, end: start + duration, service, kind: SpanKind::Server };
+                let root = Node {
+                    span_id,
+                    start,
+                    end: start + duration,
+                    service,
+                    kind: SpanKind::Server,
+                };
                 (root, Vec::new())
             }
             len => {
@@ -297,7 +307,16 @@ impl Generator {
                 // may overhang by 1 ns; durations stay positive).
                 let end = start + 1 + rng.below((parent.end - start).max(1));
                 let end = end.min(parent.end.max(start + 1));
-                (Node { span_id, start, end, service, kind }, parent.span_id.to_vec())
+                (
+                    Node {
+                        span_id,
+                        start,
+                        end,
+                        service,
+                        kind,
+                    },
+                    parent.span_id.to_vec(),
+                )
             }
         };
         self.trace.nodes.push(node);
@@ -346,7 +365,7 @@ impl Generator {
         attributes.push(kv(
             "app.request.context",
             kvlist(vec![
-                kv("user.id", string(&format!("user-{}", rng.below(100_000)))),
+                kv("user.id", string(format!("user-{}", rng.below(100_000)))),
                 kv("tenant.id", int(rng.below(64) as i64)),
                 kv("features", features),
             ]),
@@ -390,9 +409,16 @@ impl Generator {
             links.push(Link {
                 trace_id: trace_id.to_vec(),
                 span_id: span_id.to_vec(),
-                trace_state: if rng.chance(50) { "rojo=00f067aa0ba902b7".into() } else { String::new() },
+                trace_state: if rng.chance(50) {
+                    "rojo=00f067aa0ba902b7".into()
+                } else {
+                    String::new()
+                },
                 attributes: vec![
-                    kv("link.type", string(rng.pick(&["follows_from", "batch", "retry_of"]))),
+                    kv(
+                        "link.type",
+                        string(rng.pick(&["follows_from", "batch", "retry_of"])),
+                    ),
                     kv("link.index", int(i as i64)),
                 ],
                 dropped_attributes_count: 0,
@@ -401,8 +427,14 @@ impl Generator {
         }
 
         let status = match rng.below(100) {
-            0..=87 => Status { message: String::new(), code: StatusCode::Unset as i32 },
-            88..=94 => Status { message: String::new(), code: StatusCode::Ok as i32 },
+            0..=87 => Status {
+                message: String::new(),
+                code: StatusCode::Unset as i32,
+            },
+            88..=94 => Status {
+                message: String::new(),
+                code: StatusCode::Ok as i32,
+            },
             _ => Status {
                 message: format!("upstream timeout after {} ms", rng.range(100, 30_000)),
                 code: StatusCode::Error as i32,
@@ -444,25 +476,37 @@ fn build_service(i: usize, cfg: &GeneratorConfig, rng: &mut SplitMix64) -> Servi
     let mut attributes = vec![
         kv("service.name", string(&name)),
         kv("service.namespace", string("shop")),
-        kv("service.version", string(&format!("1.{}.{}", rng.below(20), rng.below(10)))),
+        kv(
+            "service.version",
+            string(format!("1.{}.{}", rng.below(20), rng.below(10))),
+        ),
         kv("service.instance.id", string(&hex(&instance))),
-        kv("host.name", string(&format!("node-{}.shop.internal", rng.below(32)))),
+        kv(
+            "host.name",
+            string(format!("node-{}.shop.internal", rng.below(32))),
+        ),
         kv("host.arch", string(rng.pick(&["amd64", "arm64"]))),
         kv("os.type", string("linux")),
-        kv("deployment.environment.name", string(rng.pick(&["production", "staging"]))),
+        kv(
+            "deployment.environment.name",
+            string(rng.pick(&["production", "staging"])),
+        ),
         kv("telemetry.sdk.name", string("opentelemetry")),
         kv("telemetry.sdk.language", string(language)),
         kv("telemetry.sdk.version", string("1.38.0")),
         kv("k8s.namespace.name", string("shop")),
-        kv("k8s.pod.name", string(&format!("{name}-{:x}", rng.below(1 << 24)))),
+        kv(
+            "k8s.pod.name",
+            string(format!("{name}-{:x}", rng.below(1 << 24))),
+        ),
         kv("process.pid", int(rng.range(1, 65_535) as i64)),
         kv("service.experimental", boolean(rng.chance(20))),
         kv("host.cpu.quota", double((rng.range(1, 16) as f64) / 4.0)),
         kv(
             "host.ip",
             array(vec![
-                string(&format!("10.0.{}.{}", rng.below(256), rng.below(256))),
-                string(&format!("fd00::{:x}", rng.below(65_536))),
+                string(format!("10.0.{}.{}", rng.below(256), rng.below(256))),
+                string(format!("fd00::{:x}", rng.below(65_536))),
             ]),
         ),
     ];
@@ -480,7 +524,11 @@ fn build_service(i: usize, cfg: &GeneratorConfig, rng: &mut SplitMix64) -> Servi
         })
         .collect();
     Service {
-        resource: Resource { attributes, dropped_attributes_count: 0, entity_refs: Vec::new() },
+        resource: Resource {
+            attributes,
+            dropped_attributes_count: 0,
+            entity_refs: Vec::new(),
+        },
         scopes,
         name_offset: (i * 5) % OPERATIONS.len(),
     }
@@ -506,7 +554,8 @@ fn push_words(rng: &mut SplitMix64, out: &mut String, target: usize) {
         if !out.is_empty() && !out.ends_with('/') {
             out.push(if rng.chance(70) { '-' } else { ' ' });
         }
-        out.push_str(rng.pick(WORDS));
+        let word: &str = rng.pick(WORDS);
+        out.push_str(word);
     }
 }
 
@@ -528,13 +577,17 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 }
 
 fn kv(key: &str, value: AnyValue) -> KeyValue {
-    KeyValue { key: key.to_string(), value: Some(value), ..Default::default() }
+    KeyValue {
+        key: key.to_string(),
+        value: Some(value),
+        ..Default::default()
+    }
 }
 fn any(v: Value) -> AnyValue {
     AnyValue { value: Some(v) }
 }
-fn string(s: &str) -> AnyValue {
-    any(Value::StringValue(s.to_string()))
+fn string(s: impl AsRef<str>) -> AnyValue {
+    any(Value::StringValue(s.as_ref().to_string()))
 }
 fn int(i: i64) -> AnyValue {
     any(Value::IntValue(i))
@@ -613,12 +666,52 @@ const EXCEPTIONS: &[&str] = &[
 /// Vocabulary of free-text values: mostly plain words, plus a few that need escaping in
 /// JSON (quotes, backslash, tab) and non-ASCII text.
 const WORDS: &[&str] = &[
-    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
-    "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo",
-    "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu", "order",
-    "cart", "item", "user", "session", "payment", "retry", "timeout", "cache", "query",
-    "3f9a2c", "0xdeadbeef", "42", "2024-06-01", "\"quoted\"", "back\\slash", "tab\there",
-    "grüße", "日本語", "emoji🚀",
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+    "sierra",
+    "tango",
+    "uniform",
+    "victor",
+    "whiskey",
+    "xray",
+    "yankee",
+    "zulu",
+    "order",
+    "cart",
+    "item",
+    "user",
+    "session",
+    "payment",
+    "retry",
+    "timeout",
+    "cache",
+    "query",
+    "3f9a2c",
+    "0xdeadbeef",
+    "42",
+    "2024-06-01",
+    "\"quoted\"",
+    "back\\slash",
+    "tab\there",
+    "grüße",
+    "日本語",
+    "emoji🚀",
 ];
 
 #[cfg(test)]
@@ -668,8 +761,11 @@ mod tests {
     fn different_seed_or_id_gives_different_ids() {
         let a = Generator::new(config(9)).next_request(10);
         let b = Generator::new(config(10)).next_request(10);
-        let c = Generator::new(GeneratorConfig { generator_id: "other".into(), ..config(9) })
-            .next_request(10);
+        let c = Generator::new(GeneratorConfig {
+            generator_id: "other".into(),
+            ..config(9)
+        })
+        .next_request(10);
         let first = |r: &ExportTraceServiceRequest| spans(r).next().unwrap().trace_id.clone();
         assert_ne!(first(&a), first(&b));
         assert_ne!(first(&a), first(&c));
@@ -706,8 +802,11 @@ mod tests {
         let req = g.next_request(300);
         for span in spans(&req) {
             let mut kinds = HashSet::new();
-            let mut stack: Vec<&AnyValue> =
-                span.attributes.iter().filter_map(|kv| kv.value.as_ref()).collect();
+            let mut stack: Vec<&AnyValue> = span
+                .attributes
+                .iter()
+                .filter_map(|kv| kv.value.as_ref())
+                .collect();
             while let Some(v) = stack.pop() {
                 match v.value.as_ref().expect("no empty values are generated") {
                     Value::StringValue(_) => kinds.insert("string"),
@@ -732,6 +831,7 @@ mod tests {
                         stack.extend(l.values.iter().filter_map(|kv| kv.value.as_ref()));
                         kinds.insert("kvlist")
                     }
+                    Value::StringValueStrindex(_) => panic!("profiles-only value in a span"),
                 };
             }
             assert_eq!(kinds.len(), 8, "span {} has only {kinds:?}", span.name);
@@ -740,7 +840,9 @@ mod tests {
         assert!(spans(&req).any(|s| !s.events.is_empty() && !s.events[0].attributes.is_empty()));
         assert!(spans(&req).any(|s| !s.links.is_empty() && !s.links[0].attributes.is_empty()));
         // All status codes and several kinds.
-        let codes: HashSet<i32> = spans(&req).map(|s| s.status.as_ref().unwrap().code).collect();
+        let codes: HashSet<i32> = spans(&req)
+            .map(|s| s.status.as_ref().unwrap().code)
+            .collect();
         assert_eq!(codes.len(), 3);
         let kinds: HashSet<i32> = spans(&req).map(|s| s.kind).collect();
         assert!(kinds.len() >= 5, "span kinds {kinds:?}");
@@ -753,7 +855,11 @@ mod tests {
         let mut names = HashSet::new();
         for rs in &req.resource_spans {
             let res = rs.resource.as_ref().unwrap();
-            let name = res.attributes.iter().find(|kv| kv.key == "service.name").unwrap();
+            let name = res
+                .attributes
+                .iter()
+                .find(|kv| kv.key == "service.name")
+                .unwrap();
             names.insert(format!("{:?}", name.value));
             assert!(res.attributes.len() >= 17);
             for ss in &rs.scope_spans {
@@ -780,7 +886,10 @@ mod tests {
             let ids: HashMap<&[u8], &Span> =
                 spans.iter().map(|s| (s.span_id.as_slice(), *s)).collect();
             assert_eq!(ids.len(), spans.len(), "span ids unique within a trace");
-            let roots: Vec<_> = spans.iter().filter(|s| s.parent_span_id.is_empty()).collect();
+            let roots: Vec<_> = spans
+                .iter()
+                .filter(|s| s.parent_span_id.is_empty())
+                .collect();
             assert_eq!(roots.len(), 1, "exactly one root");
             for s in spans {
                 assert_eq!(s.span_id.len(), 8);
@@ -793,7 +902,9 @@ mod tests {
                     .unwrap_or_else(|| panic!("parent of {} not in its trace", s.name));
                 assert!(seq_of(p) < seq_of(s), "parent generated first");
                 assert!(p.start_time_unix_nano <= s.start_time_unix_nano);
-                assert!(s.end_time_unix_nano <= p.end_time_unix_nano.max(s.start_time_unix_nano + 1));
+                assert!(
+                    s.end_time_unix_nano <= p.end_time_unix_nano.max(s.start_time_unix_nano + 1)
+                );
             }
             sizes.push(spans.len());
         }
@@ -804,8 +915,16 @@ mod tests {
     #[test]
     fn size_knobs_change_the_payload() {
         use prost::Message;
-        let small = GeneratorConfig { attribute_value_bytes: 8, extra_span_attributes: 0, ..config(1) };
-        let big = GeneratorConfig { attribute_value_bytes: 256, extra_span_attributes: 16, ..config(1) };
+        let small = GeneratorConfig {
+            attribute_value_bytes: 8,
+            extra_span_attributes: 0,
+            ..config(1)
+        };
+        let big = GeneratorConfig {
+            attribute_value_bytes: 256,
+            extra_span_attributes: 16,
+            ..config(1)
+        };
         let s = Generator::new(small).next_request(100).encoded_len();
         let b = Generator::new(big).next_request(100).encoded_len();
         assert!(b > 4 * s, "small {s} B, big {b} B");

@@ -194,11 +194,18 @@ pub enum ProduceError {
         source: KafkaError,
     },
     #[error("cannot create topic {topic}: {code}")]
-    CreateTopic { topic: String, code: RDKafkaErrorCode },
+    CreateTopic {
+        topic: String,
+        code: RDKafkaErrorCode,
+    },
     #[error("topic {0} has no partitions in the broker's metadata")]
     NoPartitions(String),
     #[error("{failed} of {records} records were not delivered; first error: {first}")]
-    Delivery { failed: u64, records: u64, first: String },
+    Delivery {
+        failed: u64,
+        records: u64,
+        first: String,
+    },
     #[error("not all records acknowledged within {0:?}")]
     FlushTimeout(Duration),
     #[error("the producing thread panicked")]
@@ -237,12 +244,16 @@ fn validate(opts: &ProduceOptions) -> Result<(), ProduceError> {
         ));
     }
     if opts.generator.spans_per_record == 0 {
-        return Err(ProduceError::Invalid("spans per record must be at least 1".into()));
+        return Err(ProduceError::Invalid(
+            "spans per record must be at least 1".into(),
+        ));
     }
     if let Some(rate) = opts.rate
         && !(rate.is_finite() && rate > 0.0)
     {
-        return Err(ProduceError::Invalid(format!("rate must be positive, not {rate}")));
+        return Err(ProduceError::Invalid(format!(
+            "rate must be positive, not {rate}"
+        )));
     }
     Ok(())
 }
@@ -304,7 +315,10 @@ impl ProducerContext for Deliveries {
 /// How long to wait for outstanding acknowledgements at the end.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(120);
 
-fn run<F: FnMut(&Progress)>(opts: &ProduceOptions, mut on_progress: F) -> Result<ProduceReport, ProduceError> {
+fn run<F: FnMut(&Progress)>(
+    opts: &ProduceOptions,
+    mut on_progress: F,
+) -> Result<ProduceReport, ProduceError> {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &opts.brokers)
@@ -365,7 +379,13 @@ fn run<F: FnMut(&Progress)>(opts: &ProduceOptions, mut on_progress: F) -> Result
         let now = Instant::now();
         if now >= next_progress {
             next_progress = now + Duration::from_secs(1);
-            on_progress(&Progress { spans, total: opts.spans, records, bytes, elapsed: now - start });
+            on_progress(&Progress {
+                spans,
+                total: opts.spans,
+                records,
+                bytes,
+                elapsed: now - start,
+            });
         }
     }
 
@@ -380,14 +400,24 @@ fn run<F: FnMut(&Progress)>(opts: &ProduceOptions, mut on_progress: F) -> Result
     let failed = ctx.failed.load(Ordering::Relaxed);
     let delivered = ctx.delivered.load(Ordering::Relaxed);
     if failed > 0 || delivered != records {
-        let first = ctx.first_error.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let first = ctx
+            .first_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         return Err(ProduceError::Delivery {
             failed: records - delivered.min(records),
             records,
             first: first.unwrap_or_else(|| format!("{delivered} acknowledged")),
         });
     }
-    on_progress(&Progress { spans, total: opts.spans, records, bytes, elapsed });
+    on_progress(&Progress {
+        spans,
+        total: opts.spans,
+        records,
+        bytes,
+        elapsed,
+    });
     let seconds = elapsed.as_secs_f64();
     Ok(ProduceReport {
         topic: opts.topic.clone(),
@@ -407,7 +437,10 @@ fn run<F: FnMut(&Progress)>(opts: &ProduceOptions, mut on_progress: F) -> Result
 }
 
 /// The topic's partition count, waiting briefly for a just-created topic to appear.
-fn partition_count(producer: &ThreadedProducer<Deliveries>, topic: &str) -> Result<i32, ProduceError> {
+fn partition_count(
+    producer: &ThreadedProducer<Deliveries>,
+    topic: &str,
+) -> Result<i32, ProduceError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let metadata = producer
@@ -454,10 +487,19 @@ mod tests {
 
     #[test]
     fn invalid_options_are_refused_before_any_io() {
-        let bad_rate = ProduceOptions { rate: Some(0.0), ..ProduceOptions::default() };
+        let bad_rate = ProduceOptions {
+            rate: Some(0.0),
+            ..ProduceOptions::default()
+        };
         assert!(matches!(validate(&bad_rate), Err(ProduceError::Invalid(_))));
-        let bad_parts = ProduceOptions { partitions: 0, ..ProduceOptions::default() };
-        assert!(matches!(validate(&bad_parts), Err(ProduceError::Invalid(_))));
+        let bad_parts = ProduceOptions {
+            partitions: 0,
+            ..ProduceOptions::default()
+        };
+        assert!(matches!(
+            validate(&bad_parts),
+            Err(ProduceError::Invalid(_))
+        ));
         assert!(validate(&ProduceOptions::default()).is_ok());
     }
 

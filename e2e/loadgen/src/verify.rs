@@ -13,8 +13,11 @@
 //! `Map(LowCardinality(String), String)` columns are read as `SpanAttributes['loadgen.seq']`;
 //! `JSON` columns as the path `SpanAttributes.loadgen.seq` (a dotted key is a nested path),
 //! whose `Dynamic` value is turned into text first so an `Int64` and a `String` both count.
-//! Database and table names are sent as identifiers, the id and the expected count as
-//! query parameters: nothing user-given is spliced into the SQL text.
+//! Database and table names are bound as identifiers, the id as a string literal and the
+//! expected count as a number, all escaped by the `clickhouse` crate: nothing user-given is
+//! spliced into the SQL text by hand. (Client-side binding rather than server-side
+//! `{name:Type}` parameters: the crate sends those as a multipart body, which the local
+//! stack's ClickHouse-compatible server does not read.)
 
 use std::{fmt, str::FromStr, time::Duration};
 
@@ -168,7 +171,10 @@ pub enum VerifyError {
         source: clickhouse::error::Error,
     },
     #[error("clickhouse query for generator {generator_id:?} timed out after {timeout:?}")]
-    Timeout { generator_id: String, timeout: Duration },
+    Timeout {
+        generator_id: String,
+        timeout: Duration,
+    },
 }
 
 #[derive(Debug, clickhouse::Row, serde::Deserialize)]
@@ -193,21 +199,22 @@ pub async fn verify(opts: &VerifyOptions) -> Result<VerifyReport, VerifyError> {
         client = client.with_password(password);
     }
     let (id_expr, seq_expr) = opts.attributes.accessors();
+    // `?` placeholders, in order: expected, database, table, generator id.
     let sql = format!(
         "SELECT count() AS rows, countIf(seq IS NULL) AS unparsable, \
          uniqExact(seq) AS distinct_seqs, \
-         uniqExactIf(seq, seq < {{expected:UInt64}}) AS found, \
-         countIf(seq >= {{expected:UInt64}}) AS beyond \
-         FROM (SELECT {seq_expr} AS seq FROM ?.? WHERE {id_expr} = {{id:String}})"
+         uniqExactIf(seq, seq < expected) AS found, \
+         countIf(seq >= expected) AS beyond \
+         FROM (SELECT {seq_expr} AS seq, toUInt64(?) AS expected FROM ?.? WHERE {id_expr} = ?)"
     );
     let mut generators = Vec::with_capacity(opts.generators.len());
     for exp in &opts.generators {
         let query = client
             .query(&sql)
+            .bind(exp.expected)
             .bind(Identifier(&opts.database))
             .bind(Identifier(&opts.table))
-            .param("id", &exp.generator_id)
-            .param("expected", exp.expected);
+            .bind(exp.generator_id.as_str());
         let counts = tokio::time::timeout(opts.timeout, query.fetch_one::<Counts>())
             .await
             .map_err(|_| VerifyError::Timeout {
@@ -246,20 +253,44 @@ mod tests {
 
     #[test]
     fn counts_become_missing_duplicated_and_out_of_range() {
-        let exp = Expectation { generator_id: "g".into(), expected: 10 };
+        let exp = Expectation {
+            generator_id: "g".into(),
+            expected: 10,
+        };
         // seqs 0..=7 once, 3 twice more, 12 once, one unparsable row.
-        let c = Counts { rows: 12, unparsable: 1, distinct_seqs: 9, found: 8, beyond: 1 };
+        let c = Counts {
+            rows: 12,
+            unparsable: 1,
+            distinct_seqs: 9,
+            found: 8,
+            beyond: 1,
+        };
         let r = report(&exp, &c);
-        assert_eq!((r.found, r.missing, r.duplicated, r.out_of_range), (8, 2, 2, 2));
+        assert_eq!(
+            (r.found, r.missing, r.duplicated, r.out_of_range),
+            (8, 2, 2, 2)
+        );
         assert!(!r.is_exact());
-        let ok = Counts { rows: 10, unparsable: 0, distinct_seqs: 10, found: 10, beyond: 0 };
+        let ok = Counts {
+            rows: 10,
+            unparsable: 0,
+            distinct_seqs: 10,
+            found: 10,
+            beyond: 0,
+        };
         assert!(report(&exp, &ok).is_exact());
     }
 
     #[test]
     fn attribute_kinds_parse() {
-        assert_eq!("map".parse::<AttributesKind>().unwrap(), AttributesKind::Map);
-        assert_eq!("json".parse::<AttributesKind>().unwrap(), AttributesKind::Json);
+        assert_eq!(
+            "map".parse::<AttributesKind>().unwrap(),
+            AttributesKind::Map
+        );
+        assert_eq!(
+            "json".parse::<AttributesKind>().unwrap(),
+            AttributesKind::Json
+        );
         assert!("Map(String)".parse::<AttributesKind>().is_err());
     }
 }

@@ -171,9 +171,33 @@ pub struct PodFacts<'a> {
     pub now: Timestamp,
 }
 
-/// The full pod status.
-pub fn pod_status(containers: &[ContainerView], facts: &PodFacts<'_>) -> PodStatus {
-    let phase = phase(containers, facts.restart_policy);
+/// Init containers that have not completed successfully yet, by name.
+fn incomplete(init: &[ContainerView]) -> Vec<&str> {
+    init.iter()
+        .filter(|c| !matches!(&c.state, RunState::Terminated(t) if t.exit_code == 0))
+        .map(|c| c.name.as_str())
+        .collect()
+}
+
+/// The full pod status. `init` are the init containers, which run one after the other, each
+/// to completion, before `containers` start.
+pub fn pod_status(
+    containers: &[ContainerView],
+    init: &[ContainerView],
+    facts: &PodFacts<'_>,
+) -> PodStatus {
+    let incomplete = incomplete(init);
+    let initialized = incomplete.is_empty();
+    let init_failed = init.iter().any(
+        |c| matches!(&c.state, RunState::Terminated(t) if t.exit_code != 0),
+    ) && facts.restart_policy == "Never";
+    let phase = if init_failed {
+        PHASE_FAILED
+    } else if !initialized {
+        PHASE_PENDING
+    } else {
+        phase(containers, facts.restart_policy)
+    };
     let unready: Vec<&str> = containers
         .iter()
         .filter(|c| !(c.ready && matches!(c.state, RunState::Running { .. })))
@@ -219,7 +243,19 @@ pub fn pod_status(containers: &[ContainerView], facts: &PodFacts<'_>) -> PodStat
         phase: Some(phase.to_owned()),
         conditions: Some(vec![
             condition("PodReadyToStartContainers", true, None, None),
-            condition("Initialized", true, None, None),
+            if initialized {
+                condition("Initialized", true, None, None)
+            } else {
+                condition(
+                    "Initialized",
+                    false,
+                    Some("ContainersNotInitialized"),
+                    Some(format!(
+                        "containers with incomplete status: [{}]",
+                        incomplete.join(" ")
+                    )),
+                )
+            },
             condition("Ready", ready, reason, message.clone()),
             condition("ContainersReady", ready, reason, message),
             condition("PodScheduled", true, None, None),
@@ -236,6 +272,8 @@ pub fn pod_status(containers: &[ContainerView], facts: &PodFacts<'_>) -> PodStat
         ),
         observed_generation: facts.generation,
         container_statuses: Some(containers.iter().map(ContainerView::to_status).collect()),
+        init_container_statuses: (!init.is_empty())
+            .then(|| init.iter().map(ContainerView::to_status).collect()),
         qos_class: facts.previous.and_then(|p| p.qos_class.clone()),
         ..Default::default()
     }
@@ -335,7 +373,7 @@ mod tests {
 
     #[test]
     fn ready_conditions_name_unready_containers() {
-        let s = pod_status(&[running("a", true), running("b", false)], &facts(None, 5));
+        let s = pod_status(&[running("a", true), running("b", false)], &[], &facts(None, 5));
         let ready = condition(&s, "Ready");
         assert_eq!(ready.status, "False");
         assert_eq!(ready.reason.as_deref(), Some("ContainersNotReady"));
@@ -352,10 +390,10 @@ mod tests {
 
     #[test]
     fn transition_times_only_move_when_a_condition_flips() {
-        let first = pod_status(&[running("a", false)], &facts(None, 5));
-        let same = pod_status(&[running("a", false)], &facts(Some(&first), 9));
+        let first = pod_status(&[running("a", false)], &[], &facts(None, 5));
+        let same = pod_status(&[running("a", false)], &[], &facts(Some(&first), 9));
         assert_eq!(first, same, "nothing changed, so nothing to report");
-        let flipped = pod_status(&[running("a", true)], &facts(Some(&first), 9));
+        let flipped = pod_status(&[running("a", true)], &[], &facts(Some(&first), 9));
         assert_eq!(
             condition(&flipped, "Ready").last_transition_time,
             Some(Time(t(9)))
@@ -364,6 +402,28 @@ mod tests {
             condition(&flipped, "PodScheduled").last_transition_time,
             Some(Time(t(5)))
         );
+    }
+
+    #[test]
+    fn pod_is_pending_and_not_initialized_until_init_containers_succeed() {
+        let waiting = ContainerView::waiting("main", "i", "PodInitializing", None);
+        let running_init = running("migrate", false);
+        let s = pod_status(std::slice::from_ref(&waiting), &[running_init], &facts(None, 1));
+        assert_eq!(s.phase.as_deref(), Some(PHASE_PENDING));
+        let init = condition(&s, "Initialized");
+        assert_eq!(init.status, "False");
+        assert_eq!(init.message.as_deref(), Some("containers with incomplete status: [migrate]"));
+        assert_eq!(s.init_container_statuses.as_ref().map(Vec::len), Some(1));
+
+        let done = pod_status(&[running("main", true)], &[exited("migrate", 0)], &facts(None, 2));
+        assert_eq!(done.phase.as_deref(), Some(PHASE_RUNNING));
+        assert_eq!(condition(&done, "Initialized").status, "True");
+
+        let mut never = facts(None, 3);
+        never.restart_policy = "Never";
+        let failed = pod_status(std::slice::from_ref(&waiting), &[exited("migrate", 1)], &never);
+        assert_eq!(failed.phase.as_deref(), Some(PHASE_FAILED));
+        assert!(pod_status(&[running("main", true)], &[], &facts(None, 4)).init_container_statuses.is_none());
     }
 
     #[test]

@@ -78,6 +78,9 @@ pub struct ContainerRun {
     pub stop: watch::Receiver<Option<Stop>>,
     /// The pod's termination grace period, for liveness-probe kills.
     pub grace: Duration,
+    /// An init container: runs to completion (restarted on failure unless the pod's policy is
+    /// `Never`), and `supervise` returns when it has completed.
+    pub init: bool,
 }
 
 /// How one run of the process ended.
@@ -122,12 +125,18 @@ impl ContainerRun {
     }
 
     pub async fn supervise(mut self) {
-        let policy = self
+        let pod_policy = self
             .pod
             .spec
             .as_ref()
             .and_then(|s| s.restart_policy.clone())
             .unwrap_or_else(|| "Always".into());
+        // Init containers are retried on failure only; success ends them for good.
+        let policy = match (self.init, pod_policy.as_str()) {
+            (true, "Never") => "Never".to_owned(),
+            (true, _) => "OnFailure".to_owned(),
+            (false, _) => pod_policy,
+        };
         let name = self.container.name.clone();
         let mut attempt: u32 = 0;
         loop {
@@ -178,7 +187,9 @@ impl ContainerRun {
                     v.ready = false;
                     v.state = RunState::Terminated(t);
                 });
-                Self::stopped(&mut self.stop).await;
+                if !self.init {
+                    Self::stopped(&mut self.stop).await;
+                }
                 return;
             }
             let ran_for = t

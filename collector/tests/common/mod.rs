@@ -1,0 +1,245 @@
+//! Harness of the collector's end-to-end tests: the real local stack (Kafka, the ClickHouse
+//! engine behind its HTTP interface), the real collector binary as a child process, and
+//! the load generator's spans with their verification.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tracehouse_loadgen::{
+    AttributesKind, Expectation, GeneratorConfig, ProduceOptions, VerifyOptions, VerifyReport,
+};
+
+pub fn var(name: &str) -> String {
+    tracehouse_collector::sink::install_crypto_provider();
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => v,
+        _ => panic!("{name} is not set: run `e2e/stack up && eval \"$(e2e/stack env)\"` (or `e2e/test`)"),
+    }
+}
+
+pub fn unique(prefix: &str) -> String {
+    let n = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("{prefix}_{}_{:x}", std::process::id(), n & 0xffff_ffff_ffff)
+}
+
+/// A free loopback port for the collector's metrics endpoint.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub fn collector_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tracehouse-collector")
+}
+
+/// Create the traces table (all migrations) with the collector's own `schema apply`.
+pub fn create_table(database: &str, table: &str, attributes: &str) {
+    let out = Command::new(collector_bin())
+        .args(["schema", "apply", "--database", database, "--table", table, "--attributes", attributes])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "schema apply failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// One test's world: its topic, group, database and table.
+pub struct World {
+    pub topic: String,
+    pub group: String,
+    pub database: String,
+    pub table: String,
+    pub attributes: &'static str,
+    pub generator: String,
+}
+
+impl World {
+    pub fn new(name: &str, attributes: &'static str) -> Self {
+        let database = unique(&format!("e2e_{name}"));
+        let w = Self {
+            topic: unique(&format!("spans_{name}")),
+            group: unique(&format!("group_{name}")),
+            table: "otel_traces".into(),
+            database,
+            attributes,
+            generator: unique(name),
+        };
+        create_table(&w.database, &w.table, attributes);
+        w
+    }
+
+    /// Produce `spans` spans (100 per record) over `partitions` partitions.
+    pub async fn produce(&self, spans: u64, partitions: i32, seed: u64) {
+        self.produce_as(&self.generator, spans, partitions, seed).await;
+    }
+
+    /// Produce as another generator id (its own seq numbering).
+    pub async fn produce_as(&self, generator_id: &str, spans: u64, partitions: i32, seed: u64) {
+        let opts = ProduceOptions {
+            brokers: var("KAFKA_BROKERS"),
+            topic: self.topic.clone(),
+            partitions,
+            spans,
+            generator: GeneratorConfig {
+                generator_id: generator_id.to_string(),
+                seed,
+                spans_per_record: 100,
+                ..GeneratorConfig::default()
+            },
+            ..ProduceOptions::default()
+        };
+        tracehouse_loadgen::produce(&opts).await.expect("produce");
+    }
+
+    /// Produce raw records (e.g. poison) to a partition.
+    pub async fn produce_raw(&self, partition: i32, payloads: &[Vec<u8>]) {
+        use rdkafka::producer::{FutureProducer, FutureRecord};
+        let producer: FutureProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", var("KAFKA_BROKERS"))
+            .set("message.max.bytes", "33554432")
+            .create()
+            .unwrap();
+        for p in payloads {
+            producer
+                .send(FutureRecord::<(), _>::to(&self.topic).partition(partition).payload(p), Duration::from_secs(30))
+                .await
+                .map_err(|(e, _)| e)
+                .expect("produce raw");
+        }
+    }
+
+    pub async fn verify(&self, expected: u64) -> VerifyReport {
+        self.verify_as(&self.generator, expected).await
+    }
+
+    pub async fn verify_as(&self, generator_id: &str, expected: u64) -> VerifyReport {
+        let opts = VerifyOptions {
+            url: var("CLICKHOUSE_URL"),
+            user: Some(var("CLICKHOUSE_USER")),
+            password: Some(var("CLICKHOUSE_PASSWORD")),
+            database: self.database.clone(),
+            table: self.table.clone(),
+            attributes: if self.attributes == "json" { AttributesKind::Json } else { AttributesKind::Map },
+            generators: vec![Expectation { generator_id: generator_id.to_string(), expected }],
+            timeout: Duration::from_secs(60),
+        };
+        tracehouse_loadgen::verify(&opts).await.expect("verify")
+    }
+
+    pub async fn count_rows(&self) -> u64 {
+        let sql = format!("SELECT count() FROM `{}`.`{}`", self.database, self.table);
+        query(&sql).await.trim().parse().unwrap_or(0)
+    }
+
+    /// Wait until the table holds at least `rows` rows.
+    pub async fn wait_rows(&self, rows: u64, timeout: Duration) -> u64 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let n = self.count_rows().await;
+            if n >= rows || Instant::now() > deadline {
+                return n;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Start the collector on this world's topic.
+    pub fn start_collector(&self, extra: &[&str]) -> Collector {
+        Collector::start(self, extra)
+    }
+}
+
+/// Run a query on the stack's ClickHouse, returning the TSV body.
+pub async fn query(sql: &str) -> String {
+    let resp = reqwest::Client::new()
+        .post(var("CLICKHOUSE_URL"))
+        .header("X-ClickHouse-User", var("CLICKHOUSE_USER"))
+        .header("X-ClickHouse-Key", var("CLICKHOUSE_PASSWORD"))
+        .body(sql.to_string())
+        .send()
+        .await
+        .expect("clickhouse query");
+    let status = resp.status();
+    let text = resp.text().await.unwrap();
+    assert!(status.is_success(), "{sql}: {text}");
+    text
+}
+
+/// The collector binary running as a child process.
+pub struct Collector {
+    pub child: Child,
+    pub metrics_port: u16,
+    pub log: PathBuf,
+}
+
+impl Collector {
+    pub fn start(w: &World, extra: &[&str]) -> Self {
+        let port = free_port();
+        let log = std::env::temp_dir().join(format!("{}-collector-{port}.log", w.generator));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(collector_bin())
+            .args(["run", "--topic", &w.topic, "--group-id", &w.group])
+            .args(["--database", &w.database, "--table", &w.table, "--attributes", w.attributes])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .args(extra)
+            .env("RUST_LOG", "info,librdkafka=warn")
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("start collector");
+        Self { child, metrics_port: port, log }
+    }
+
+    pub async fn metrics(&self) -> String {
+        match reqwest::get(format!("http://127.0.0.1:{}/metrics", self.metrics_port)).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// Sum of a metric's samples whose line starts with `prefix` (name plus optional labels).
+    pub async fn metric_sum(&self, prefix: &str) -> f64 {
+        sum_metric(&self.metrics().await, prefix)
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn sigterm(&self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+    }
+
+    /// Wait for the process to exit; returns how long it took, or None past the timeout.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<(Duration, std::process::ExitStatus)> {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some((start.elapsed(), status));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn sum_metric(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

@@ -1,0 +1,122 @@
+//! End-to-end delivery on the real stack: spans from Kafka reach ClickHouse exactly once —
+//! across crashes, poison records and graceful shutdowns.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// Small batches make many inserts in flight, so a crash lands mid-stream.
+const SMALL_BATCHES: &[&str] = &["--config", "tests/small-batches.yaml"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_spans_become_exactly_n_rows() {
+    let w = World::new("exact", "map");
+    w.produce(20_000, 4, 1).await;
+    let c = w.start_collector(&[]);
+    let rows = w.wait_rows(20_000, Duration::from_secs(120)).await;
+    assert_eq!(rows, 20_000, "collector log:\n{}", c.log_tail());
+    let report = w.verify(20_000).await;
+    assert!(report.is_exact(), "{report:?}");
+
+    // Everything was acknowledged, so the lag falls to zero and commits happened.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = c.metrics().await;
+        let lag = sum_metric(&m, "tracehouse_consumer_lag_records");
+        if lag == 0.0 && sum_metric(&m, "tracehouse_rows_inserted_total") == 20_000.0 {
+            assert!(sum_metric(&m, "tracehouse_commits_total") > 0.0);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "lag stays at {lag}:\n{m}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_attributes_table_gets_exactly_n_rows() {
+    let w = World::new("exact_json", "json");
+    w.produce(5_000, 2, 2).await;
+    let c = w.start_collector(&[]);
+    let rows = w.wait_rows(5_000, Duration::from_secs(120)).await;
+    assert_eq!(rows, 5_000, "collector log:\n{}", c.log_tail());
+    let report = w.verify(5_000).await;
+    assert!(report.is_exact(), "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_stream_then_restart_loses_and_duplicates_nothing() {
+    let w = World::new("kill9", "map");
+    w.produce(60_000, 4, 3).await;
+    let mut c = w.start_collector(SMALL_BATCHES);
+    let seen = w.wait_rows(5_000, Duration::from_secs(120)).await;
+    c.kill9();
+    assert!(seen > 0 && seen < 60_000, "the crash must land mid-stream (rows at kill: {seen})");
+
+    let c = w.start_collector(SMALL_BATCHES);
+    let rows = w.wait_rows(60_000, Duration::from_secs(180)).await;
+    // Give any straggling duplicate the time to show up before judging.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let report = w.verify(60_000).await;
+    assert!(report.is_exact(), "{report:?} (rows {rows})\ncollector log:\n{}", c.log_tail());
+    assert_eq!(w.count_rows().await, 60_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_records_are_skipped_counted_and_dead_lettered() {
+    let w = World::new("poison", "map");
+    let dlq = format!("{}_dlq", w.topic);
+    w.produce(3_000, 2, 4).await;
+    // Garbage, truncated protobuf, an empty record and an oversized one, among good data.
+    let oversized = vec![0x0a; 2 << 20];
+    w.produce_raw(0, &[b"\xff\xff\xff not protobuf".to_vec(), vec![0x0a, 0xff, 0x01], vec![], oversized])
+        .await;
+    let second = format!("{}_after", w.generator);
+    w.produce_as(&second, 2_000, 2, 5).await;
+    let c = w.start_collector(&["--dead-letter-topic", &dlq, "--config", "tests/poison.yaml"]);
+    let rows = w.wait_rows(5_000, Duration::from_secs(120)).await;
+    assert_eq!(rows, 5_000, "every good row lands; log:\n{}", c.log_tail());
+    let (before, after) = (w.verify(3_000).await, w.verify_as(&second, 2_000).await);
+    assert!(before.is_exact() && after.is_exact(), "{before:?} {after:?}");
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = c.metrics().await;
+        let decode = sum_metric(&m, "tracehouse_records_skipped_total{reason=\"decode_error\"}");
+        let oversized = sum_metric(&m, "tracehouse_records_skipped_total{reason=\"oversized\"}");
+        let empty = sum_metric(&m, "tracehouse_records_skipped_total{reason=\"empty\"}");
+        let lag = sum_metric(&m, "tracehouse_consumer_lag_records");
+        let dead = sum_metric(&m, "tracehouse_records_dead_lettered_total");
+        if decode == 2.0 && oversized == 1.0 && empty == 1.0 && dead == 3.0 && lag == 0.0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "decode {decode} oversized {oversized} empty {empty} dead-lettered {dead} lag {lag}\n{}",
+            c.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_under_load_exits_within_the_deadline_and_resumes_without_loss() {
+    let w = World::new("sigterm", "map");
+    w.produce(40_000, 4, 6).await;
+    let mut c = w.start_collector(&["--config", "tests/small-batches.yaml", "--shutdown-deadline-ms", "8000"]);
+    let seen = w.wait_rows(3_000, Duration::from_secs(120)).await;
+    assert!(seen < 40_000, "SIGTERM must land under load (rows: {seen})");
+    c.sigterm();
+    let (took, status) = c.wait_exit(Duration::from_secs(12)).expect("collector exits after SIGTERM");
+    assert!(status.success(), "exit status {status}\n{}", c.log_tail());
+    assert!(took <= Duration::from_secs(9), "took {took:?}");
+    let log = std::fs::read_to_string(&c.log).unwrap();
+    assert!(log.contains("SIGTERM received"), "{log}");
+
+    let c = w.start_collector(SMALL_BATCHES);
+    w.wait_rows(40_000, Duration::from_secs(180)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let report = w.verify(40_000).await;
+    assert!(report.is_exact(), "{report:?}\n{}", c.log_tail());
+}

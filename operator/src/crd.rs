@@ -1,0 +1,778 @@
+//! The `TracePipeline` custom resource (`tracehouse.dev/v1alpha1`): what a user writes, and
+//! the status the operator reports back.
+//!
+//! The CRD YAML in `crds/` is generated from these types (`operator/gen-crds`); doc comments
+//! become the descriptions `kubectl explain` shows. Validation lives here too, so the API
+//! server refuses a bad spec before the operator ever sees it: OpenAPI bounds and patterns for
+//! single fields, CEL rules (`x-kubernetes-validations`) for relations between fields, each with
+//! a message naming the field. Secrets are only ever referenced, never written inline.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, ValidationRule,
+};
+use kube::{CustomResource, CustomResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tracehouse_collector::config::{BatchConfig, ClickHouseConfig, LimitsConfig};
+
+/// API group of the CRD.
+pub const GROUP: &str = "tracehouse.dev";
+/// Condition types the operator maintains in `status.conditions`.
+pub mod condition {
+    /// Everything below is true and the pipeline is not paused.
+    pub const READY: &str = "Ready";
+    /// Every schema migration is recorded in ClickHouse.
+    pub const SCHEMA_READY: &str = "SchemaReady";
+    /// The brokers answered and every topic exists.
+    pub const KAFKA_REACHABLE: &str = "KafkaReachable";
+    /// The gateway Deployment has its desired replicas updated and ready.
+    pub const GATEWAY_AVAILABLE: &str = "GatewayAvailable";
+}
+
+/// What the pipeline consumes, where it writes, and how its gateway of collectors runs.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "tracehouse.dev",
+    version = "v1alpha1",
+    kind = "TracePipeline",
+    plural = "tracepipelines",
+    shortname = "tp",
+    category = "tracehouse",
+    namespaced,
+    status = "TracePipelineStatus",
+    derive = "PartialEq",
+    doc = "A pipeline that moves OpenTelemetry spans from Kafka into ClickHouse: the operator applies the traces table's schema migrations, then runs a gateway of tracehouse collectors sized to the topics' partitions.",
+    // `kubectl scale tp`, an HPA or KEDA set the replica floor; partitions still cap it.
+    scale(
+        spec_replicas_path = ".spec.replicas.min",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(
+        name = "Partitions",
+        type_ = "integer",
+        json_path = ".status.partitions",
+        description = "Partitions of the consumed topics"
+    ),
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        json_path = ".status.desiredReplicas",
+        description = "Desired gateway replicas"
+    ),
+    printcolumn(
+        name = "Available",
+        type_ = "integer",
+        json_path = ".status.readyReplicas",
+        description = "Ready gateway replicas"
+    ),
+    printcolumn(
+        name = "Schema",
+        type_ = "integer",
+        json_path = ".status.schemaVersion",
+        description = "Applied schema migration version"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        priority = 1,
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TracePipelineSpec {
+    /// Freeze the pipeline: while true the operator changes nothing (no migrations, no
+    /// scaling, no rollouts); the running collectors keep running as they are.
+    #[serde(default)]
+    pub paused: bool,
+    /// Where the spans come from.
+    pub kafka: KafkaSpec,
+    /// Where the spans go.
+    pub clickhouse: ClickHouseSpec,
+    /// The gateway collector pods.
+    #[serde(default)]
+    pub collector: CollectorSpec,
+    /// How many gateway replicas run.
+    #[serde(default)]
+    pub replicas: ReplicasSpec,
+}
+
+/// The Kafka side: brokers, topics, consumer group and record encoding.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.deadLetterTopic) || !(self.deadLetterTopic in self.topics)",
+        "message": "spec.kafka.deadLetterTopic must differ from every topic in spec.kafka.topics",
+        "fieldPath": ".deadLetterTopic"
+    }
+]))]
+pub struct KafkaSpec {
+    /// Bootstrap servers, `host:port[,host:port…]`.
+    #[schemars(regex(pattern = r"^[^,\s]+:[0-9]{1,5}(,[^,\s]+:[0-9]{1,5})*$"))]
+    pub bootstrap_servers: String,
+    /// Topics to consume; their partitions, summed, size the gateway.
+    #[serde(default = "default_topics")]
+    #[schemars(
+        length(min = 1, max = 64),
+        inner(length(min = 1, max = 249), regex(pattern = r"^[a-zA-Z0-9._-]{1,249}$"))
+    )]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "set",
+        "x-kubernetes-validations" = [{
+            "rule": "self.all(t, t != '.' && t != '..')",
+            "message": "spec.kafka.topics: '.' and '..' are not valid topic names"
+        }]
+    ))]
+    pub topics: Vec<String>,
+    /// Consumer group of the gateway. Default: `tracehouse.<namespace>.<name>`, so two
+    /// pipelines never share offsets by accident.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 249))]
+    pub consumer_group: Option<String>,
+    /// Record encoding, as the OpenTelemetry Collector's kafka exporter names it:
+    /// `otlp_proto` (default) or `otlp_json`.
+    #[serde(default)]
+    pub encoding: Encoding,
+    /// Undecodable or oversized records are copied here before being skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-zA-Z0-9._-]{1,249}$"))]
+    pub dead_letter_topic: Option<String>,
+    /// Extra librdkafka properties (e.g. `fetch.max.bytes`). Connection, group and commit
+    /// settings are managed by the operator, and secrets go through `tls`/`sasl`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 128, "x-kubernetes-validations" = [{
+        "rule": "self.all(k, !(k in ['group.id', 'bootstrap.servers', 'enable.auto.commit', 'enable.auto.offset.store', 'security.protocol']) && !k.startsWith('sasl.') && !k.startsWith('ssl.'))",
+        "message": "spec.kafka.properties must not set group.id, bootstrap.servers, enable.auto.commit, enable.auto.offset.store, security.protocol, sasl.* or ssl.*: use spec.kafka.consumerGroup, spec.kafka.bootstrapServers, spec.kafka.tls and spec.kafka.sasl"
+    }]))]
+    pub properties: BTreeMap<String, String>,
+    /// TLS to the brokers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<KafkaTls>,
+    /// SASL authentication to the brokers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sasl: Option<KafkaSasl>,
+}
+
+fn default_topics() -> Vec<String> {
+    vec!["otlp_spans".to_owned()]
+}
+
+/// Record encoding on the topics.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoding {
+    #[default]
+    OtlpProto,
+    OtlpJson,
+}
+
+/// TLS to the brokers. Certificates come from Secrets mounted into the collector pods.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaTls {
+    /// CA bundle that signs the brokers' certificates (default: the system roots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<SecretKeyRef>,
+    /// A `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`) for mutual TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub client_cert_secret_name: Option<String>,
+    /// Skip verifying the brokers' certificates. Only for testing.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+}
+
+/// SASL authentication to the brokers.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaSasl {
+    /// `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`.
+    pub mechanism: SaslMechanism,
+    /// The Secret holding the user name and password.
+    pub credentials: CredentialsSecretRef,
+}
+
+/// SASL mechanism.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum SaslMechanism {
+    #[serde(rename = "PLAIN")]
+    Plain,
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    /// librdkafka's `sasl.mechanism` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Plain => "PLAIN",
+            Self::ScramSha256 => "SCRAM-SHA-256",
+            Self::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
+/// One key of a Secret in the pipeline's namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Secret name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key in the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// A Secret in the pipeline's namespace with a user name and a password.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialsSecretRef {
+    /// Secret name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key holding the user name.
+    #[serde(default = "default_username_key")]
+    #[schemars(length(min = 1, max = 253))]
+    pub username_key: String,
+    /// Key holding the password.
+    #[serde(default = "default_password_key")]
+    #[schemars(length(min = 1, max = 253))]
+    pub password_key: String,
+}
+
+fn default_username_key() -> String {
+    "username".to_owned()
+}
+
+fn default_password_key() -> String {
+    "password".to_owned()
+}
+
+/// The ClickHouse side: endpoint, traces table and how it is shaped.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.schema == oldSelf.schema || self.table != oldSelf.table || self.database != oldSelf.database",
+    "message": "spec.clickhouse.schema can only change together with spec.clickhouse.table or spec.clickhouse.database: applied migrations are never edited",
+    "fieldPath": ".schema"
+}]))]
+pub struct ClickHouseSpec {
+    /// HTTP(S) endpoint of ClickHouse, e.g. `http://clickhouse.db:8123`.
+    #[schemars(length(min = 1, max = 2048))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self.startsWith('http://') || self.startsWith('https://')",
+        "message": "spec.clickhouse.endpoint must start with http:// or https://"
+    }]))]
+    pub endpoint: String,
+    /// Database of the traces table (created if missing).
+    #[serde(default = "default_database")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_]{1,64}$"))]
+    pub database: String,
+    /// Traces table. The lookup table and view are named after it (`<table>_trace_id_ts`,
+    /// `<table>_trace_id_ts_mv`), hence the shorter limit.
+    #[serde(default = "default_table")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_]{1,49}$"))]
+    pub table: String,
+    /// The Secret with the ClickHouse user name and password (default: user `default`, no
+    /// password).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<CredentialsSecretRef>,
+    /// Shape of the traces table. Fixed once applied: change it only together with a new
+    /// table or database.
+    #[serde(default)]
+    pub schema: SchemaSpec,
+    /// Input format of inserts: `auto` (default, the measured best), `native` or
+    /// `row_binary`.
+    #[serde(default)]
+    pub insert_format: InsertFormat,
+}
+
+fn default_database() -> String {
+    tracehouse_schema::model::DEFAULT_DATABASE.to_owned()
+}
+
+fn default_table() -> String {
+    tracehouse_schema::model::DEFAULT_TABLE.to_owned()
+}
+
+/// Input format of inserts.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InsertFormat {
+    #[default]
+    Auto,
+    Native,
+    RowBinary,
+}
+
+/// Shape of the traces table, as the schema migrations render it.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.engine != 'ReplicatedMergeTree' || has(self.cluster)",
+    "message": "spec.clickhouse.schema.cluster is required when spec.clickhouse.schema.engine is ReplicatedMergeTree",
+    "fieldPath": ".cluster"
+}]))]
+pub struct SchemaSpec {
+    /// Attribute columns: `map` (`Map(LowCardinality(String), String)`, the OpenTelemetry
+    /// exporter's default) or `json`.
+    #[serde(default)]
+    pub attributes: Attributes,
+    /// `json` attributes only: add the sorted attribute-key columns newer exporters have.
+    #[serde(default = "default_true")]
+    pub attribute_keys_columns: bool,
+    /// Table engine: `MergeTree` (default), `ReplicatedMergeTree` (every statement runs
+    /// `ON CLUSTER`; needs `cluster`) or `Null` (stores nothing; for benchmarks).
+    #[serde(default)]
+    pub engine: EngineKind,
+    /// Cluster of `ReplicatedMergeTree` tables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]{1,64}$"))]
+    pub cluster: Option<String>,
+    /// Retention: days (`30`) or a duration (`30d`, `72h`, `90m`, `3600s`). Default: keep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]{1,9}[dhms]?$"))]
+    pub ttl: Option<String>,
+    /// How many recent insert blocks MergeTree remembers so a retried insert is not
+    /// stored twice (0 disables deduplication).
+    #[serde(default = "default_dedup_window")]
+    #[schemars(range(min = 0, max = 1_000_000))]
+    pub dedup_window: i64,
+}
+
+impl Default for SchemaSpec {
+    fn default() -> Self {
+        Self {
+            attributes: Attributes::default(),
+            attribute_keys_columns: true,
+            engine: EngineKind::default(),
+            cluster: None,
+            ttl: None,
+            dedup_window: default_dedup_window(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_dedup_window() -> i64 {
+    i64::try_from(tracehouse_schema::model::DEFAULT_DEDUP_WINDOW).unwrap_or(1000)
+}
+
+/// Attribute column type.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Attributes {
+    #[default]
+    Map,
+    Json,
+}
+
+/// Table engine.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum EngineKind {
+    #[default]
+    MergeTree,
+    ReplicatedMergeTree,
+    Null,
+}
+
+/// The gateway collector pods.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.maxInflightBytes >= self.batch.maxBytes + self.maxRecordBytes",
+    "message": "spec.collector.maxInflightBytes must be at least spec.collector.batch.maxBytes + spec.collector.maxRecordBytes (one full batch plus one record)",
+    "fieldPath": ".maxInflightBytes"
+}]))]
+pub struct CollectorSpec {
+    /// Collector image. Default: `tracehouse/collector:<operator version>`, so upgrading the
+    /// operator upgrades the collectors it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub image: Option<String>,
+    /// `Always`, `IfNotPresent` or `Never` (default: Kubernetes' rule for the tag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<PullPolicy>,
+    /// CPU and memory of each collector. Default: requests 500m CPU and 512Mi, limit 1Gi
+    /// memory; keep the memory limit well above `maxInflightBytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// When a batch is closed and inserted.
+    #[serde(default)]
+    pub batch: BatchSpec,
+    /// Record bytes one collector holds (batching, encoding, inserting) before it pauses
+    /// its partitions: the in-flight budget that bounds its memory.
+    #[serde(default = "default_max_inflight_bytes")]
+    #[schemars(range(min = 1, max = MAX_BYTES))]
+    pub max_inflight_bytes: i64,
+    /// Larger records are skipped as oversized (and dead-lettered when configured).
+    #[serde(default = "default_max_record_bytes")]
+    #[schemars(range(min = 1, max = MAX_BYTES))]
+    pub max_record_bytes: i64,
+    /// Inserts one collector runs at once.
+    #[serde(default = "default_max_inflight_inserts")]
+    #[schemars(range(min = 1, max = 256))]
+    pub max_inflight_inserts: i32,
+    /// Log filter of the collector (`RUST_LOG` syntax), e.g. `info` or `debug`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub log_level: Option<String>,
+    /// Extra environment variables of the collector container; later entries win over the
+    /// operator's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+}
+
+impl Default for CollectorSpec {
+    fn default() -> Self {
+        Self {
+            image: None,
+            image_pull_policy: None,
+            resources: None,
+            batch: BatchSpec::default(),
+            max_inflight_bytes: default_max_inflight_bytes(),
+            max_record_bytes: default_max_record_bytes(),
+            max_inflight_inserts: default_max_inflight_inserts(),
+            log_level: None,
+            env: Vec::new(),
+        }
+    }
+}
+
+/// Upper bound of every byte size in the spec (64 GiB): keeps the CEL sums far from overflow.
+const MAX_BYTES: i64 = 64 << 30;
+
+/// The collector image this operator release runs by default.
+pub fn default_image() -> String {
+    format!("tracehouse/collector:{}", env!("CARGO_PKG_VERSION"))
+}
+
+fn to_i64(v: usize) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn default_max_inflight_bytes() -> i64 {
+    to_i64(LimitsConfig::default().max_inflight_bytes)
+}
+
+fn default_max_record_bytes() -> i64 {
+    to_i64(LimitsConfig::default().max_record_bytes)
+}
+
+fn default_max_inflight_inserts() -> i32 {
+    i32::try_from(ClickHouseConfig::default().max_inflight_inserts).unwrap_or(4)
+}
+
+/// Image pull policy.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum PullPolicy {
+    Always,
+    IfNotPresent,
+    Never,
+}
+
+impl PullPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Always => "Always",
+            Self::IfNotPresent => "IfNotPresent",
+            Self::Never => "Never",
+        }
+    }
+}
+
+/// When a batch is closed: whichever limit is reached first.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchSpec {
+    /// Close a batch when its records' payloads reach this many bytes.
+    #[serde(default = "default_batch_max_bytes")]
+    #[schemars(range(min = 1, max = MAX_BYTES))]
+    pub max_bytes: i64,
+    /// … or when it holds this many records.
+    #[serde(default = "default_batch_max_records")]
+    #[schemars(range(min = 1, max = 100_000_000))]
+    pub max_records: i64,
+    /// … or when its oldest record has waited this many milliseconds.
+    #[serde(default = "default_batch_linger_ms")]
+    #[schemars(range(min = 0, max = 600_000))]
+    pub linger_ms: i64,
+}
+
+impl Default for BatchSpec {
+    fn default() -> Self {
+        Self {
+            max_bytes: default_batch_max_bytes(),
+            max_records: default_batch_max_records(),
+            linger_ms: default_batch_linger_ms(),
+        }
+    }
+}
+
+fn default_batch_max_bytes() -> i64 {
+    to_i64(BatchConfig::default().max_bytes)
+}
+
+fn default_batch_max_records() -> i64 {
+    to_i64(BatchConfig::default().max_records)
+}
+
+fn default_batch_linger_ms() -> i64 {
+    i64::try_from(BatchConfig::default().linger_ms).unwrap_or(2_000)
+}
+
+/// Gateway size: `ceil(partitions / partitionsPerReplica)`, clamped to `[min, max]`, and
+/// never more replicas than partitions (an extra consumer would sit idle).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.max >= self.min",
+    "message": "spec.replicas.max must be greater than or equal to spec.replicas.min",
+    "fieldPath": ".max"
+}]))]
+pub struct ReplicasSpec {
+    /// Partitions each collector consumes.
+    #[serde(default = "default_partitions_per_replica")]
+    #[schemars(range(min = 1, max = 10_000))]
+    pub partitions_per_replica: i32,
+    /// Fewest replicas (still capped by the partition count). This is the field the scale
+    /// subresource writes: `kubectl scale tp`, an HPA or KEDA raise or lower the floor.
+    #[serde(default = "default_min_replicas")]
+    #[schemars(range(min = 1, max = 10_000))]
+    pub min: i32,
+    /// Most replicas.
+    #[serde(default = "default_max_replicas")]
+    #[schemars(range(min = 1, max = 10_000))]
+    pub max: i32,
+}
+
+impl Default for ReplicasSpec {
+    fn default() -> Self {
+        Self {
+            partitions_per_replica: default_partitions_per_replica(),
+            min: default_min_replicas(),
+            max: default_max_replicas(),
+        }
+    }
+}
+
+fn default_partitions_per_replica() -> i32 {
+    4
+}
+
+fn default_min_replicas() -> i32 {
+    1
+}
+
+fn default_max_replicas() -> i32 {
+    10
+}
+
+/// What the operator observed and did, as of `observedGeneration`.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TracePipelineStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `SchemaReady`, `KafkaReachable` and `GatewayAvailable`, with reasons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Partitions of the consumed topics, summed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<i32>,
+    /// Replicas the gateway should run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_replicas: Option<i32>,
+    /// Gateway pods that exist (the scale subresource's current replicas).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// Gateway pods that are ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// Label selector of the gateway pods (for the scale subresource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// Latest schema migration recorded for the traces table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_version: Option<i64>,
+    /// Hash of the collector configuration the gateway runs; changes roll the pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_hash: Option<String>,
+    /// The last reconcile error, cleared by the next success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+impl CollectorSpec {
+    /// The image to run: the spec's, or this operator release's collector.
+    pub fn image(&self) -> String {
+        self.image.clone().unwrap_or_else(default_image)
+    }
+}
+
+impl TracePipeline {
+    /// The consumer group: the spec's, or `tracehouse.<namespace>.<name>`.
+    pub fn consumer_group(&self) -> String {
+        self.spec.kafka.consumer_group.clone().unwrap_or_else(|| {
+            format!(
+                "tracehouse.{}.{}",
+                self.metadata.namespace.as_deref().unwrap_or("default"),
+                self.metadata.name.as_deref().unwrap_or("")
+            )
+        })
+    }
+}
+
+/// Header of the generated CRD file.
+pub const GENERATED_HEADER: &str = "# Generated from operator/src/crd.rs by `operator/gen-crds` — do not edit.\n";
+
+/// Longest pipeline name: the gateway's objects are named `<name>-collector[-metrics]`,
+/// and a Service name is a DNS-1035 label of at most 63 characters.
+pub const MAX_NAME_LEN: usize = 40;
+
+/// The CustomResourceDefinition, with the rules on `metadata.name` that the derive cannot
+/// express (a root-level CEL rule).
+pub fn crd() -> CustomResourceDefinition {
+    let mut crd = TracePipeline::crd();
+    for version in &mut crd.spec.versions {
+        let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        else {
+            continue;
+        };
+        schema
+            .x_kubernetes_validations
+            .get_or_insert_with(Vec::new)
+            .push(ValidationRule {
+                rule: format!(
+                    "self.metadata.name.size() <= {MAX_NAME_LEN} && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"
+                ),
+                message: Some(format!(
+                    "metadata.name must be a DNS-1035 label ([a-z]([-a-z0-9]*[a-z0-9])?) of at most {MAX_NAME_LEN} characters: the gateway's Deployment and Service are named after it"
+                )),
+                ..Default::default()
+            });
+    }
+    crd
+}
+
+/// The CRD as committed in `crds/tracepipelines.yaml`.
+pub fn crd_yaml() -> String {
+    let body = serde_yaml::to_string(&crd()).expect("a CRD always serializes");
+    format!("{GENERATED_HEADER}{body}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crd_has_the_names_subresources_and_columns_users_rely_on() {
+        let crd = crd();
+        assert_eq!(crd.spec.group, GROUP);
+        assert_eq!(crd.spec.names.short_names.as_deref(), Some(&["tp".to_owned()][..]));
+        assert_eq!(crd.spec.scope, "Namespaced");
+        let v = &crd.spec.versions[0];
+        assert_eq!(v.name, "v1alpha1");
+        let sub = v.subresources.as_ref().unwrap();
+        assert!(sub.status.is_some());
+        let scale = sub.scale.as_ref().unwrap();
+        assert_eq!(scale.spec_replicas_path, ".spec.replicas.min");
+        assert_eq!(scale.status_replicas_path, ".status.replicas");
+        let columns: Vec<&str> = v
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        for c in ["Partitions", "Replicas", "Schema", "Ready", "Age"] {
+            assert!(columns.contains(&c), "{c} missing from {columns:?}");
+        }
+    }
+
+    #[test]
+    fn every_cel_rule_message_names_a_spec_field() {
+        let crd = serde_json::to_value(crd()).unwrap();
+        let mut rules = Vec::new();
+        collect_rules(&crd, &mut rules);
+        assert!(rules.len() >= 6, "{rules:?}");
+        for (rule, message) in rules {
+            assert!(
+                message.starts_with("spec.") || message.starts_with("metadata.name"),
+                "{rule}: {message}"
+            );
+        }
+    }
+
+    fn collect_rules(v: &serde_json::Value, out: &mut Vec<(String, String)>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let Some(serde_json::Value::Array(rules)) = m.get("x-kubernetes-validations") {
+                    for r in rules {
+                        out.push((
+                            r["rule"].as_str().unwrap_or_default().to_owned(),
+                            r["message"].as_str().unwrap_or_default().to_owned(),
+                        ));
+                    }
+                }
+                m.values().for_each(|v| collect_rules(v, out));
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| collect_rules(v, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn a_minimal_spec_gets_every_default() {
+        let tp: TracePipelineSpec = serde_json::from_value(serde_json::json!({
+            "kafka": { "bootstrapServers": "k:9092" },
+            "clickhouse": { "endpoint": "http://ch:8123" }
+        }))
+        .unwrap();
+        assert_eq!(tp.kafka.topics, ["otlp_spans"]);
+        assert_eq!(tp.clickhouse.database, "otel");
+        assert_eq!(tp.clickhouse.table, "otel_traces");
+        assert_eq!(tp.replicas, ReplicasSpec::default());
+        assert_eq!(tp.collector, CollectorSpec::default());
+        assert!(!tp.paused);
+    }
+}
+
+#[cfg(test)]
+mod generated {
+    /// The committed CRD is what the types generate (like `operator/gen-crds --check`).
+    #[test]
+    fn committed_crd_yaml_is_up_to_date() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds/tracepipelines.yaml");
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == super::crd_yaml(),
+            "crds/tracepipelines.yaml is stale: run `operator/gen-crds` and commit"
+        );
+    }
+}

@@ -1,0 +1,129 @@
+//! The reconciler's errors: one variant per thing an operator of the operator acts on
+//! differently, each with a low-cardinality metric label and a CamelCase condition reason.
+
+use crate::builders::BuildError;
+use crate::kafka::KafkaError;
+use crate::secrets::SecretError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The spec cannot be turned into a gateway (the CRD validation is the first line).
+    #[error(transparent)]
+    InvalidSpec(#[from] BuildError),
+
+    /// A Secret the spec references is missing or lacks a key.
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+
+    /// The brokers did not answer, or a topic does not exist.
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
+
+    /// ClickHouse refused or could not run the schema migrations.
+    #[error("schema of {target}: {source}")]
+    Schema {
+        target: String,
+        #[source]
+        source: tracehouse_schema::Error,
+    },
+
+    /// The schema step outlived its deadline.
+    #[error("schema of {target}: no answer from ClickHouse within {seconds}s")]
+    SchemaTimeout { target: String, seconds: u64 },
+
+    /// A call to the Kubernetes API failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+
+    /// An object could not be serialized for the API (a bug, not a user error).
+    #[error("cannot serialize {what}: {source}")]
+    Serialize {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// Adding or removing the finalizer failed.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+impl Error {
+    /// Label of `tracehouse_operator_reconcile_errors_total{kind}`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec(_) => "invalid_spec",
+            Self::Secret(_) => "secret",
+            Self::Kafka(KafkaError::TopicNotFound { .. }) => "kafka_topic_not_found",
+            Self::Kafka(_) => "kafka",
+            Self::Schema { .. } | Self::SchemaTimeout { .. } => "schema",
+            Self::Kube(_) => "kube_api",
+            Self::Serialize { .. } => "serialize",
+            Self::Finalizer(e) => match e.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(inner)
+                | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner.metric_label(),
+                _ => "finalizer",
+            },
+        }
+    }
+
+    /// The CamelCase reason this error puts on the status conditions.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec(_) => "InvalidSpec",
+            Self::Secret(SecretError::NotFound { .. }) => "SecretNotFound",
+            Self::Secret(_) => "SecretInvalid",
+            Self::Kafka(KafkaError::TopicNotFound { .. }) => "TopicNotFound",
+            Self::Kafka(_) => "KafkaUnreachable",
+            Self::Schema { source, .. } => match source {
+                tracehouse_schema::Error::ChecksumMismatch { .. }
+                | tracehouse_schema::Error::ShapeMismatch { .. }
+                | tracehouse_schema::Error::UnknownMigration { .. } => "SchemaConflict",
+                tracehouse_schema::Error::LockTimeout { .. }
+                | tracehouse_schema::Error::LockLost { .. } => "SchemaLocked",
+                tracehouse_schema::Error::ClickHouse { .. } => "ClickHouseUnavailable",
+                _ => "MigrationFailed",
+            },
+            Self::SchemaTimeout { .. } => "ClickHouseUnavailable",
+            Self::Kube(_) => "ApiError",
+            Self::Serialize { .. } => "InternalError",
+            Self::Finalizer(e) => match e.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(inner)
+                | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner.reason(),
+                _ => "FinalizerFailed",
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_and_reasons_are_stable_identifiers() {
+        let errors = [
+            Error::Kafka(KafkaError::TopicNotFound {
+                topic: "t".into(),
+                brokers: "b".into(),
+            }),
+            Error::SchemaTimeout {
+                target: "otel.otel_traces".into(),
+                seconds: 60,
+            },
+            Error::Secret(SecretError::NotFound {
+                namespace: "ns".into(),
+                name: "s".into(),
+            }),
+        ];
+        for e in &errors {
+            let label = e.metric_label();
+            assert!(label.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{label}");
+            let reason = e.reason();
+            assert!(reason.chars().next().unwrap().is_ascii_uppercase(), "{reason}");
+            assert!(reason.chars().all(|c| c.is_ascii_alphanumeric()), "{reason}");
+        }
+        assert_eq!(errors[0].reason(), "TopicNotFound");
+        assert_eq!(errors[0].metric_label(), "kafka_topic_not_found");
+    }
+}

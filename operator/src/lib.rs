@@ -1,0 +1,28 @@
+//! tracehouse operator: a `TracePipeline` in, schema migrations and a gateway collector
+//! fleet sized to the topics' partitions out.
+//!
+//! - [`crd`]: the resource users write, and its status;
+//! - [`builders`]: pure desired state (ConfigMap, Deployment, Service, PDB, replica math);
+//! - [`status`]: pure status and Event derivation;
+//! - [`reconcile`]: the controller — thin IO around the pure parts, through [`kafka`]
+//!   (partition counts), [`migrations`] (the schema crate), [`secrets`] and [`objects`]
+//!   (server-side apply that skips what is already in place);
+//! - [`leader`]: Lease-based leader election; [`metrics`]: `/metrics` and `/healthz`.
+
+pub mod builders;
+pub mod crd;
+pub mod error;
+pub mod kafka;
+pub mod leader;
+pub mod metrics;
+pub mod migrations;
+pub mod objects;
+pub mod reconcile;
+pub mod secrets;
+pub mod status;
+
+/// The one field manager of every server-side apply (objects and status), also the
+/// `app.kubernetes.io/managed-by` label value and the Events' reporting controller.
+pub const FIELD_MANAGER: &str = "tracehouse-operator";
+/// Finalizer on every `TracePipeline`; its cleanup never drops ClickHouse data.
+pub const FINALIZER: &str = "tracehouse.dev/finalizer";

@@ -1,0 +1,460 @@
+//! The reconciler: one shape for every pipeline, controller-rs style.
+//!
+//! `reconcile` wraps kube's `finalizer()` helper, which hands off to [`apply`] or
+//! [`cleanup`]. `apply` observes and converges in order —
+//! Kafka partitions → desired objects (pure, `builders`) → schema migrations → server-side
+//! apply of ConfigMap, Service, PodDisruptionBudget and, last, the Deployment — then writes
+//! the status (only if it changed) and one Event per state change. Every failure lands in
+//! the status and is retried by `error_policy` with exponential backoff; a healthy pipeline
+//! is requeued every `requeue` so a partition increase is noticed without any watch on Kafka.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio_util::sync::CancellationToken;
+use tracehouse_schema::ConnectionConfig;
+
+use crate::builders::{self, Names};
+use crate::crd::{KafkaSpec, TracePipeline, TracePipelineSpec, TracePipelineStatus};
+use crate::error::Error;
+use crate::kafka::{self, KafkaAccess};
+use crate::metrics::Metrics;
+use crate::migrations;
+use crate::objects::{self, Change};
+use crate::secrets::Secrets;
+use crate::status::{self, Gateway, Observation, Step};
+use crate::{FIELD_MANAGER, FINALIZER};
+
+/// Tunables of the reconciler.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Requeue of a healthy pipeline: how soon a partition increase is noticed.
+    pub requeue: Duration,
+    /// Deadline of one Kafka metadata read.
+    pub kafka_timeout: Duration,
+    /// Deadline of the whole schema step (status, lock, migrations).
+    pub schema_timeout: Duration,
+    /// How long to wait for another applier's schema lock.
+    pub schema_lock_timeout: Duration,
+    /// Longest retry delay after failures.
+    pub max_backoff: Duration,
+    /// Who we are, in Events and the migration ledger.
+    pub identity: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            requeue: Duration::from_secs(30),
+            kafka_timeout: Duration::from_secs(10),
+            schema_timeout: Duration::from_secs(90),
+            schema_lock_timeout: Duration::from_secs(30),
+            max_backoff: Duration::from_secs(300),
+            identity: FIELD_MANAGER.to_owned(),
+        }
+    }
+}
+
+/// Shared state of the reconcilers.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    pub settings: Settings,
+    /// Consecutive failures per pipeline (`namespace/name`), for the retry backoff.
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    pub fn new(client: Client, metrics: Arc<Metrics>, settings: Settings) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.to_owned(),
+                instance: Some(settings.identity.clone()),
+            },
+        );
+        Self {
+            client,
+            recorder,
+            metrics,
+            settings,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn failed(&self, key: &str) -> u32 {
+        let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = f.entry(key.to_owned()).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    fn succeeded(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+}
+
+fn key(tp: &TracePipeline) -> String {
+    format!("{}/{}", tp.namespace().unwrap_or_default(), tp.name_any())
+}
+
+/// Retry delay after the `attempt`-th consecutive failure: 1 s doubling up to `max`.
+pub fn backoff(attempt: u32, max: Duration) -> Duration {
+    let exp = attempt.saturating_sub(1).min(20);
+    Duration::from_secs(1u64 << exp).min(max)
+}
+
+/// Entry point of the controller for one pipeline.
+pub async fn reconcile(tp: Arc<TracePipeline>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let _timer = ctx.metrics.reconcile_started();
+    let ns = tp.namespace().unwrap_or_else(|| "default".to_owned());
+    let api: Api<TracePipeline> = Api::namespaced(ctx.client.clone(), &ns);
+    let key = key(&tp);
+    let action = finalizer(&api, FINALIZER, tp, |event| async {
+        match event {
+            Finalizer::Apply(tp) => apply(&tp, &ctx).await,
+            Finalizer::Cleanup(tp) => cleanup(&tp, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))?;
+    ctx.succeeded(&key);
+    Ok(action)
+}
+
+/// Counts the failure and retries with backoff.
+pub fn error_policy(tp: Arc<TracePipeline>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.error(error.metric_label());
+    let attempt = ctx.failed(&key(&tp));
+    let delay = backoff(attempt, ctx.settings.max_backoff);
+    tracing::warn!(pipeline = %key(&tp), kind = error.metric_label(), attempt, ?delay, "reconcile failed: {error}");
+    Action::requeue(delay)
+}
+
+/// Brings the pipeline's world in line with its spec, then reports.
+async fn apply(tp: &TracePipeline, ctx: &Context) -> Result<Action, Error> {
+    let prev = tp.status.clone().unwrap_or_default();
+    let mut obs = Observation {
+        generation: tp.metadata.generation,
+        paused: tp.spec.paused,
+        selector: Some(builders::selector_string(tp)),
+        ..Default::default()
+    };
+    let result = if tp.spec.paused {
+        // Frozen: look, never touch.
+        observe_gateway(tp, ctx, &mut obs).await
+    } else {
+        converge(tp, ctx, &mut obs).await
+    };
+    if let Err(e) = &result {
+        obs.error = Some((e.reason(), e.to_string()));
+    }
+    let published = publish(tp, ctx, &prev, &obs).await;
+    result?;
+    published?;
+    Ok(Action::requeue(ctx.settings.requeue))
+}
+
+/// The deletion path. Owned objects go through Kubernetes garbage collection (owner
+/// references); the ClickHouse database, table and data are never dropped by the operator.
+async fn cleanup(tp: &TracePipeline, ctx: &Context) -> Result<Action, Error> {
+    let ch = &tp.spec.clickhouse;
+    let note = format!(
+        "pipeline deleted: the gateway is garbage-collected; ClickHouse table {}.{} and its data are kept",
+        ch.database, ch.table
+    );
+    tracing::info!(pipeline = %key(tp), "{note}");
+    publish_event(tp, ctx, EventType::Normal, "Deleting", note).await;
+    Ok(Action::await_change())
+}
+
+async fn converge(tp: &TracePipeline, ctx: &Context, obs: &mut Observation) -> Result<(), Error> {
+    let spec = &tp.spec;
+    let secrets = Secrets::for_pipeline(ctx.client.clone(), tp);
+
+    let access = kafka_access(&secrets, &spec.kafka).await?;
+    let partitions =
+        match kafka::partitions(&access, &spec.kafka.topics, ctx.settings.kafka_timeout).await {
+            Ok(p) => p.values().sum::<i32>(),
+            Err(e) => {
+                let e = Error::from(e);
+                obs.kafka = Step::Failed {
+                    reason: e.reason(),
+                    message: e.to_string(),
+                };
+                return Err(e);
+            }
+        };
+    obs.kafka = Step::Ok(partitions);
+
+    // Pure; a spec the collector would refuse never reaches ClickHouse or the cluster.
+    let desired = builders::desired(tp, partitions)?;
+    let options = builders::table_options(&spec.clickhouse)?;
+    obs.desired_replicas = Some(desired.replicas);
+
+    // The schema first: collectors must never start against a table that is not there.
+    let connection = clickhouse_connection(&secrets, spec).await?;
+    let target = format!("{}.{}", spec.clickhouse.database, spec.clickhouse.table);
+    let ensured = tokio::time::timeout(
+        ctx.settings.schema_timeout,
+        migrations::ensure(
+            &connection,
+            &options,
+            &ctx.settings.identity,
+            ctx.settings.schema_lock_timeout,
+        ),
+    )
+    .await;
+    match ensured {
+        Ok(Ok(outcome)) => {
+            if !outcome.applied.is_empty() {
+                tracing::info!(pipeline = %key(tp), %target, applied = ?outcome.applied, "schema migrations applied");
+                ctx.metrics.wrote("SchemaMigration");
+            }
+            obs.schema = Step::Ok(outcome.version);
+        }
+        Ok(Err(source)) => {
+            let e = Error::Schema { target, source };
+            obs.schema = Step::Failed {
+                reason: e.reason(),
+                message: e.to_string(),
+            };
+            return Err(e);
+        }
+        Err(_) => {
+            let e = Error::SchemaTimeout {
+                target,
+                seconds: ctx.settings.schema_timeout.as_secs(),
+            };
+            obs.schema = Step::Failed {
+                reason: e.reason(),
+                message: e.to_string(),
+            };
+            return Err(e);
+        }
+    }
+
+    // The Deployment last, so its pods find their ConfigMap in place.
+    let client = &ctx.client;
+    let (_, c) = objects::ensure(client, &desired.config_map).await?;
+    count(ctx, "ConfigMap", c);
+    let (_, c) = objects::ensure(client, &desired.service).await?;
+    count(ctx, "Service", c);
+    let (_, c) = objects::ensure(client, &desired.pdb).await?;
+    count(ctx, "PodDisruptionBudget", c);
+    let (deployment, c) = objects::ensure(client, &desired.deployment).await?;
+    count(ctx, "Deployment", c);
+    obs.config_hash = Some(desired.config_hash);
+    obs.gateway = Some(Gateway::of(&deployment));
+    Ok(())
+}
+
+fn count(ctx: &Context, kind: &'static str, change: Change) {
+    if change != Change::Unchanged {
+        ctx.metrics.wrote(kind);
+    }
+}
+
+/// Reads the gateway Deployment without changing anything (paused pipelines).
+async fn observe_gateway(
+    tp: &TracePipeline,
+    ctx: &Context,
+    obs: &mut Observation,
+) -> Result<(), Error> {
+    let ns = tp.namespace().unwrap_or_default();
+    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let name = Names::of(&tp.name_any()).deployment;
+    obs.gateway = api.get_opt(&name).await?.as_ref().map(Gateway::of);
+    Ok(())
+}
+
+/// How the operator itself reaches the brokers: the spec's properties plus security
+/// settings with the Secrets' contents inline (the pods get files; we get values).
+async fn kafka_access(secrets: &Secrets, spec: &KafkaSpec) -> Result<KafkaAccess, Error> {
+    let mut properties = spec.properties.clone();
+    for (k, v) in builders::kafka_security_properties(spec.tls.as_ref(), spec.sasl.as_ref()) {
+        if !k.ends_with(".location") {
+            properties.insert(k, v);
+        }
+    }
+    if let Some(tls) = &spec.tls {
+        if let Some(ca) = &tls.ca {
+            properties.insert("ssl.ca.pem".into(), secrets.key(ca).await?);
+        }
+        if let Some(name) = &tls.client_cert_secret_name {
+            properties.insert(
+                "ssl.certificate.pem".into(),
+                secrets.value(name, "tls.crt").await?,
+            );
+            properties.insert("ssl.key.pem".into(), secrets.value(name, "tls.key").await?);
+        }
+    }
+    if let Some(sasl) = &spec.sasl {
+        let c = secrets.credentials(&sasl.credentials).await?;
+        properties.insert("sasl.username".into(), c.username);
+        properties.insert("sasl.password".into(), c.password);
+    }
+    Ok(KafkaAccess {
+        brokers: spec.bootstrap_servers.clone(),
+        properties,
+    })
+}
+
+async fn clickhouse_connection(
+    secrets: &Secrets,
+    spec: &TracePipelineSpec,
+) -> Result<ConnectionConfig, Error> {
+    let ch = &spec.clickhouse;
+    let (user, password) = match &ch.credentials {
+        Some(r) => {
+            let c = secrets.credentials(r).await?;
+            (Some(c.username), Some(c.password))
+        }
+        None => (None, None),
+    };
+    Ok(ConnectionConfig {
+        url: ch.endpoint.clone(),
+        user,
+        password,
+    })
+}
+
+/// Writes the next status if it differs from the stored one, then one Event per change.
+async fn publish(
+    tp: &TracePipeline,
+    ctx: &Context,
+    prev: &TracePipelineStatus,
+    obs: &Observation,
+) -> Result<(), Error> {
+    let next = status::next(prev, obs, &Time(Timestamp::now()));
+    if next == *prev {
+        return Ok(());
+    }
+    let api: Api<TracePipeline> =
+        Api::namespaced(ctx.client.clone(), &tp.namespace().unwrap_or_default());
+    let body = serde_json::json!({
+        "apiVersion": TracePipeline::api_version(&()),
+        "kind": TracePipeline::kind(&()),
+        "status": next,
+    });
+    api.patch_status(
+        &tp.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    ctx.metrics.wrote("TracePipelineStatus");
+    for e in status::events(prev, &next) {
+        let type_ = if e.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        publish_event(tp, ctx, type_, e.reason, e.note).await;
+    }
+    Ok(())
+}
+
+/// Publishes an Event; a failure is logged, never fatal (Events are best effort).
+async fn publish_event(
+    tp: &TracePipeline,
+    ctx: &Context,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        // Notes are limited to 1 kB by the API.
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    match ctx.recorder.publish(&event, &tp.object_ref(&())).await {
+        Ok(()) => ctx.metrics.wrote("Event"),
+        Err(e) => tracing::warn!(pipeline = %key(tp), reason, error = %e, "cannot publish Event"),
+    }
+}
+
+/// Fails fast when the CRD is not installed, instead of a watch that errors forever.
+pub async fn check_crd(client: &Client) -> anyhow::Result<()> {
+    let api: Api<TracePipeline> = Api::all(client.clone());
+    api.list(&ListParams::default().limit(1))
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot list TracePipelines ({e}): is the CRD installed? \
+                 `kubectl apply --server-side -f crds/tracepipelines.yaml`"
+            )
+        })
+}
+
+/// Runs the controller until `shutdown` is cancelled. `namespace` limits it to one
+/// namespace; `None` watches the whole cluster.
+pub async fn run(ctx: Arc<Context>, namespace: Option<String>, shutdown: CancellationToken) {
+    let client = ctx.client.clone();
+    fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match ns {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let ns = namespace.as_deref();
+    // Only objects we manage are watched (and cached).
+    let owned = watcher::Config::default().labels(&format!(
+        "app.kubernetes.io/managed-by={FIELD_MANAGER}"
+    ));
+    Controller::new(
+        api::<TracePipeline>(&client, ns),
+        watcher::Config::default().any_semantic(),
+    )
+    .owns(api::<Deployment>(&client, ns), owned.clone())
+    .owns(api::<ConfigMap>(&client, ns), owned.clone())
+    .owns(api::<Service>(&client, ns), owned.clone())
+    .owns(api::<PodDisruptionBudget>(&client, ns), owned)
+    .graceful_shutdown_on(async move { shutdown.cancelled().await })
+    .run(reconcile, error_policy, ctx)
+    .for_each(|result| async move {
+        match result {
+            Ok((obj, _)) => tracing::debug!(pipeline = %obj, "reconciled"),
+            Err(e) => tracing::debug!(error = %e, "reconcile did not complete"),
+        }
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_one_second_up_to_the_cap() {
+        let max = Duration::from_secs(300);
+        let delays: Vec<u64> = (1..=11).map(|a| backoff(a, max).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+        assert_eq!(backoff(u32::MAX, max), max);
+    }
+}

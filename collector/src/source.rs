@@ -17,7 +17,6 @@ use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaResult;
 use rdkafka::message::Message;
-use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use crate::batch::{BatchBuilder, CutPolicy, RecordBatch, SkipReason, Skipped};
@@ -101,26 +100,20 @@ impl State {
     }
 }
 
-/// rdkafka context: rebalance hooks, statistics (high watermarks), commit results, logs.
+/// High watermarks of assigned partitions, refreshed by the watermark thread.
+type Watermarks = Arc<Mutex<HashMap<(String, i32), i64>>>;
+
+/// rdkafka context: rebalance hooks, commit results, logs.
 struct SourceContext {
     state: Mutex<State>,
-    high_watermarks: Mutex<HashMap<(String, i32), i64>>,
+    high_watermarks: Watermarks,
+    /// Partitions assigned now, for the watermark thread.
+    assigned: Arc<Mutex<Vec<(String, i32)>>>,
     metrics: Arc<Metrics>,
     budget: Arc<Budget>,
 }
 
 impl ClientContext for SourceContext {
-    fn stats(&self, statistics: Statistics) {
-        let mut hw = self.high_watermarks.lock().expect("hw lock");
-        for (topic, t) in statistics.topics {
-            for (partition, p) in t.partitions {
-                if partition >= 0 && p.hi_offset >= 0 {
-                    hw.insert((topic.clone(), partition), p.hi_offset);
-                }
-            }
-        }
-    }
-
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         match level {
             RDKafkaLogLevel::Emerg
@@ -175,6 +168,7 @@ impl ConsumerContext for SourceContext {
         self.metrics
             .assigned_partitions
             .set(state.partitions.len() as i64);
+        self.publish_assigned(&state);
         drop(state);
         if commit.count() > 0 {
             // Synchronous: the next owner must see our acknowledged progress.
@@ -220,6 +214,7 @@ impl ConsumerContext for SourceContext {
                 self.metrics
                     .assigned_partitions
                     .set(state.partitions.len() as i64);
+                self.publish_assigned(&state);
             }
             Rebalance::Revoke(_) => {}
             Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
@@ -232,6 +227,53 @@ impl ConsumerContext for SourceContext {
             tracing::warn!(error = %e, partitions = offsets.count(), "offset commit failed; will be retried with the next one");
         }
     }
+}
+
+impl SourceContext {
+    fn publish_assigned(&self, state: &State) {
+        let list = state
+            .partitions
+            .iter()
+            .map(|p| (p.topic.to_string(), p.partition))
+            .collect();
+        *self.assigned.lock().expect("assigned lock") = list;
+    }
+}
+
+/// Refresh the high watermarks of assigned partitions every `period`, on a client of its
+/// own: paused partitions are not fetched, so the consumer itself stops learning how far
+/// the log has grown exactly when lag matters most.
+fn spawn_watermarks(
+    client: ClientConfig,
+    assigned: Arc<Mutex<Vec<(String, i32)>>>,
+    watermarks: Watermarks,
+    stop: Arc<AtomicBool>,
+) {
+    let consumer: BaseConsumer = match client.create() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot create the watermark client; lag in records will not be reported");
+            return;
+        }
+    };
+    let _ = std::thread::Builder::new()
+        .name("kafka-watermarks".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let list = assigned.lock().expect("assigned lock").clone();
+                for (topic, partition) in list {
+                    if let Ok((_low, high)) =
+                        consumer.fetch_watermarks(&topic, partition, Duration::from_secs(2))
+                    {
+                        watermarks
+                            .lock()
+                            .expect("hw lock")
+                            .insert((topic, partition), high);
+                    }
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        });
 }
 
 fn labels(topic: &str, partition: i32) -> PartitionLabels {
@@ -277,9 +319,12 @@ pub fn spawn(
     acks: crossbeam_channel::Receiver<Ack>,
     heartbeat: Heartbeat,
 ) -> Result<Source, rdkafka::error::KafkaError> {
+    let watermarks: Watermarks = Arc::default();
+    let assigned: Arc<Mutex<Vec<(String, i32)>>> = Arc::default();
     let ctx = SourceContext {
         state: Mutex::new(State::default()),
-        high_watermarks: Mutex::new(HashMap::new()),
+        high_watermarks: watermarks.clone(),
+        assigned: assigned.clone(),
         metrics: metrics.clone(),
         budget: budget.clone(),
     };
@@ -291,7 +336,6 @@ pub fn spawn(
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("partition.assignment.strategy", "cooperative-sticky")
-        .set("statistics.interval.ms", "1000")
         .set("fetch.max.bytes", "67108864")
         .set("max.partition.fetch.bytes", "16777216")
         .set("queued.max.messages.kbytes", "65536")
@@ -301,10 +345,16 @@ pub fn spawn(
         client.set(k, v);
     }
     let consumer: BaseConsumer<SourceContext> = client.create_with_context(ctx)?;
+    let mut wm_client = ClientConfig::new();
+    wm_client.set("bootstrap.servers", &cfg.brokers);
+    for (k, v) in &cfg.properties {
+        wm_client.set(k, v);
+    }
     let topics: Vec<&str> = cfg.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics)?;
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
+    spawn_watermarks(wm_client, assigned, watermarks, stop.clone());
     let thread = std::thread::Builder::new()
         .name("kafka-source".into())
         .spawn(move || {

@@ -29,7 +29,10 @@ async fn n_spans_become_exactly_n_rows() {
             assert!(sum_metric(&m, "tracehouse_commits_total") > 0.0);
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "lag stays at {lag}:\n{m}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "lag stays at {lag}:\n{m}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
@@ -52,14 +55,21 @@ async fn kill_9_mid_stream_then_restart_loses_and_duplicates_nothing() {
     let mut c = w.start_collector(SMALL_BATCHES);
     let seen = w.wait_rows(5_000, Duration::from_secs(120)).await;
     c.kill9();
-    assert!(seen > 0 && seen < 60_000, "the crash must land mid-stream (rows at kill: {seen})");
+    assert!(
+        seen > 0 && seen < 60_000,
+        "the crash must land mid-stream (rows at kill: {seen})"
+    );
 
     let c = w.start_collector(SMALL_BATCHES);
     let rows = w.wait_rows(60_000, Duration::from_secs(180)).await;
     // Give any straggling duplicate the time to show up before judging.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let report = w.verify(60_000).await;
-    assert!(report.is_exact(), "{report:?} (rows {rows})\ncollector log:\n{}", c.log_tail());
+    assert!(
+        report.is_exact(),
+        "{report:?} (rows {rows})\ncollector log:\n{}",
+        c.log_tail()
+    );
     assert_eq!(w.count_rows().await, 60_000);
 }
 
@@ -70,20 +80,34 @@ async fn poison_records_are_skipped_counted_and_dead_lettered() {
     w.produce(3_000, 2, 4).await;
     // Garbage, truncated protobuf, an empty record and an oversized one, among good data.
     let oversized = vec![0x0a; 2 << 20];
-    w.produce_raw(0, &[b"\xff\xff\xff not protobuf".to_vec(), vec![0x0a, 0xff, 0x01], vec![], oversized])
-        .await;
+    w.produce_raw(
+        0,
+        &[
+            b"\xff\xff\xff not protobuf".to_vec(),
+            vec![0x0a, 0xff, 0x01],
+            vec![],
+            oversized,
+        ],
+    )
+    .await;
     let second = format!("{}_after", w.generator);
     w.produce_as(&second, 2_000, 2, 5).await;
     let c = w.start_collector(&["--dead-letter-topic", &dlq, "--config", "tests/poison.yaml"]);
     let rows = w.wait_rows(5_000, Duration::from_secs(120)).await;
     assert_eq!(rows, 5_000, "every good row lands; log:\n{}", c.log_tail());
     let (before, after) = (w.verify(3_000).await, w.verify_as(&second, 2_000).await);
-    assert!(before.is_exact() && after.is_exact(), "{before:?} {after:?}");
+    assert!(
+        before.is_exact() && after.is_exact(),
+        "{before:?} {after:?}"
+    );
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let m = c.metrics().await;
-        let decode = sum_metric(&m, "tracehouse_records_skipped_total{reason=\"decode_error\"}");
+        let decode = sum_metric(
+            &m,
+            "tracehouse_records_skipped_total{reason=\"decode_error\"}",
+        );
         let oversized = sum_metric(&m, "tracehouse_records_skipped_total{reason=\"oversized\"}");
         let empty = sum_metric(&m, "tracehouse_records_skipped_total{reason=\"empty\"}");
         let lag = sum_metric(&m, "tracehouse_consumer_lag_records");
@@ -104,11 +128,18 @@ async fn poison_records_are_skipped_counted_and_dead_lettered() {
 async fn sigterm_under_load_exits_within_the_deadline_and_resumes_without_loss() {
     let w = World::new("sigterm", "map");
     w.produce(40_000, 4, 6).await;
-    let mut c = w.start_collector(&["--config", "tests/small-batches.yaml", "--shutdown-deadline-ms", "8000"]);
+    let mut c = w.start_collector(&[
+        "--config",
+        "tests/small-batches.yaml",
+        "--shutdown-deadline-ms",
+        "8000",
+    ]);
     let seen = w.wait_rows(3_000, Duration::from_secs(120)).await;
     assert!(seen < 40_000, "SIGTERM must land under load (rows: {seen})");
     c.sigterm();
-    let (took, status) = c.wait_exit(Duration::from_secs(12)).expect("collector exits after SIGTERM");
+    let (took, status) = c
+        .wait_exit(Duration::from_secs(12))
+        .expect("collector exits after SIGTERM");
     assert!(status.success(), "exit status {status}\n{}", c.log_tail());
     assert!(took <= Duration::from_secs(9), "took {took:?}");
     let log = std::fs::read_to_string(&c.log).unwrap();

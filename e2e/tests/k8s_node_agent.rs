@@ -574,3 +574,55 @@ async fn pod_env_volumes_and_service_account_reach_the_process() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn init_container_completes_before_the_main_container_starts() {
+    in_namespace("th-init", |client, ns| async move {
+        wait_for_default_service_account(&client, &ns).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": { "name": "init" },
+            "spec": {
+                "initContainers": [{
+                    "name": "prepare",
+                    "image": "tracehouse/collector",
+                    "args": ["serve-health", "--port", "8081", "--exit-after-secs", "1", "--exit-code", "0"],
+                    "env": [{ "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } }]
+                }],
+                "containers": [{
+                    "name": "collector",
+                    "image": "tracehouse/collector",
+                    "args": ["serve-health"],
+                    "env": [{ "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } }]
+                }]
+            }
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.expect("creating the pod");
+        let pod = wait_for("the pod to be Ready", Duration::from_secs(60), || async {
+            let pod = pods.get("init").await.map_err(|e| e.to_string())?;
+            if is_ready(&pod) { Ok(pod) } else { Err(format!("{:?}", pod.status)) }
+        })
+        .await;
+        let status = pod.status.expect("status");
+        let init = status.init_container_statuses.expect("init container statuses");
+        let done = init[0].state.clone().and_then(|s| s.terminated).expect("init container terminated");
+        assert_eq!((done.exit_code, done.reason.as_deref()), (0, Some("Completed")));
+        let main_started = status.container_statuses.expect("container statuses")[0]
+            .state
+            .clone()
+            .and_then(|s| s.running)
+            .and_then(|r| r.started_at)
+            .expect("main container running");
+        let init_finished = done.finished_at.expect("finishedAt");
+        assert!(main_started.0 >= init_finished.0, "main started {main_started:?} after init finished {init_finished:?}");
+        let initialized = status
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "Initialized")
+            .expect("Initialized condition");
+        assert_eq!(initialized.status, "True");
+    })
+    .await;
+}

@@ -13,10 +13,10 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar,
-    EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretKeySelector,
-    SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    HTTPGetAction, KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec,
+    Probe, ResourceRequirements, SeccompProfile, SecretKeySelector, SecretVolumeSource,
+    SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -165,8 +165,8 @@ fn meta(tp: &TracePipeline, name: &str) -> Result<ObjectMeta, BuildError> {
 pub fn table_options(spec: &crd::ClickHouseSpec) -> Result<TableOptions, BuildError> {
     let database = Ident::new("database", spec.database.as_str())
         .map_err(|e| invalid("spec.clickhouse.database", e))?;
-    let table =
-        Ident::new("table", spec.table.as_str()).map_err(|e| invalid("spec.clickhouse.table", e))?;
+    let table = Ident::new("table", spec.table.as_str())
+        .map_err(|e| invalid("spec.clickhouse.table", e))?;
     let s = &spec.schema;
     let mut opts = TableOptions::new(database, table);
     opts.attributes = match s.attributes {
@@ -226,7 +226,10 @@ pub fn kafka_security_properties(
     }
     if let Some(tls) = tls {
         if tls.ca.is_some() {
-            p.insert("ssl.ca.location".to_owned(), format!("{KAFKA_CA_DIR}/ca.crt"));
+            p.insert(
+                "ssl.ca.location".to_owned(),
+                format!("{KAFKA_CA_DIR}/ca.crt"),
+            );
         }
         if tls.client_cert_secret_name.is_some() {
             p.insert(
@@ -430,8 +433,16 @@ fn container_env(tp: &TracePipeline) -> Vec<EnvVar> {
     }
     if let Some(sasl) = &s.kafka.sasl {
         let c = &sasl.credentials;
-        env.push(env_secret(ENV_KAFKA_SASL_USERNAME, &c.name, &c.username_key));
-        env.push(env_secret(ENV_KAFKA_SASL_PASSWORD, &c.name, &c.password_key));
+        env.push(env_secret(
+            ENV_KAFKA_SASL_USERNAME,
+            &c.name,
+            &c.username_key,
+        ));
+        env.push(env_secret(
+            ENV_KAFKA_SASL_PASSWORD,
+            &c.name,
+            &c.password_key,
+        ));
     }
     // The user's entries come last so they win, as later entries do for the kubelet.
     env.extend(s.collector.env.iter().cloned());
@@ -781,7 +792,13 @@ mod tests {
         tp.spec.collector.max_inflight_bytes = 1;
         let err = collector_config(&tp).unwrap_err();
         assert!(
-            matches!(&err, BuildError::InvalidField { field: "spec.collector.maxInflightBytes", .. }),
+            matches!(
+                &err,
+                BuildError::InvalidField {
+                    field: "spec.collector.maxInflightBytes",
+                    ..
+                }
+            ),
             "{err}"
         );
         let mut tp = sample();
@@ -814,11 +831,19 @@ mod tests {
         assert!(yaml.contains("security.protocol: SASL_SSL"), "{yaml}");
         assert!(yaml.contains("sasl.mechanism: SCRAM-SHA-512"), "{yaml}");
         assert!(!yaml.contains("sasl.password"), "{yaml}");
-        let env = d.deployment.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers
-            [0]
-        .env
-        .clone()
-        .unwrap();
+        let env = d
+            .deployment
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .env
+            .clone()
+            .unwrap();
         let from_secret = |name: &str| {
             env.iter()
                 .find(|e| e.name == name)
@@ -841,7 +866,15 @@ mod tests {
         let b = desired(&changed, 4).unwrap();
         assert_ne!(a.config_hash, b.config_hash);
         let hash_of = |d: &Desired| {
-            d.deployment.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().annotations
+            d.deployment
+                .spec
+                .as_ref()
+                .unwrap()
+                .template
+                .metadata
+                .as_ref()
+                .unwrap()
+                .annotations
                 .as_ref()
                 .unwrap()[CONFIG_HASH_ANNOTATION]
                 .clone()

@@ -10,10 +10,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, ValidationRule,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -34,6 +34,8 @@ pub mod condition {
 }
 
 /// What the pipeline consumes, where it writes, and how its gateway of collectors runs.
+// Every `printcolumn(...)` has a `type_`: not a duplicate, though clippy sees one.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "tracehouse.dev",
@@ -51,48 +53,48 @@ pub mod condition {
         spec_replicas_path = ".spec.replicas.min",
         status_replicas_path = ".status.replicas",
         label_selector_path = ".status.selector"
-    ),
-    printcolumn(
-        name = "Partitions",
-        type_ = "integer",
-        json_path = ".status.partitions",
-        description = "Partitions of the consumed topics"
-    ),
-    printcolumn(
-        name = "Replicas",
-        type_ = "integer",
-        json_path = ".status.desiredReplicas",
-        description = "Desired gateway replicas"
-    ),
-    printcolumn(
-        name = "Available",
-        type_ = "integer",
-        json_path = ".status.readyReplicas",
-        description = "Ready gateway replicas"
-    ),
-    printcolumn(
-        name = "Schema",
-        type_ = "integer",
-        json_path = ".status.schemaVersion",
-        description = "Applied schema migration version"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
-    ),
-    printcolumn(
-        name = "Reason",
-        type_ = "string",
-        priority = 1,
-        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
     )
 )]
+#[kube(printcolumn(
+    name = "Partitions",
+    type_ = "integer",
+    json_path = ".status.partitions",
+    description = "Partitions of the consumed topics"
+))]
+#[kube(printcolumn(
+    name = "Replicas",
+    type_ = "integer",
+    json_path = ".status.desiredReplicas",
+    description = "Desired gateway replicas"
+))]
+#[kube(printcolumn(
+    name = "Available",
+    type_ = "integer",
+    json_path = ".status.readyReplicas",
+    description = "Ready gateway replicas"
+))]
+#[kube(printcolumn(
+    name = "Schema",
+    type_ = "integer",
+    json_path = ".status.schemaVersion",
+    description = "Applied schema migration version"
+))]
+#[kube(printcolumn(
+    name = "Ready",
+    type_ = "string",
+    json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+))]
+#[kube(printcolumn(
+    name = "Reason",
+    type_ = "string",
+    priority = 1,
+    json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+))]
+#[kube(printcolumn(
+    name = "Age",
+    type_ = "date",
+    json_path = ".metadata.creationTimestamp"
+))]
 #[serde(rename_all = "camelCase")]
 pub struct TracePipelineSpec {
     /// Freeze the pipeline: while true the operator changes nothing (no migrations, no
@@ -129,7 +131,10 @@ pub struct KafkaSpec {
     #[serde(default = "default_topics")]
     #[schemars(
         length(min = 1, max = 64),
-        inner(length(min = 1, max = 249), regex(pattern = r"^[a-zA-Z0-9._-]{1,249}$"))
+        inner(
+            length(min = 1, max = 249),
+            regex(pattern = r"^[a-zA-Z0-9._-]{1,249}$")
+        )
     )]
     #[schemars(extend(
         "x-kubernetes-list-type" = "set",
@@ -647,7 +652,8 @@ impl TracePipeline {
 }
 
 /// Header of the generated CRD file.
-pub const GENERATED_HEADER: &str = "# Generated from operator/src/crd.rs by `operator/gen-crds` — do not edit.\n";
+pub const GENERATED_HEADER: &str =
+    "# Generated from operator/src/crd.rs by `operator/gen-crds` — do not edit.\n";
 
 /// Longest pipeline name: the gateway's objects are named `<name>-collector[-metrics]`,
 /// and a Service name is a DNS-1035 label of at most 63 characters.
@@ -695,7 +701,10 @@ mod tests {
     fn crd_has_the_names_subresources_and_columns_users_rely_on() {
         let crd = crd();
         assert_eq!(crd.spec.group, GROUP);
-        assert_eq!(crd.spec.names.short_names.as_deref(), Some(&["tp".to_owned()][..]));
+        assert_eq!(
+            crd.spec.names.short_names.as_deref(),
+            Some(&["tp".to_owned()][..])
+        );
         assert_eq!(crd.spec.scope, "Namespaced");
         let v = &crd.spec.versions[0];
         assert_eq!(v.name, "v1alpha1");

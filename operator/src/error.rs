@@ -118,10 +118,19 @@ mod tests {
         ];
         for e in &errors {
             let label = e.metric_label();
-            assert!(label.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{label}");
+            assert!(
+                label.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                "{label}"
+            );
             let reason = e.reason();
-            assert!(reason.chars().next().unwrap().is_ascii_uppercase(), "{reason}");
-            assert!(reason.chars().all(|c| c.is_ascii_alphanumeric()), "{reason}");
+            assert!(
+                reason.chars().next().unwrap().is_ascii_uppercase(),
+                "{reason}"
+            );
+            assert!(
+                reason.chars().all(|c| c.is_ascii_alphanumeric()),
+                "{reason}"
+            );
         }
         assert_eq!(errors[0].reason(), "TopicNotFound");
         assert_eq!(errors[0].metric_label(), "kafka_topic_not_found");

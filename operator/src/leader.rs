@@ -130,7 +130,10 @@ impl LeaderElector {
                 .and_then(|s| u64::try_from(s).ok())
                 .unwrap_or(15),
         );
-        let expired = self.observed.as_ref().is_some_and(|o| o.at.elapsed() > held_for);
+        let expired = self
+            .observed
+            .as_ref()
+            .is_some_and(|o| o.at.elapsed() > held_for);
         if holder != me {
             if !holder.is_empty() && !expired {
                 return Ok(false);
@@ -169,7 +172,9 @@ impl LeaderElector {
             match self.try_acquire_or_renew().await {
                 Ok(true) => return true,
                 Ok(false) => {}
-                Err(e) => tracing::warn!(error = %e, "leader election: cannot read or write the Lease"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "leader election: cannot read or write the Lease")
+                }
             }
             tokio::select! {
                 () = tokio::time::sleep(self.config.retry_every) => {}
@@ -197,7 +202,8 @@ impl LeaderElector {
                 Err(e) => {
                     tracing::warn!(error = %e, "leader election: renewal failed");
                     // Stop before the Lease can have expired for the others.
-                    if last_renewal.elapsed() + self.config.renew_every >= self.config.lease_duration
+                    if last_renewal.elapsed() + self.config.renew_every
+                        >= self.config.lease_duration
                     {
                         return Ended::Lost;
                     }
@@ -226,7 +232,9 @@ impl LeaderElector {
         .await;
         match result {
             Ok(()) => tracing::info!("leader election: Lease released"),
-            Err(e) => tracing::warn!(error = %e, "leader election: cannot release the Lease; it expires on its own"),
+            Err(e) => {
+                tracing::warn!(error = %e, "leader election: cannot release the Lease; it expires on its own")
+            }
         }
     }
 }

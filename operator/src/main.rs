@@ -43,7 +43,11 @@ struct CrdArgs {
 #[derive(Debug, clap::Args)]
 struct RunArgs {
     /// Address of /metrics, /healthz and /readyz.
-    #[arg(long, env = "TRACEHOUSE_OPERATOR_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    #[arg(
+        long,
+        env = "TRACEHOUSE_OPERATOR_METRICS_ADDR",
+        default_value = "0.0.0.0:8080"
+    )]
     metrics_addr: SocketAddr,
     /// Take part in leader election on a Lease, so only one replica reconciles.
     #[arg(long, default_value_t = true, action = ArgAction::Set)]

@@ -76,7 +76,11 @@ impl Metrics {
             "Writes to the Kubernetes API by object kind",
             m.writes.clone(),
         );
-        r.register(LEADER, "1 while this replica holds the Lease", m.leader.clone());
+        r.register(
+            LEADER,
+            "1 while this replica holds the Lease",
+            m.leader.clone(),
+        );
         m
     }
 
@@ -134,7 +138,10 @@ pub async fn serve(
             metrics,
         });
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-        std::io::Error::new(e.kind(), format!("cannot listen on {addr} (--metrics-addr): {e}"))
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot listen on {addr} (--metrics-addr): {e}"),
+        )
     })?;
     tracing::info!(%addr, "serving /metrics and /healthz");
     axum::serve(listener, app)

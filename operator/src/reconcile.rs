@@ -424,9 +424,8 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>, shutdown: Cancell
     }
     let ns = namespace.as_deref();
     // Only objects we manage are watched (and cached).
-    let owned = watcher::Config::default().labels(&format!(
-        "app.kubernetes.io/managed-by={FIELD_MANAGER}"
-    ));
+    let owned =
+        watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
     Controller::new(
         api::<TracePipeline>(&client, ns),
         watcher::Config::default().any_semantic(),

@@ -129,6 +129,9 @@ mod tests {
             password: "hunter2".into(),
         };
         let shown = format!("{c:?}");
-        assert!(shown.contains("writer") && !shown.contains("hunter2"), "{shown}");
+        assert!(
+            shown.contains("writer") && !shown.contains("hunter2"),
+            "{shown}"
+        );
     }
 }

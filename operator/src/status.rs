@@ -187,11 +187,13 @@ pub fn next(prev: &TracePipelineStatus, obs: &Observation, now: &Time) -> TraceP
         None => find(pc, condition::GATEWAY_AVAILABLE).cloned(),
     };
 
-    let not_true = [&kafka, &schema, &gateway].into_iter().find_map(|c| match c {
-        Some(c) if c.status == "True" => None,
-        Some(c) => Some((c.reason.clone(), c.message.clone())),
-        None => Some(("Pending".to_owned(), "not reconciled yet".to_owned())),
-    });
+    let not_true = [&kafka, &schema, &gateway]
+        .into_iter()
+        .find_map(|c| match c {
+            Some(c) if c.status == "True" => None,
+            Some(c) => Some((c.reason.clone(), c.message.clone())),
+            None => Some(("Pending".to_owned(), "not reconciled yet".to_owned())),
+        });
     let ready = if obs.paused {
         condition(
             pc,
@@ -287,7 +289,10 @@ pub fn events(prev: &TracePipelineStatus, next: &TracePipelineStatus) -> Vec<Eve
         out.push(match prev.config_hash {
             None => normal(
                 "GatewayCreated",
-                format!("collector gateway created with config {}", shown(next.config_hash.as_deref())),
+                format!(
+                    "collector gateway created with config {}",
+                    shown(next.config_hash.as_deref())
+                ),
             ),
             Some(_) => normal(
                 "ConfigChanged",
@@ -314,34 +319,40 @@ pub fn events(prev: &TracePipelineStatus, next: &TracePipelineStatus) -> Vec<Eve
     let reason_of = |c: &Option<Condition>| c.as_ref().map(|c| c.reason.clone());
     if reason_of(&now).as_deref() == Some("Paused") && reason_of(&was).as_deref() != Some("Paused")
     {
-        out.push(normal("Paused", "spec.paused is true: changes are frozen".to_owned()));
+        out.push(normal(
+            "Paused",
+            "spec.paused is true: changes are frozen".to_owned(),
+        ));
     } else if reason_of(&was).as_deref() == Some("Paused")
         && reason_of(&now).as_deref() != Some("Paused")
     {
-        out.push(normal("Resumed", "spec.paused is false: reconciling again".to_owned()));
+        out.push(normal(
+            "Resumed",
+            "spec.paused is false: reconciling again".to_owned(),
+        ));
     }
     let status_of = |c: &Option<Condition>| c.as_ref().map(|c| c.status.clone());
-    if status_of(&now) != status_of(&was) {
-        if let Some(c) = &now {
-            if c.status == "True" {
-                out.push(normal("PipelineReady", c.message.clone()));
-            } else if c.reason != "Paused" && status_of(&was).as_deref() == Some("True") {
-                out.push(EventSpec {
-                    warning: true,
-                    reason: "PipelineNotReady",
-                    note: format!("{}: {}", c.reason, c.message),
-                });
-            }
-        }
-    }
-    if next.last_error != prev.last_error {
-        if let Some(e) = &next.last_error {
+    if status_of(&now) != status_of(&was)
+        && let Some(c) = &now
+    {
+        if c.status == "True" {
+            out.push(normal("PipelineReady", c.message.clone()));
+        } else if c.reason != "Paused" && status_of(&was).as_deref() == Some("True") {
             out.push(EventSpec {
                 warning: true,
-                reason: "ReconcileFailed",
-                note: e.clone(),
+                reason: "PipelineNotReady",
+                note: format!("{}: {}", c.reason, c.message),
             });
         }
+    }
+    if next.last_error != prev.last_error
+        && let Some(e) = &next.last_error
+    {
+        out.push(EventSpec {
+            warning: true,
+            reason: "ReconcileFailed",
+            note: e.clone(),
+        });
     }
     out
 }
@@ -422,7 +433,11 @@ mod tests {
         assert_eq!(ready_of(&bad).last_transition_time, at(10));
         assert_eq!(bad.last_error.as_deref(), Some("brokers down"));
         let schema = find(&bad.conditions, condition::SCHEMA_READY).unwrap();
-        assert_eq!(schema.last_transition_time, at(0), "untouched condition kept");
+        assert_eq!(
+            schema.last_transition_time,
+            at(0),
+            "untouched condition kept"
+        );
         let reasons: Vec<&str> = events(&good, &bad).iter().map(|e| e.reason).collect();
         assert_eq!(reasons, ["PipelineNotReady", "ReconcileFailed"]);
         // Failing the same way again changes nothing.
@@ -482,7 +497,11 @@ mod tests {
     fn config_changes_announce_creation_then_rollouts() {
         let empty = TracePipelineStatus::default();
         let s1 = next(&empty, &healthy(1), &at(0));
-        assert!(events(&empty, &s1).iter().any(|e| e.reason == "GatewayCreated"));
+        assert!(
+            events(&empty, &s1)
+                .iter()
+                .any(|e| e.reason == "GatewayCreated")
+        );
         let mut obs = healthy(2);
         obs.config_hash = Some("sha256:bb".into());
         let s2 = next(&s1, &obs, &at(5));
@@ -499,7 +518,14 @@ mod tests {
             observed: true,
         };
         assert!(!g.is_rolled_out());
-        assert!(!Gateway { observed: false, replicas: 2, ..g }.is_rolled_out());
+        assert!(
+            !Gateway {
+                observed: false,
+                replicas: 2,
+                ..g
+            }
+            .is_rolled_out()
+        );
         assert!(Gateway { replicas: 2, ..g }.is_rolled_out());
     }
 }

@@ -221,7 +221,7 @@ fn decode_hex(s: &[u8]) -> Option<Vec<u8>> {
             _ => None,
         }
     }
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     s.chunks_exact(2)

@@ -257,7 +257,8 @@ mod tests {
         assert_eq!(double(-0.0), "-0");
         assert_eq!(double(1.0), "1");
         assert_eq!(double(0.1), "0.1");
-        assert_eq!(double(3.14), "3.14");
+        assert_eq!(double(2.75), "2.75");
+        assert_eq!(double(0.1 + 0.2), "0.30000000000000004");
         assert_eq!(double(-2.5), "-2.5");
         assert_eq!(double(1e20), "100000000000000000000");
         assert_eq!(double(123456789012345680000.0), "123456789012345680000");

@@ -16,18 +16,27 @@ pub fn var(name: &str) -> String {
     tracehouse_collector::sink::install_crypto_provider();
     match std::env::var(name) {
         Ok(v) if !v.is_empty() => v,
-        _ => panic!("{name} is not set: run `e2e/stack up && eval \"$(e2e/stack env)\"` (or `e2e/test`)"),
+        _ => panic!(
+            "{name} is not set: run `e2e/stack up && eval \"$(e2e/stack env)\"` (or `e2e/test`)"
+        ),
     }
 }
 
 pub fn unique(prefix: &str) -> String {
-    let n = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
     format!("{prefix}_{}_{:x}", std::process::id(), n & 0xffff_ffff_ffff)
 }
 
 /// A free loopback port for the collector's metrics endpoint.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 pub fn collector_bin() -> &'static str {
@@ -37,10 +46,23 @@ pub fn collector_bin() -> &'static str {
 /// Create the traces table (all migrations) with the collector's own `schema apply`.
 pub fn create_table(database: &str, table: &str, attributes: &str) {
     let out = Command::new(collector_bin())
-        .args(["schema", "apply", "--database", database, "--table", table, "--attributes", attributes])
+        .args([
+            "schema",
+            "apply",
+            "--database",
+            database,
+            "--table",
+            table,
+            "--attributes",
+            attributes,
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "schema apply failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "schema apply failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// One test's world: its topic, group, database and table.
@@ -70,7 +92,8 @@ impl World {
 
     /// Produce `spans` spans (100 per record) over `partitions` partitions.
     pub async fn produce(&self, spans: u64, partitions: i32, seed: u64) {
-        self.produce_as(&self.generator, spans, partitions, seed).await;
+        self.produce_as(&self.generator, spans, partitions, seed)
+            .await;
     }
 
     /// Produce as another generator id (its own seq numbering).
@@ -101,7 +124,12 @@ impl World {
             .unwrap();
         for p in payloads {
             producer
-                .send(FutureRecord::<(), _>::to(&self.topic).partition(partition).payload(p), Duration::from_secs(30))
+                .send(
+                    FutureRecord::<(), _>::to(&self.topic)
+                        .partition(partition)
+                        .payload(p),
+                    Duration::from_secs(30),
+                )
                 .await
                 .map_err(|(e, _)| e)
                 .expect("produce raw");
@@ -119,8 +147,15 @@ impl World {
             password: Some(var("CLICKHOUSE_PASSWORD")),
             database: self.database.clone(),
             table: self.table.clone(),
-            attributes: if self.attributes == "json" { AttributesKind::Json } else { AttributesKind::Map },
-            generators: vec![Expectation { generator_id: generator_id.to_string(), expected }],
+            attributes: if self.attributes == "json" {
+                AttributesKind::Json
+            } else {
+                AttributesKind::Map
+            },
+            generators: vec![Expectation {
+                generator_id: generator_id.to_string(),
+                expected,
+            }],
             timeout: Duration::from_secs(60),
         };
         tracehouse_loadgen::verify(&opts).await.expect("verify")
@@ -179,7 +214,14 @@ impl Collector {
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(collector_bin())
             .args(["run", "--topic", &w.topic, "--group-id", &w.group])
-            .args(["--database", &w.database, "--table", &w.table, "--attributes", w.attributes])
+            .args([
+                "--database",
+                &w.database,
+                "--table",
+                &w.table,
+                "--attributes",
+                w.attributes,
+            ])
             .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
             .args(extra)
             .env("RUST_LOG", "info,librdkafka=warn")
@@ -187,7 +229,11 @@ impl Collector {
             .stderr(file)
             .spawn()
             .expect("start collector");
-        Self { child, metrics_port: port, log }
+        Self {
+            child,
+            metrics_port: port,
+            log,
+        }
     }
 
     pub async fn metrics(&self) -> String {
@@ -208,7 +254,9 @@ impl Collector {
     }
 
     pub fn sigterm(&self) {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
     }
 
     /// Wait for the process to exit; returns how long it took, or None past the timeout.

@@ -480,7 +480,7 @@ fn build_service(i: usize, cfg: &GeneratorConfig, rng: &mut SplitMix64) -> Servi
             "service.version",
             string(format!("1.{}.{}", rng.below(20), rng.below(10))),
         ),
-        kv("service.instance.id", string(&hex(&instance))),
+        kv("service.instance.id", string(hex(&instance))),
         kv(
             "host.name",
             string(format!("node-{}.shop.internal", rng.below(32))),
@@ -554,7 +554,7 @@ fn push_words(rng: &mut SplitMix64, out: &mut String, target: usize) {
         if !out.is_empty() && !out.ends_with('/') {
             out.push(if rng.chance(70) { '-' } else { ' ' });
         }
-        let word: &str = rng.pick(WORDS);
+        let word = WORDS[rng.index(WORDS.len())];
         out.push_str(word);
     }
 }

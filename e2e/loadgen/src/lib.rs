@@ -38,7 +38,7 @@ pub mod produce;
 mod rng;
 pub mod verify;
 
-pub use encode::{Encoding, encode, to_otlp_json};
+pub use encode::{Encoding, encode, encode_into, to_otlp_json};
 pub use generate::{ATTR_ID, ATTR_SEQ, Generator, GeneratorConfig};
 pub use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 pub use produce::{

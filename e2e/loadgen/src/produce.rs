@@ -25,7 +25,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 
-use crate::encode::{Encoding, encode};
+use crate::encode::{Encoding, encode_into};
 use crate::generate::{Generator, GeneratorConfig};
 
 /// Record-batch compression of the producer (`compression.type`).
@@ -187,7 +187,7 @@ pub struct ProduceReport {
 pub enum ProduceError {
     #[error("invalid options: {0}")]
     Invalid(String),
-    #[error("kafka: {context}: {source}")]
+    #[error("kafka: {context}")]
     Kafka {
         context: &'static str,
         #[source]
@@ -272,7 +272,9 @@ async fn ensure_topic(opts: &ProduceOptions) -> Result<(), ProduceError> {
     let results = admin
         .create_topics(
             &[topic],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+            &AdminOptions::new()
+                .request_timeout(Some(Duration::from_secs(30)))
+                .operation_timeout(Some(Duration::from_secs(30))),
         )
         .await
         .map_err(kafka("create topic"))?;
@@ -342,6 +344,7 @@ fn run<F: FnMut(&Progress)>(
     let start = Instant::now();
     let mut next_progress = start + Duration::from_secs(1);
     let (mut spans, mut records, mut bytes) = (0u64, 0u64, 0u64);
+    let mut payload = Vec::new();
 
     while spans < opts.spans {
         if producer.context().failed.load(Ordering::Relaxed) > 0 {
@@ -356,7 +359,11 @@ fn run<F: FnMut(&Progress)>(
             }
         }
         let n = per_record.min(opts.spans - spans);
-        let payload = encode(&generator.next_request(n as usize), opts.encoding);
+        encode_into(
+            &generator.next_request(n as usize),
+            opts.encoding,
+            &mut payload,
+        );
         let partition = (records % partitions as u64) as i32;
         let mut record = BaseRecord::<(), [u8]>::to(&opts.topic).payload(payload.as_slice());
         if opts.partitioning == Partitioning::RoundRobin {

@@ -164,7 +164,7 @@ impl VerifyReport {
 pub enum VerifyError {
     #[error("invalid options: {0}")]
     Invalid(String),
-    #[error("clickhouse query for generator {generator_id:?}: {source}")]
+    #[error("clickhouse query for generator {generator_id:?}")]
     Query {
         generator_id: String,
         #[source]

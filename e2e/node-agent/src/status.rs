@@ -188,9 +188,10 @@ pub fn pod_status(
 ) -> PodStatus {
     let incomplete = incomplete(init);
     let initialized = incomplete.is_empty();
-    let init_failed = init.iter().any(
-        |c| matches!(&c.state, RunState::Terminated(t) if t.exit_code != 0),
-    ) && facts.restart_policy == "Never";
+    let init_failed = init
+        .iter()
+        .any(|c| matches!(&c.state, RunState::Terminated(t) if t.exit_code != 0))
+        && facts.restart_policy == "Never";
     let phase = if init_failed {
         PHASE_FAILED
     } else if !initialized {
@@ -373,7 +374,11 @@ mod tests {
 
     #[test]
     fn ready_conditions_name_unready_containers() {
-        let s = pod_status(&[running("a", true), running("b", false)], &[], &facts(None, 5));
+        let s = pod_status(
+            &[running("a", true), running("b", false)],
+            &[],
+            &facts(None, 5),
+        );
         let ready = condition(&s, "Ready");
         assert_eq!(ready.status, "False");
         assert_eq!(ready.reason.as_deref(), Some("ContainersNotReady"));
@@ -408,22 +413,41 @@ mod tests {
     fn pod_is_pending_and_not_initialized_until_init_containers_succeed() {
         let waiting = ContainerView::waiting("main", "i", "PodInitializing", None);
         let running_init = running("migrate", false);
-        let s = pod_status(std::slice::from_ref(&waiting), &[running_init], &facts(None, 1));
+        let s = pod_status(
+            std::slice::from_ref(&waiting),
+            &[running_init],
+            &facts(None, 1),
+        );
         assert_eq!(s.phase.as_deref(), Some(PHASE_PENDING));
         let init = condition(&s, "Initialized");
         assert_eq!(init.status, "False");
-        assert_eq!(init.message.as_deref(), Some("containers with incomplete status: [migrate]"));
+        assert_eq!(
+            init.message.as_deref(),
+            Some("containers with incomplete status: [migrate]")
+        );
         assert_eq!(s.init_container_statuses.as_ref().map(Vec::len), Some(1));
 
-        let done = pod_status(&[running("main", true)], &[exited("migrate", 0)], &facts(None, 2));
+        let done = pod_status(
+            &[running("main", true)],
+            &[exited("migrate", 0)],
+            &facts(None, 2),
+        );
         assert_eq!(done.phase.as_deref(), Some(PHASE_RUNNING));
         assert_eq!(condition(&done, "Initialized").status, "True");
 
         let mut never = facts(None, 3);
         never.restart_policy = "Never";
-        let failed = pod_status(std::slice::from_ref(&waiting), &[exited("migrate", 1)], &never);
+        let failed = pod_status(
+            std::slice::from_ref(&waiting),
+            &[exited("migrate", 1)],
+            &never,
+        );
         assert_eq!(failed.phase.as_deref(), Some(PHASE_FAILED));
-        assert!(pod_status(&[running("main", true)], &[], &facts(None, 4)).init_container_statuses.is_none());
+        assert!(
+            pod_status(&[running("main", true)], &[], &facts(None, 4))
+                .init_container_statuses
+                .is_none()
+        );
     }
 
     #[test]

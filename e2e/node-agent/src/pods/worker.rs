@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -98,13 +98,20 @@ struct Reporter {
     start_time: Timestamp,
     generation: Option<i64>,
     last: Option<PodStatus>,
+    main: Vec<Arc<watch::Sender<ContainerView>>>,
+    init: Vec<Arc<watch::Sender<ContainerView>>>,
 }
 
 impl Reporter {
-    async fn report(&mut self, views: &[Arc<watch::Sender<ContainerView>>]) {
-        let containers: Vec<ContainerView> = views.iter().map(|v| v.borrow().clone()).collect();
+    async fn report(&mut self) {
+        let snapshot = |views: &[Arc<watch::Sender<ContainerView>>]| -> Vec<ContainerView> {
+            views.iter().map(|v| v.borrow().clone()).collect()
+        };
+        let containers = snapshot(&self.main);
+        let init = snapshot(&self.init);
         let status = pod_status(
             &containers,
+            &init,
             &PodFacts {
                 restart_policy: &self.restart_policy,
                 pod_ip: self.placement.pod_ip,
@@ -201,42 +208,35 @@ async fn run_pod(
         start_time: Timestamp::now(),
         generation: pod.metadata.generation,
         last: pod.status.clone(),
+        main: Vec::new(),
+        init: Vec::new(),
     };
-    // Restart counts survive an agent restart: the API remembers them.
-    let previous_restarts = |name: &str| {
-        pod.status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.name == name))
-            .map_or(0, |c| c.restart_count)
+    let init_containers = spec.init_containers.clone().unwrap_or_default();
+    let first_reason = if init_containers.is_empty() {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
     };
-    let mut binaries = Vec::new();
-    let mut views = Vec::new();
-    for c in &spec.containers {
-        let image = c.image.clone().unwrap_or_default();
-        let mut view = ContainerView::waiting(&c.name, &image, "ContainerCreating", None);
-        view.restart_count = previous_restarts(&c.name);
-        match ctx.images.resolve(&image) {
-            Ok(bin) => binaries.push(Some(bin.to_path_buf())),
-            Err(e) => {
-                tracing::warn!(container = %c.name, error = %e, "container cannot run");
-                ctx.event(
-                    pod,
-                    EventType::Warning,
-                    e.reason(),
-                    format!("container {}: {e}", c.name),
-                )
-                .await;
-                view.state = RunState::Waiting {
-                    reason: e.reason().to_owned(),
-                    message: Some(e.to_string()),
-                };
-                binaries.push(None);
-            }
-        }
-        views.push(Arc::new(watch::channel(view).0));
-    }
-    reporter.report(&views).await;
+    let previous = pod.status.as_ref();
+    let (init_binaries, init_views) = views_of(
+        ctx,
+        pod,
+        &init_containers,
+        "ContainerCreating",
+        previous.and_then(|s| s.init_container_statuses.as_deref()),
+    )
+    .await;
+    let (binaries, views) = views_of(
+        ctx,
+        pod,
+        &spec.containers,
+        first_reason,
+        previous.and_then(|s| s.container_statuses.as_deref()),
+    )
+    .await;
+    reporter.main = views.clone();
+    reporter.init = init_views.clone();
+    reporter.report().await;
 
     // Volumes first: no container starts before its files are in place.
     let mut tokens = TokenCache::default();
@@ -251,17 +251,16 @@ async fn run_pod(
                     ctx.event(pod, EventType::Warning, "FailedMount", message.clone())
                         .await;
                 }
-                for v in &views {
+                for v in views.iter().chain(&init_views) {
                     v.send_modify(|v| {
-                        if matches!(&v.state, RunState::Waiting { reason, .. } if reason == "ContainerCreating") {
-                            v.state = RunState::Waiting {
-                                reason: "ContainerCreating".into(),
-                                message: Some(message.clone()),
-                            };
+                        if let RunState::Waiting { reason, message: m } = &mut v.state
+                            && (reason == "ContainerCreating" || reason == "PodInitializing")
+                        {
+                            *m = Some(message.clone());
                         }
                     });
                 }
-                reporter.report(&views).await;
+                reporter.report().await;
                 last_error = message;
                 let delay = ctx.restart_backoff.delay(attempt);
                 attempt += 1;
@@ -275,39 +274,119 @@ async fn run_pod(
 
     let changed = Arc::new(Notify::new());
     let (stop_tx, stop_rx) = watch::channel(None::<Stop>);
+    let container_run =
+        |c: &Container, binary: PathBuf, view: &Arc<watch::Sender<ContainerView>>, init: bool| {
+            ContainerRun {
+                ctx: ctx.clone(),
+                pod: pod.clone(),
+                container: c.clone(),
+                binary,
+                placement,
+                pod_dir: pod_dir.clone(),
+                view: view.clone(),
+                changed: changed.clone(),
+                stop: stop_rx.clone(),
+                grace,
+                init,
+            }
+        };
+
+    // Init containers, one after the other, each to successful completion.
+    for ((c, bin), view) in init_containers.iter().zip(init_binaries).zip(&init_views) {
+        // Unknown image: reported Waiting already; the pod stays Pending until it ends.
+        let Some(binary) = bin else {
+            return ending(updates, gone, shutdown, grace).await;
+        };
+        let mut task = tokio::spawn(container_run(c, binary, view, true).supervise());
+        let interrupted = loop {
+            tokio::select! {
+                _ = &mut task => break None,
+                () = changed.notified() => reporter.report().await,
+                e = ending(updates, gone, shutdown, grace) => break Some(e),
+            }
+        };
+        if let Some(end) = interrupted {
+            return finish(ctx, end, grace, &stop_tx, vec![task], &mut reporter).await;
+        }
+        reporter.report().await;
+        let succeeded = matches!(&view.borrow().state, RunState::Terminated(t) if t.exit_code == 0);
+        if !succeeded {
+            // Failed with restartPolicy Never: the pod has failed; wait for its end.
+            tracing::info!(container = %c.name, "init container failed; pod failed");
+            return ending(updates, gone, shutdown, grace).await;
+        }
+    }
+
     let mut tasks = Vec::new();
     for ((c, bin), view) in spec.containers.iter().zip(binaries).zip(&views) {
         let Some(binary) = bin else { continue };
-        let run = ContainerRun {
-            ctx: ctx.clone(),
-            pod: pod.clone(),
-            container: c.clone(),
-            binary,
-            placement,
-            pod_dir: pod_dir.clone(),
-            view: view.clone(),
-            changed: changed.clone(),
-            stop: stop_rx.clone(),
-            grace,
-        };
-        tasks.push(tokio::spawn(run.supervise()));
+        tasks.push(tokio::spawn(
+            container_run(c, binary, view, false).supervise(),
+        ));
     }
 
     let mut resync = tokio::time::interval(VOLUME_RESYNC);
     resync.tick().await;
     let end = loop {
         tokio::select! {
-            () = changed.notified() => reporter.report(&views).await,
+            () = changed.notified() => reporter.report().await,
             e = ending(updates, gone, shutdown, grace) => break e,
             _ = resync.tick() => {
                 if let Err(message) = sync_volumes(ctx, pod, placement, &volumes_dir, &mut tokens).await {
                     tracing::warn!(error = %message, "volume resync failed; keeping the current files");
                 }
-                reporter.report(&views).await;
+                reporter.report().await;
             }
         }
     };
+    finish(ctx, end, grace, &stop_tx, tasks, &mut reporter).await
+}
 
+/// The views of `containers` before they start, and the binaries of their images (`None`:
+/// unknown image, reported Waiting with reason `UnknownImage`). Restart counts carry over
+/// from `previous` statuses: the API remembers them across agent restarts.
+async fn views_of(
+    ctx: &Ctx,
+    pod: &Pod,
+    containers: &[Container],
+    waiting_reason: &str,
+    previous: Option<&[ContainerStatus]>,
+) -> (Vec<Option<PathBuf>>, Vec<Arc<watch::Sender<ContainerView>>>) {
+    let mut binaries = Vec::new();
+    let mut views = Vec::new();
+    for c in containers {
+        let image = c.image.clone().unwrap_or_default();
+        let mut view = ContainerView::waiting(&c.name, &image, waiting_reason, None);
+        view.restart_count = previous
+            .and_then(|cs| cs.iter().find(|s| s.name == c.name))
+            .map_or(0, |s| s.restart_count);
+        match ctx.images.resolve(&image) {
+            Ok(bin) => binaries.push(Some(bin.to_path_buf())),
+            Err(e) => {
+                tracing::warn!(container = %c.name, error = %e, "container cannot run");
+                let note = format!("container {}: {e}", c.name);
+                ctx.event(pod, EventType::Warning, e.reason(), note).await;
+                view.state = RunState::Waiting {
+                    reason: e.reason().to_owned(),
+                    message: Some(e.to_string()),
+                };
+                binaries.push(None);
+            }
+        }
+        views.push(Arc::new(watch::channel(view).0));
+    }
+    (binaries, views)
+}
+
+/// Stops the running containers within the grace period that fits `end`.
+async fn finish(
+    ctx: &Ctx,
+    end: Ending,
+    grace: Duration,
+    stop_tx: &watch::Sender<Option<Stop>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    reporter: &mut Reporter,
+) -> Ending {
     let stop_grace = match end {
         Ending::Deleted(g) => g,
         Ending::Gone => grace,
@@ -323,7 +402,7 @@ async fn run_pod(
         tracing::warn!(?deadline, "containers did not stop in time");
     }
     if let Ending::Deleted(_) = end {
-        reporter.report(&views).await;
+        reporter.report().await;
     }
     end
 }

@@ -20,6 +20,35 @@ use realistic::{SPANS_PER_RECORD, record};
 
 const RECORDS: usize = 20;
 
+/// CPU time this thread has used, in seconds (`/proc/thread-self/stat` utime + stime,
+/// 10 ms ticks). Criterion reports wall-clock time, which on a shared 2-core machine
+/// also counts the time other processes held the core; CPU time gives spans per second
+/// of one core regardless of the load around.
+fn thread_cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
+    let rest = stat.rfind(')').map_or("", |i| &stat[i + 2..]);
+    let ticks: u64 = rest
+        .split(' ')
+        .skip(11)
+        .take(2)
+        .filter_map(|x| x.parse::<u64>().ok())
+        .sum();
+    ticks as f64 / 100.0
+}
+
+/// Spans per CPU-second of `work` (which handles `spans` spans per call), over at
+/// least two CPU-seconds.
+fn spans_per_cpu_second(spans: u64, mut work: impl FnMut()) -> f64 {
+    work(); // warm-up: buffers grown, caches filled
+    let start = thread_cpu_secs();
+    let mut done = 0;
+    while thread_cpu_secs() - start < 2.0 {
+        work();
+        done += spans;
+    }
+    done as f64 / (thread_cpu_secs() - start)
+}
+
 fn table(attributes: Attributes) -> TableOptions {
     let mut t = TableOptions::new(
         Ident::new("database", "otel").unwrap(),
@@ -44,6 +73,13 @@ fn pipeline(c: &mut Criterion) {
     let mut group = c.benchmark_group("pipeline");
     group.throughput(Throughput::Elements(spans));
 
+    let rate = spans_per_cpu_second(spans, || {
+        for r in &records {
+            black_box(decode(r, Encoding::OtlpProto).unwrap());
+        }
+    });
+    eprintln!("decode_only: {:.0} spans per CPU-second", rate);
+
     group.bench_function("decode_only", |b| {
         b.iter(|| {
             for r in &records {
@@ -64,8 +100,15 @@ fn pipeline(c: &mut Criterion) {
             enc.push_record(r, Encoding::OtlpProto).unwrap();
         }
         let body = enc.finish();
+        let rate = spans_per_cpu_second(spans, || {
+            for r in &records {
+                enc.push_record(r, Encoding::OtlpProto).unwrap();
+            }
+            black_box(enc.finish());
+        });
         eprintln!(
-            "{attributes:?}/{format:?}: {} compressed bytes per span",
+            "{attributes:?}/{format:?}: {} compressed bytes per span, {rate:.0} spans per \
+             CPU-second (decode + rows + encode + LZ4)",
             body.len() as u64 / spans
         );
         group.bench_function(format!("{attributes:?}_{format:?}").to_lowercase(), |b| {

@@ -31,7 +31,7 @@ impl Drop for RestartOnDrop {
 async fn clickhouse_outage_builds_lag_within_budget_and_loses_nothing() {
     let w = World::new("outage", "map");
     // A 48 MiB budget: far below what the topic will hold while ClickHouse is away.
-    let c = w.start_collector(&["--config", "tests/outage.yaml"]);
+    let mut c = w.start_collector(&["--config", "tests/outage.yaml", "--shutdown-deadline-ms", "5000"]);
     w.produce(5_000, 4, 11).await;
     assert_eq!(
         w.wait_rows(5_000, Duration::from_secs(120)).await,
@@ -92,7 +92,14 @@ async fn clickhouse_outage_builds_lag_within_budget_and_loses_nothing() {
         "RSS {rss_mib:.1} MiB exceeds 256 MiB with a 48 MiB budget"
     );
 
+    // SIGTERM while ClickHouse is still down: the collector gives up on its in-flight
+    // batches within the deadline (they stay uncommitted) instead of hanging.
+    c.sigterm();
+    let (took, status) = c.wait_exit(Duration::from_secs(10)).expect("exits while ClickHouse is down");
+    assert!(status.success() && took <= Duration::from_secs(6), "took {took:?}, {status}\n{}", c.log_tail());
+
     stack(&["up", "clickhouse"]);
+    let c = w.start_collector(&["--config", "tests/outage.yaml"]);
     let rows = w.wait_rows(155_000, Duration::from_secs(300)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (first, second) = (w.verify(5_000).await, w.verify_as(&during, 150_000).await);

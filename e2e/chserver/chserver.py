@@ -1058,6 +1058,15 @@ def load_users(path: str) -> dict[str, str]:
     return users
 
 
+def handle_error(_request, client_address):
+    """A client that goes away mid-response is routine; anything else is logged with its trace."""
+    exc = sys.exc_info()[1]
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+        LOG.debug("%s: connection closed by the client: %s", client_address, exc)
+    else:
+        LOG.exception("unexpected error handling a request from %s", client_address)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--listen", default="127.0.0.1:8123", help="host:port to listen on")
@@ -1073,6 +1082,7 @@ def main() -> int:
     ThreadingHTTPServer.daemon_threads = True
     ThreadingHTTPServer.request_queue_size = 128
     server = ThreadingHTTPServer((host, int(port)), Handler)
+    server.handle_error = handle_error
 
     def stop(signum, _frame):
         LOG.info("signal %s: shutting down", signum)

@@ -36,7 +36,7 @@ k8s_install() {
   local dir; dir="$(k8s_bin_dir)"
   [[ -x "$dir/kube-apiserver" && -x "$dir/kube-controller-manager" ]] && return 0
   command -v go >/dev/null || die "k8s: Go (>= 1.26) is needed to build kube-apiserver; install it first"
-  say "k8s: building kube-apiserver and kube-controller-manager $K8S_VERSION into $dir (~5 min cold, cached after)"
+  say "k8s: building kube-apiserver and kube-controller-manager $K8S_VERSION into $dir (5-10 min cold, cached after)"
   local v="k8s.io/component-base/version" tmp="$dir.tmp.$$" start=$SECONDS
   rm -rf "$tmp"; mkdir -p "$tmp"
   (cd "$E2E_DIR/k8s" && go build -trimpath -o "$tmp/" \
@@ -144,6 +144,7 @@ k8s_up() {
   k8s_pki
   local bin; bin="$(k8s_bin_dir)"
   mkdir -p "$K8S_DATA/etcd" "$K8S_DATA/node" "$LOG_DIR/pods"
+  chmod 700 "$K8S_DATA/etcd"  # etcd warns about anything more open
 
   if ! pid_alive etcd; then
     start_bg etcd "$ETCD_PORT" etcd --name tracehouse --data-dir "$K8S_DATA/etcd" \
@@ -208,6 +209,34 @@ k8s_up() {
       --image "tracehouse/operator=$CARGO_BIN_DIR/tracehouse-operator"
   fi
   wait_until node-agent 60 k8s_agent_ready
+  k8s_operator_up
+}
+
+# The tracehouse operator, as users run it: the CRD from crds/, the RBAC and two-replica
+# Deployment of config/manager (through the config/local overlay), its pods run by the node
+# agent from the current build of tracehouse-operator. Plus the Secret the local sample
+# (config/samples/local/tracepipeline.yaml) references: the stack's ClickHouse credentials.
+k8s_operator_up() {
+  command -v kubectl >/dev/null || die "k8s: kubectl is needed to install the operator (CRD, RBAC, Deployment)"
+  local kc="$K8S_DATA/admin.kubeconfig" log="$LOG_DIR/operator-install.log" stamp="$K8S_DATA/operator.sha256"
+  local sum; sum="$(sha256sum "$CARGO_BIN_DIR/tracehouse-operator" 2>/dev/null | cut -c1-64)"
+  [[ -n "$sum" ]] || die "k8s: $CARGO_BIN_DIR/tracehouse-operator is missing (cargo build -p tracehouse-operator)"
+  (
+    set -e
+    k() { kubectl --kubeconfig "$kc" "$@"; }
+    k apply --server-side --force-conflicts -f "$REPO_DIR/crds/tracepipelines.yaml"
+    k wait --for condition=established --timeout=60s crd/tracepipelines.tracehouse.dev
+    k create secret generic tracehouse-clickhouse -n default --from-literal=username="$CLICKHOUSE_USER_NAME" \
+      --from-literal=password="$(clickhouse_password)" --dry-run=client -o yaml | k apply --server-side -f -
+    k apply --server-side --force-conflicts -k "$REPO_DIR/config/local"
+    # Pods keep running the binary they started with: restart them after a rebuild.
+    if [[ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]]; then
+      k -n tracehouse-system rollout restart deployment/tracehouse-operator
+      echo "$sum" >"$stamp"
+    fi
+    k -n tracehouse-system rollout status deployment/tracehouse-operator --timeout=120s
+  ) >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "k8s: installing the operator failed; log: $log"; }
+  say "operator ready (tracehouse-system/tracehouse-operator, current build)"
 }
 
 # k8s_kill_pods: kill pod processes a node agent left behind (it was SIGKILLed or crashed).

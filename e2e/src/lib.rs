@@ -33,8 +33,15 @@ pub fn clickhouse() -> clickhouse::Client {
 
 /// A name unique to this test run, safe as a ClickHouse identifier and a Kafka topic.
 pub fn unique_name(prefix: &str) -> String {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
-    format!("{prefix}_{}_{:x}", std::process::id(), nanos & 0xffff_ffff_ffff)
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "{prefix}_{}_{:x}",
+        std::process::id(),
+        nanos & 0xffff_ffff_ffff
+    )
 }
 
 /// Run a shell command from the repository root, failing the test on a non-zero exit.

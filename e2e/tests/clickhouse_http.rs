@@ -27,7 +27,11 @@ struct SpanLike {
 
 async fn fresh_database(client: &::clickhouse::Client) -> String {
     let db = unique_name("e2e_ch");
-    client.query(&format!("CREATE DATABASE {db}")).execute().await.unwrap();
+    client
+        .query(&format!("CREATE DATABASE {db}"))
+        .execute()
+        .await
+        .unwrap();
     db
 }
 
@@ -84,12 +88,20 @@ async fn json_map_datetime64_nested_roundtrip_lz4() {
         .unwrap();
     assert_eq!(got.len(), sent.len());
     for (g, s) in got.iter().zip(&sent) {
-        let (gd, sd): (serde_json::Value, serde_json::Value) =
-            (serde_json::from_str(&g.doc).unwrap(), serde_json::from_str(&s.doc).unwrap());
+        let (gd, sd): (serde_json::Value, serde_json::Value) = (
+            serde_json::from_str(&g.doc).unwrap(),
+            serde_json::from_str(&s.doc).unwrap(),
+        );
         assert_eq!(gd, sd, "JSON column differs");
         assert_eq!(
-            SpanLike { doc: String::new(), ..g.clone() },
-            SpanLike { doc: String::new(), ..s.clone() }
+            SpanLike {
+                doc: String::new(),
+                ..g.clone()
+            },
+            SpanLike {
+                doc: String::new(),
+                ..s.clone()
+            }
         );
     }
 
@@ -137,7 +149,11 @@ async fn null_engine_accepts_inserts_and_stores_nothing() {
         insert.write(&row).await.unwrap();
     }
     insert.end().await.unwrap();
-    let n: u64 = client.query("SELECT count() FROM sink").fetch_one().await.unwrap();
+    let n: u64 = client
+        .query("SELECT count() FROM sink")
+        .fetch_one()
+        .await
+        .unwrap();
     assert_eq!(n, 0);
 }
 
@@ -161,9 +177,15 @@ async fn post_with(
     let out = tokio::process::Command::new("curl")
         .args(["-sS", "-o", "-", "-D", "/dev/stderr", "--data-binary", "@-"])
         .arg("-H")
-        .arg(format!("X-ClickHouse-User: {}", stack_var("CLICKHOUSE_USER")))
+        .arg(format!(
+            "X-ClickHouse-User: {}",
+            stack_var("CLICKHOUSE_USER")
+        ))
         .arg("-H")
-        .arg(format!("X-ClickHouse-Key: {}", stack_var("CLICKHOUSE_PASSWORD")))
+        .arg(format!(
+            "X-ClickHouse-Key: {}",
+            stack_var("CLICKHOUSE_PASSWORD")
+        ))
         .arg(url)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -186,9 +208,16 @@ async fn post_with(
         .expect("status line");
     let code = headers
         .lines()
-        .find(|l| l.to_ascii_lowercase().starts_with("x-clickhouse-exception-code:"))
+        .find(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("x-clickhouse-exception-code:")
+        })
         .map(|l| l.split(':').nth(1).unwrap().trim().to_string());
-    (status, code, String::from_utf8_lossy(&out.stdout).to_string())
+    (
+        status,
+        code,
+        String::from_utf8_lossy(&out.stdout).to_string(),
+    )
 }
 
 fn urlencode(s: &str) -> String {
@@ -210,7 +239,11 @@ async fn malformed_rowbinary_is_refused_with_its_code_and_changes_nothing() {
         .execute()
         .await
         .unwrap();
-    client.query("INSERT INTO t VALUES (1, 'one')").execute().await.unwrap();
+    client
+        .query("INSERT INTO t VALUES (1, 'one')")
+        .execute()
+        .await
+        .unwrap();
 
     // Two good rows then a string whose length prefix runs past the end of the body.
     let mut body = Vec::new();
@@ -232,7 +265,11 @@ async fn malformed_rowbinary_is_refused_with_its_code_and_changes_nothing() {
         .fetch_all::<(u64, String)>()
         .await
         .unwrap();
-    assert_eq!(rows, vec![(1, "one".to_string())], "a failed insert must leave the table unchanged");
+    assert_eq!(
+        rows,
+        vec![(1, "one".to_string())],
+        "a failed insert must leave the table unchanged"
+    );
 
     // The same error reaches the crate as a typed error carrying the code.
     let err = client
@@ -249,7 +286,11 @@ async fn wrong_password_gets_code_516() {
         .with_url(stack_var("CLICKHOUSE_URL"))
         .with_user(stack_var("CLICKHOUSE_USER"))
         .with_password("not-the-password");
-    let err = client.query("SELECT 1").fetch_one::<u8>().await.unwrap_err();
+    let err = client
+        .query("SELECT 1")
+        .fetch_one::<u8>()
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("Code: 516"), "{err}");
 }
 

@@ -7,7 +7,11 @@ use tracehouse_e2e::{clickhouse, run_repo_command, unique_name};
 async fn clickhouse_restart_keeps_data() {
     let client = clickhouse();
     let db = unique_name("e2e_restart");
-    client.query(&format!("CREATE DATABASE {db}")).execute().await.unwrap();
+    client
+        .query(&format!("CREATE DATABASE {db}"))
+        .execute()
+        .await
+        .unwrap();
     let client = client.with_database(&db);
     client
         .query("CREATE TABLE kept (n UInt64) ENGINE = MergeTree ORDER BY n")

@@ -26,7 +26,10 @@ async fn produce_and_consume_through_the_real_broker() {
         )
         .await
         .expect("create_topics request");
-    assert!(created.iter().all(|r| r.is_ok()), "topic creation: {created:?}");
+    assert!(
+        created.iter().all(|r| r.is_ok()),
+        "topic creation: {created:?}"
+    );
 
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", &brokers)
@@ -61,7 +64,13 @@ async fn produce_and_consume_through_the_real_broker() {
     while received.len() < sent.len() {
         let msg = tokio::time::timeout_at(deadline, consumer.recv())
             .await
-            .unwrap_or_else(|_| panic!("only {} of {} records consumed in 60 s", received.len(), sent.len()))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "only {} of {} records consumed in 60 s",
+                    received.len(),
+                    sent.len()
+                )
+            })
             .expect("consume");
         received.push(String::from_utf8(msg.payload().unwrap().to_vec()).unwrap());
     }

@@ -101,7 +101,10 @@ pub async fn run(
         0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
         n => n,
     };
-    let (batch_tx, batch_rx) = crossbeam_channel::bounded::<RecordBatch>(threads * 4);
+    // Unbounded in count but bounded in bytes: every batch holds budget bytes, and the source
+    // pauses its partitions when the budget is spent. A count bound here would block the
+    // Kafka thread instead — and a blocked Kafka thread can neither pause nor heartbeat.
+    let (batch_tx, batch_rx) = crossbeam_channel::unbounded::<RecordBatch>();
     let (encoded_tx, mut encoded_rx) =
         mpsc::channel::<Encoded>(cfg.clickhouse.max_inflight_inserts * 2);
     let (ack_tx, ack_rx) = crossbeam_channel::unbounded::<Ack>();

@@ -154,8 +154,15 @@ impl Sink {
     }
 }
 
+/// The error and its causes, without the URL (it carries the whole INSERT statement).
 fn describe_reqwest(e: &reqwest::Error) -> String {
-    let mut s = e.to_string();
+    let mut s = if e.is_timeout() {
+        "timed out".to_string()
+    } else if e.is_connect() {
+        "cannot connect".to_string()
+    } else {
+        "request failed".to_string()
+    };
     let mut source = std::error::Error::source(e);
     while let Some(inner) = source {
         s.push_str(": ");

@@ -31,7 +31,12 @@ impl Drop for RestartOnDrop {
 async fn clickhouse_outage_builds_lag_within_budget_and_loses_nothing() {
     let w = World::new("outage", "map");
     // A 48 MiB budget: far below what the topic will hold while ClickHouse is away.
-    let mut c = w.start_collector(&["--config", "tests/outage.yaml", "--shutdown-deadline-ms", "5000"]);
+    let mut c = w.start_collector(&[
+        "--config",
+        "tests/outage.yaml",
+        "--shutdown-deadline-ms",
+        "5000",
+    ]);
     w.produce(5_000, 4, 11).await;
     assert_eq!(
         w.wait_rows(5_000, Duration::from_secs(120)).await,
@@ -95,8 +100,14 @@ async fn clickhouse_outage_builds_lag_within_budget_and_loses_nothing() {
     // SIGTERM while ClickHouse is still down: the collector gives up on its in-flight
     // batches within the deadline (they stay uncommitted) instead of hanging.
     c.sigterm();
-    let (took, status) = c.wait_exit(Duration::from_secs(10)).expect("exits while ClickHouse is down");
-    assert!(status.success() && took <= Duration::from_secs(6), "took {took:?}, {status}\n{}", c.log_tail());
+    let (took, status) = c
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits while ClickHouse is down");
+    assert!(
+        status.success() && took <= Duration::from_secs(6),
+        "took {took:?}, {status}\n{}",
+        c.log_tail()
+    );
 
     stack(&["up", "clickhouse"]);
     let c = w.start_collector(&["--config", "tests/outage.yaml"]);

@@ -17,6 +17,15 @@
 //!
 //! Columns are built in their own buffers while rows arrive and laid out one after
 //! the other when the block is cut, so each column's bytes are contiguous.
+//!
+//! `JSON` columns are not written yet ([`EncodeError::NativeJson`]; the JSON variant
+//! uses RowBinary). The server reads them in Native with the `FLATTENED` object
+//! serialization (version 3: the list of all paths, then per path a `Dynamic` in its
+//! own `FLATTENED` form — list of types by name, one type index per row with
+//! `types.len()` meaning NULL, then one column per type), which needs per-path,
+//! per-type column builders including columnar `Array(Nullable(T))`, `Array(Dynamic)`
+//! and `Array(JSON)` — a sizeable piece of its own, worth doing given the server-CPU
+//! figures for Native (see the collector's format decision).
 
 use std::collections::HashMap;
 

@@ -163,7 +163,7 @@ impl Default for BatchConfig {
 impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
-            max_inflight_bytes: 256 << 20,
+            max_inflight_bytes: 96 << 20,
             max_record_bytes: 16 << 20,
             encode_threads: 0,
         }

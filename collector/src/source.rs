@@ -336,9 +336,9 @@ pub fn spawn(
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("partition.assignment.strategy", "cooperative-sticky")
-        .set("fetch.max.bytes", "67108864")
-        .set("max.partition.fetch.bytes", "16777216")
-        .set("queued.max.messages.kbytes", "65536")
+        .set("fetch.max.bytes", "16777216")
+        .set("max.partition.fetch.bytes", "4194304")
+        .set("queued.max.messages.kbytes", "16384")
         .set("session.timeout.ms", "30000")
         .set("max.poll.interval.ms", "300000");
     for (k, v) in &cfg.properties {

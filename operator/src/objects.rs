@@ -33,20 +33,80 @@ pub enum Change {
 }
 
 /// `true` when `live` has every field of `desired` with the same value. Lists must have the
-/// same length and match item by item; maps may have more keys in `live`.
+/// same length and match item by item; maps may have more keys in `live`. Resource
+/// quantities (`requests`/`limits` values) compare by value, since the API server rewrites
+/// them in canonical form (`0.5` → `500m`).
 pub fn contains(live: &Value, desired: &Value) -> bool {
+    contains_at(live, desired, false)
+}
+
+fn contains_at(live: &Value, desired: &Value, quantities: bool) -> bool {
     match (live, desired) {
         (_, Value::Null) => true,
         (Value::Object(l), Value::Object(d)) => d.iter().all(|(k, dv)| match l.get(k) {
-            Some(lv) => contains(lv, dv),
+            // `quantities` here means "this is a requests/limits map": its values are.
+            Some(lv) => contains_at(lv, dv, quantities || k == "requests" || k == "limits"),
             None => dv.is_null() || dv.as_object().is_some_and(serde_json::Map::is_empty),
         }),
         (Value::Array(l), Value::Array(d)) => {
-            l.len() == d.len() && l.iter().zip(d).all(|(lv, dv)| contains(lv, dv))
+            l.len() == d.len() && l.iter().zip(d).all(|(lv, dv)| contains_at(lv, dv, false))
         }
         (Value::Number(l), Value::Number(d)) => l.as_f64() == d.as_f64(),
+        (Value::String(l), Value::String(d)) if quantities && l != d => {
+            matches!((quantity(l), quantity(d)), (Some(a), Some(b)) if a == b)
+        }
         (l, d) => l == d,
     }
+}
+
+/// A Kubernetes quantity (`500m`, `0.5`, `1536Mi`, `1.5Gi`, `2e3`) in nano-units; `None`
+/// when it does not parse or does not fit.
+fn quantity(s: &str) -> Option<i128> {
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(s.len());
+    let (number, suffix) = s.split_at(split);
+    let (int, frac) = number.split_once('.').unwrap_or((number, ""));
+    if frac.len() > 9 || (int.is_empty() && frac.is_empty()) {
+        return None;
+    }
+    let negative = int.starts_with('-');
+    let int = int.trim_start_matches(['+', '-']);
+    let mut nanos: i128 = if int.is_empty() { 0 } else { int.parse().ok()? };
+    nanos = nanos.checked_mul(1_000_000_000)?;
+    if !frac.is_empty() {
+        let f: i128 = frac.parse().ok()?;
+        nanos += f * 10i128.pow(9 - frac.len() as u32);
+    }
+    let (num, den): (i128, i128) = match suffix {
+        "" => (1, 1),
+        "n" => (1, 1_000_000_000),
+        "u" => (1, 1_000_000),
+        "m" => (1, 1_000),
+        "k" => (1_000, 1),
+        "M" => (1_000_000, 1),
+        "G" => (1_000_000_000, 1),
+        "T" => (1_000_000_000_000, 1),
+        "P" => (1_000_000_000_000_000, 1),
+        "E" => (1_000_000_000_000_000_000, 1),
+        "Ki" => (1 << 10, 1),
+        "Mi" => (1 << 20, 1),
+        "Gi" => (1 << 30, 1),
+        "Ti" => (1 << 40, 1),
+        "Pi" => (1 << 50, 1),
+        "Ei" => (1 << 60, 1),
+        e if e.starts_with(['e', 'E']) => {
+            let exp: i32 = e[1..].parse().ok()?;
+            if exp >= 0 {
+                (10i128.checked_pow(exp.unsigned_abs())?, 1)
+            } else {
+                (1, 10i128.checked_pow(exp.unsigned_abs())?)
+            }
+        }
+        _ => return None,
+    };
+    let value = nanos.checked_mul(num)? / den;
+    Some(if negative { -value } else { value })
 }
 
 fn hash_of(value: &Value) -> String {
@@ -149,6 +209,25 @@ mod tests {
             &json!({ "spec": { "replicas": 3.0, "args": ["a", "b"] } }),
             &desired
         ));
+    }
+
+    #[test]
+    fn resource_quantities_compare_by_value_and_nothing_else_does() {
+        let desired = json!({ "resources": { "requests": { "cpu": "0.5", "memory": "1.5Gi" } } });
+        let live = json!({ "resources": { "requests": { "cpu": "500m", "memory": "1536Mi" } } });
+        assert!(contains(&live, &desired));
+        let more = json!({ "resources": { "requests": { "cpu": "600m", "memory": "1536Mi" } } });
+        assert!(!contains(&more, &desired));
+        // Outside requests/limits, "1" and "1000m" are different strings.
+        assert!(!contains(
+            &json!({ "value": "1000m" }),
+            &json!({ "value": "1" })
+        ));
+        assert_eq!(quantity("1"), quantity("1000m"));
+        assert_eq!(quantity("2e3"), quantity("2k"));
+        assert_eq!(quantity("1Ki"), Some(1024 * 1_000_000_000));
+        assert_eq!(quantity("12x"), None);
+        assert_eq!(quantity(""), None);
     }
 
     #[test]

@@ -37,6 +37,9 @@ async fn pipeline_lifecycle_on_the_real_stack() {
         create_clickhouse_secret(&client, &ns).await;
         let api: Api<TracePipeline> = Api::namespaced(client.clone(), &ns);
         let mut spec = sample(&ns, &topic, &database);
+        // Written as users do; the API server stores "100m". The no-write check (step 7)
+        // proves the operator does not re-apply because of the different spelling.
+        spec["spec"]["collector"]["resources"]["requests"]["cpu"] = json!("0.1");
         let name = "e2e";
 
         let result = AssertUnwindSafe(async {

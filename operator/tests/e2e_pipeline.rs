@@ -119,11 +119,18 @@ async fn pipeline_lifecycle_on_the_real_stack() {
 
             // 7. Nothing changes → over several resyncs the operator reconciles and writes
             //    nothing: no object, status or Event changes, and its write counter is flat.
+            //    (Counters live in the processes: no replica may restart in between.)
+            let replicas_before = operator_replicas_settled(&client).await;
             let before = footprint(&client, &ns, name).await;
             let counters_before = operator_counters(&client).await;
             tokio::time::sleep(RESYNC * 2 + Duration::from_secs(5)).await;
             let after = footprint(&client, &ns, name).await;
             let counters_after = operator_counters(&client).await;
+            assert_eq!(
+                operator_replicas_settled(&client).await,
+                replicas_before,
+                "an operator replica restarted during the quiet period"
+            );
             assert_eq!(after, before, "a reconcile with nothing changed wrote something");
             assert!(
                 counters_after.0 >= counters_before.0 + 2.0,

@@ -97,6 +97,18 @@ impl RunArgs {
         if let Some(v) = self.shutdown_deadline_ms {
             cfg.shutdown_deadline_ms = v;
         }
+        // SASL credentials come from the environment (the operator maps them from a Secret),
+        // so they never sit in a ConfigMap or on the command line.
+        for (var, key) in [
+            ("KAFKA_SASL_USERNAME", "sasl.username"),
+            ("KAFKA_SASL_PASSWORD", "sasl.password"),
+        ] {
+            if let Ok(v) = std::env::var(var)
+                && !v.is_empty()
+            {
+                cfg.kafka.properties.entry(key.to_string()).or_insert(v);
+            }
+        }
     }
 }
 
@@ -118,7 +130,13 @@ pub fn run(args: RunArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     if args.print_config {
-        print!("{}", serde_yaml::to_string(&cfg).unwrap_or_default());
+        let mut shown = cfg.clone();
+        for secret in ["sasl.password", "ssl.key.password", "ssl.keystore.password"] {
+            if let Some(v) = shown.kafka.properties.get_mut(secret) {
+                *v = "***".into();
+            }
+        }
+        print!("{}", serde_yaml::to_string(&shown).unwrap_or_default());
         return ExitCode::SUCCESS;
     }
     let factory = match tracehouse_collector::insert_encoder::factory(&cfg) {

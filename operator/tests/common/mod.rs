@@ -534,6 +534,35 @@ pub async fn operator_pods(client: &Client) -> Vec<Pod> {
         .collect()
 }
 
+/// Waits until every operator replica is ready; their `(name, restart count)`.
+pub async fn operator_replicas_settled(client: &Client) -> Vec<(String, i32)> {
+    wait_for(
+        "every operator replica ready",
+        Duration::from_secs(120),
+        || async {
+            let pods = operator_pods(client).await;
+            let restarts: Vec<(String, i32)> = pods
+                .iter()
+                .map(|p| {
+                    let n = p
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.container_statuses.as_ref())
+                        .and_then(|c| c.first())
+                        .map_or(0, |c| c.restart_count);
+                    (p.name_any(), n)
+                })
+                .collect();
+            if !pods.is_empty() && pods.iter().all(pod_ready) {
+                Ok(restarts)
+            } else {
+                Err(format!("{restarts:?}"))
+            }
+        },
+    )
+    .await
+}
+
 pub fn metric_sum(text: &str, name: &str) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(name) && !l.starts_with('#'))

@@ -24,12 +24,6 @@ pub struct BatchRange {
     pub last: i64,
 }
 
-impl BatchRange {
-    pub fn records(&self) -> u64 {
-        (self.last - self.first + 1) as u64
-    }
-}
-
 #[derive(Debug)]
 struct Pending {
     range: BatchRange,
@@ -134,11 +128,6 @@ impl PartitionLedger {
     /// Batches sent and not yet acknowledged.
     pub fn in_flight(&self) -> usize {
         self.pending.iter().filter(|p| !p.acked).count()
-    }
-
-    /// The first offset not yet acknowledged, if any batch is pending.
-    pub fn oldest_pending(&self) -> Option<i64> {
-        self.pending.front().map(|p| p.range.first)
     }
 
     /// Metadata naming the ends of every pending batch (and inherited ends still ahead),

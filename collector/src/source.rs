@@ -20,6 +20,8 @@ use rdkafka::message::Message;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use crate::batch::{BatchBuilder, CutPolicy, RecordBatch, SkipReason, Skipped};
+use prometheus_client::metrics::counter::Counter;
+
 use crate::metrics::{Metrics, PartitionLabels, TopicLabels};
 use crate::offsets::{BatchRange, PartitionLedger};
 
@@ -82,6 +84,8 @@ struct PartitionState {
     /// First offset and Kafka timestamp of each pending batch, oldest first.
     pending_ts: std::collections::VecDeque<(i64, i64)>,
     paused: bool,
+    records_consumed: Counter,
+    bytes_consumed: Counter,
 }
 
 #[derive(Default)]
@@ -203,6 +207,20 @@ impl ConsumerContext for SourceContext {
                         ledger: None,
                         pending_ts: Default::default(),
                         paused: false,
+                        records_consumed: self
+                            .metrics
+                            .records_consumed
+                            .get_or_create(&TopicLabels {
+                                topic: elem.topic().to_string(),
+                            })
+                            .clone(),
+                        bytes_consumed: self
+                            .metrics
+                            .bytes_consumed
+                            .get_or_create(&TopicLabels {
+                                topic: elem.topic().to_string(),
+                            })
+                            .clone(),
                     });
                     tracing::info!(
                         topic = elem.topic(),
@@ -398,12 +416,14 @@ impl SourceLoop {
             self.apply_budget();
             match self.consumer.poll(Duration::from_millis(50)) {
                 Some(Ok(msg)) => {
-                    let topic = msg.topic().to_string();
-                    let partition = msg.partition();
-                    let offset = msg.offset();
                     let ts = msg.timestamp().to_millis().unwrap_or_else(now_ms);
-                    let payload = msg.payload();
-                    self.on_record(&topic, partition, offset, ts, payload);
+                    self.on_record(
+                        msg.topic(),
+                        msg.partition(),
+                        msg.offset(),
+                        ts,
+                        msg.payload(),
+                    );
                 }
                 Some(Err(e)) if errors.allow() => {
                     tracing::warn!(error = %e, "kafka consumer error")
@@ -425,24 +445,17 @@ impl SourceLoop {
     }
 
     fn on_record(&self, topic: &str, partition: i32, offset: i64, ts: i64, payload: Option<&[u8]>) {
-        let len = payload.map_or(0, <[u8]>::len);
-        self.metrics
-            .records_consumed
-            .get_or_create(&TopicLabels {
-                topic: topic.to_string(),
-            })
-            .inc();
-        self.metrics
-            .bytes_consumed
-            .get_or_create(&TopicLabels {
-                topic: topic.to_string(),
-            })
-            .inc_by(len as u64);
         let need_init = {
             let mut state = self.consumer.context().state.lock().expect("state lock");
             match state.find(topic, partition) {
                 None => return, // revoked between fetch and delivery: the next owner reads it
-                Some(p) => p.ledger.is_none(),
+                Some(p) => {
+                    // Counter handles resolved at assignment: no label allocation per record.
+                    p.records_consumed.inc();
+                    p.bytes_consumed
+                        .inc_by(payload.map_or(0, <[u8]>::len) as u64);
+                    p.ledger.is_none()
+                }
             }
         };
         let ledger = if need_init {

@@ -9,13 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// How records on the topic are encoded (the OTel Collector kafka exporter's names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-#[value(rename_all = "snake_case")]
-pub enum Encoding {
-    OtlpProto,
-    OtlpJson,
-}
+pub use crate::decode::Encoding;
 
 /// The ClickHouse input format of inserts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tracehouse_schema::{Attributes, Ident, TableOptions};
 
-use crate::config::{AttributesKind, Config, Encoding, InsertFormat};
+use crate::config::{AttributesKind, Config, InsertFormat};
 use crate::decode;
 use crate::encode::{Encoder, Format};
 use crate::workers::{EncoderFactory, SpanEncoder};
@@ -64,10 +64,7 @@ impl SpanEncoder for Adapter {
 pub fn factory(cfg: &Config) -> Result<EncoderFactory, String> {
     let table = table_options(cfg).map_err(|e| e.to_string())?;
     let format = format(cfg);
-    let encoding = match cfg.kafka.encoding {
-        Encoding::OtlpProto => decode::Encoding::OtlpProto,
-        Encoding::OtlpJson => decode::Encoding::OtlpJson,
-    };
+    let encoding = cfg.kafka.encoding;
     Encoder::new(&table, format).map_err(|e| format!("clickhouse: {e}"))?;
     Ok(Arc::new(move || {
         let encoder = Encoder::new(&table, format).expect("checked when the factory was built");

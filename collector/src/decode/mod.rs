@@ -16,8 +16,13 @@ use std::str::FromStr;
 pub use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 
-/// How a record's payload is encoded (the exporter's `encoding` setting).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// How a record's payload is encoded (the exporter's `encoding` setting; also the
+/// collector's `kafka.encoding` configuration value and `--encoding` flag).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum Encoding {
     /// Protobuf `ExportTraceServiceRequest` (the exporter's default).
     OtlpProto,

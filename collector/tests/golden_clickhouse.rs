@@ -179,7 +179,7 @@ async fn map_variant_round_trips_through_the_engine_in_rowbinary_and_native() {
         let t = ch.table(&name, Attributes::Map, false);
         ch.create(&t).await;
         let mut enc = Encoder::new(&t, format).unwrap();
-        enc.push_request(&request());
+        enc.push_request(&request()).unwrap();
         let body = enc.finish().to_vec();
         ch.insert(&enc, body).await;
         // Map → [[key, value], …] keeping order and repeated keys.
@@ -224,7 +224,7 @@ async fn json_variant_stores_the_expected_paths_and_types_and_the_exporters_valu
         let t = ch.table(&format!("traces_json_{keys}"), Attributes::Json, keys);
         ch.create(&t).await;
         let mut enc = Encoder::new(&t, Format::RowBinary).unwrap();
-        enc.push_request(&req);
+        enc.push_request(&req).unwrap();
         let body = enc.finish().to_vec();
         ch.insert(&enc, body).await;
 
@@ -391,7 +391,7 @@ async fn server_cpu_per_insert_format() {
                 options.compression = compression;
                 let mut enc = Encoder::with_options(&t, options).unwrap();
                 for r in &records {
-                    enc.push_request(r);
+                    enc.push_request(r).unwrap();
                 }
                 let body = enc.finish().to_vec();
                 let decompress = if compression == Compression::Lz4 {

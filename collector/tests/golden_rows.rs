@@ -28,7 +28,7 @@ fn encode(t: &TableOptions, format: Format, compression: Compression) -> Vec<u8>
     let mut options = EncoderOptions::new(format);
     options.compression = compression;
     let mut enc = Encoder::with_options(t, options).unwrap();
-    assert_eq!(enc.push_request(&request()), 5);
+    assert_eq!(enc.push_request(&request()).unwrap(), 5);
     assert_eq!(enc.rows(), 5);
     let body = enc.finish().to_vec();
     assert_eq!(enc.rows(), 0);
@@ -361,7 +361,7 @@ fn native_cuts_blocks_by_size_and_every_block_carries_the_schema_header() {
     // 256 copies: the size check runs every 256 rows, so several blocks are cut.
     let req = request();
     for _ in 0..60 {
-        enc.push_request(&req);
+        enc.push_request(&req).unwrap();
     }
     let body = enc.finish();
     let got = read_native(&t, &body);
@@ -400,9 +400,9 @@ fn finish_starts_a_new_independent_body() {
     options.compression = Compression::None;
     let mut enc = Encoder::with_options(&t, options).unwrap();
     assert!(enc.finish().is_empty());
-    enc.push_request(&request());
+    enc.push_request(&request()).unwrap();
     let first = enc.finish();
-    enc.push_request(&request());
+    enc.push_request(&request()).unwrap();
     let second = enc.finish();
     assert_eq!(first, second);
     assert_eq!(read_rowbinary(&t, &first).len(), 5);

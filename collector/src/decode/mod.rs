@@ -9,6 +9,7 @@
 //! payload); [`check_size`] and [`DecodeError::TooLarge`] give it the same error type.
 
 pub mod json;
+pub mod proto;
 
 use std::fmt;
 use std::str::FromStr;
@@ -79,6 +80,10 @@ pub enum DecodeError {
     /// the line and column.
     #[error("invalid otlp_json ExportTraceServiceRequest: {0}")]
     Json(#[from] serde_json::Error),
+    /// The fast reader refused `prost`'s own re-encoding of a decoded record. Never
+    /// expected (a bug); the record is kept out of the batch like any undecodable one.
+    #[error("internal error: the re-encoded ExportTraceServiceRequest could not be read")]
+    Reencoded,
 }
 
 impl DecodeError {
@@ -88,6 +93,7 @@ impl DecodeError {
             Self::TooLarge { .. } => "too_large",
             Self::Proto(_) => "invalid_proto",
             Self::Json(_) => "invalid_json",
+            Self::Reencoded => "reencoded",
         }
     }
 }

@@ -19,9 +19,10 @@ pub mod wire;
 
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::KeyValue;
+use prost::Message;
 use tracehouse_schema::{Attributes, ClickHouseType, InsertFormat, TableOptions, insert_sql};
 
+use crate::decode::proto::{self, ResourceView, ScopeView, SpanScratch, SpanView};
 use crate::decode::{self, DecodeError, Encoding};
 use crate::rows::{self, JsonObject, MapAttrs};
 use native::NativeBlock;
@@ -106,10 +107,11 @@ impl Rendered {
         }
     }
 
-    fn fill(&mut self, attrs: &[KeyValue]) {
+    /// Renders `attrs` (`KeyValue` bodies).
+    fn fill(&mut self, attrs: &[&[u8]]) -> proto::Result<()> {
         match self {
             Self::Map(m) => m.fill(attrs),
-            Self::Json(j) => j.fill(attrs),
+            Self::Json(j) => j.fill_raw(attrs),
         }
     }
 }
@@ -117,7 +119,9 @@ impl Rendered {
 /// Everything a row writer needs about one span; borrowed, built per span for free.
 #[derive(Debug)]
 pub(crate) struct SpanRow<'a> {
-    pub span: &'a opentelemetry_proto::tonic::trace::v1::Span,
+    pub span: &'a SpanView<'a>,
+    /// The span's events, links and their attribute bodies.
+    pub lists: &'a SpanScratch<'a>,
     pub service_name: &'a str,
     pub scope_name: &'a str,
     pub scope_version: &'a str,
@@ -129,6 +133,15 @@ pub(crate) struct SpanRow<'a> {
 enum Rows {
     RowBinary,
     Native(NativeBlock),
+}
+
+/// Where a record's rows start, to take them back if the record turns out unusual.
+#[derive(Debug)]
+struct Mark {
+    raw: usize,
+    rows: usize,
+    /// [`NativeBlock::mark`]'s column lengths.
+    native: Vec<usize>,
 }
 
 /// Turns spans into one insert body at a time. Not `Sync`: one per worker thread.
@@ -145,6 +158,8 @@ pub struct Encoder {
     row_count: usize,
     // Per-resource and per-span scratch, reused for the encoder's whole life.
     service_name: String,
+    /// Reused by [`Self::mark`].
+    mark_scratch: Vec<usize>,
     resource: Rendered,
     span_attrs: Rendered,
     nested_attrs: Rendered,
@@ -174,6 +189,7 @@ impl Encoder {
             body: Vec::new(),
             row_count: 0,
             service_name: String::new(),
+            mark_scratch: Vec::new(),
             resource: Rendered::new(table.attributes),
             span_attrs: Rendered::new(table.attributes),
             nested_attrs: Rendered::new(table.attributes),
@@ -210,38 +226,98 @@ impl Encoder {
     }
 
     /// Decodes one record payload and appends its spans. On error nothing is appended.
+    ///
+    /// `otlp_proto` records are read in place ([`proto`]); a record in a shape that
+    /// reader does not take is decoded by `prost` and its canonical re-encoding read
+    /// instead. `otlp_json` records are decoded to the `prost` message and re-encoded.
     pub fn push_record(
         &mut self,
         payload: &[u8],
         encoding: Encoding,
     ) -> Result<usize, DecodeError> {
+        if encoding == Encoding::OtlpProto
+            && let Ok(n) = self.push_proto(payload)
+        {
+            return Ok(n);
+        }
         let req = decode::decode(payload, encoding)?;
-        Ok(self.push_request(&req))
+        self.push_request(&req)
     }
 
     /// Appends every span of `req` as a row; returns how many.
-    pub fn push_request(&mut self, req: &ExportTraceServiceRequest) -> usize {
+    pub fn push_request(&mut self, req: &ExportTraceServiceRequest) -> Result<usize, DecodeError> {
+        let canonical = req.encode_to_vec();
+        self.push_proto(&canonical)
+            .map_err(|proto::Unusual| DecodeError::Reencoded)
+    }
+
+    /// Appends the spans of an `otlp_proto` record read in place; on [`proto::Unusual`]
+    /// everything appended for it is taken back.
+    fn push_proto(&mut self, payload: &[u8]) -> proto::Result<usize> {
+        let mark = self.mark();
+        match self.push_proto_inner(payload) {
+            Ok(n) => {
+                if let Rows::Native(block) = &mut self.rows
+                    && block.data_len() >= self.options.native_block_bytes
+                {
+                    block.cut(&mut self.raw);
+                }
+                self.compress_full_frames();
+                Ok(n)
+            }
+            Err(e) => {
+                self.rollback(mark);
+                Err(e)
+            }
+        }
+    }
+
+    fn mark(&mut self) -> Mark {
+        let mut native = std::mem::take(&mut self.mark_scratch);
+        native.clear();
+        if let Rows::Native(block) = &self.rows {
+            block.mark(&mut native);
+        }
+        Mark {
+            raw: self.raw.len(),
+            rows: self.row_count,
+            native,
+        }
+    }
+
+    fn rollback(&mut self, mark: Mark) {
+        self.raw.truncate(mark.raw);
+        self.row_count = mark.rows;
+        if let Rows::Native(block) = &mut self.rows {
+            block.rollback(&mark.native);
+        }
+        self.mark_scratch = mark.native;
+    }
+
+    fn push_proto_inner(&mut self, payload: &[u8]) -> proto::Result<usize> {
         let before = self.row_count;
-        for rs in &req.resource_spans {
-            let resource_attrs: &[KeyValue] = rs
-                .resource
-                .as_ref()
-                .map_or(&[], |r| r.attributes.as_slice());
+        let mut resource_spans = Vec::new();
+        proto::request(payload, &mut resource_spans)?;
+        let mut resource = ResourceView::default();
+        let mut scopes = Vec::new();
+        let mut scope = ScopeView::default();
+        let mut lists = SpanScratch::default();
+        for rs in resource_spans {
+            proto::resource_spans(rs, &mut resource, &mut scopes)?;
             // Once per resource: every span of it shares these values.
-            rows::service_name(resource_attrs, &mut self.service_name);
-            self.resource.fill(resource_attrs);
-            for ss in &rs.scope_spans {
-                let (scope_name, scope_version) = ss
-                    .scope
-                    .as_ref()
-                    .map_or(("", ""), |s| (s.name.as_str(), s.version.as_str()));
-                for span in &ss.spans {
-                    self.span_attrs.fill(&span.attributes);
+            rows::service_name(&resource.attrs, &mut self.service_name)?;
+            self.resource.fill(&resource.attrs)?;
+            for ss in &scopes {
+                proto::scope_spans(ss, &mut scope)?;
+                for body in &scope.spans {
+                    let span = proto::span(body, &mut lists)?;
+                    self.span_attrs.fill(&lists.attrs)?;
                     let row = SpanRow {
-                        span,
+                        span: &span,
+                        lists: &lists,
                         service_name: &self.service_name,
-                        scope_name,
-                        scope_version,
+                        scope_name: scope.name,
+                        scope_version: scope.version,
                         resource: &self.resource,
                         attrs: &self.span_attrs,
                     };
@@ -251,24 +327,14 @@ impl Encoder {
                             &self.plan,
                             &row,
                             &mut self.nested_attrs,
-                        ),
-                        Rows::Native(block) => {
-                            block.push_row(&row, &mut self.nested_attrs);
-                            // Checking the size costs a walk over the columns: do it
-                            // every 256 rows only.
-                            if block.rows() % 256 == 0
-                                && block.data_len() >= self.options.native_block_bytes
-                            {
-                                block.cut(&mut self.raw);
-                            }
-                        }
+                        )?,
+                        Rows::Native(block) => block.push_row(&row, &mut self.nested_attrs)?,
                     }
                     self.row_count += 1;
                 }
             }
         }
-        self.compress_full_frames();
-        self.row_count - before
+        Ok(self.row_count - before)
     }
 
     /// Compresses whole 1 MiB frames as soon as they are available, so the raw buffer
@@ -303,3 +369,6 @@ impl Encoder {
         Bytes::from(std::mem::replace(out, next))
     }
 }
+
+#[cfg(test)]
+mod differential;

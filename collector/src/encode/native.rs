@@ -29,12 +29,12 @@
 
 use std::collections::HashMap;
 
-use opentelemetry_proto::tonic::trace::v1::Span;
 use tracehouse_schema::SpanColumn;
 
 use super::plan::{AttrShape, PlannedColumn, Shape, Text};
 use super::wire::{put_str, put_u64, put_varint};
 use super::{EncodeError, Rendered, SpanRow};
+use crate::decode::proto;
 use crate::rows;
 
 /// `LowCardinality` serialization constants (ClickHouse `SerializationLowCardinality`).
@@ -281,6 +281,59 @@ impl Builder {
         }
     }
 
+    fn mark(&self, out: &mut Vec<usize>) {
+        match self {
+            Builder::Fixed(data) => out.push(data.len()),
+            Builder::Str { data, rows } => out.extend([data.len(), *rows]),
+            Builder::Lc(lc) => out.extend([lc.indexes.len(), lc.dict.len(), lc.keys.len()]),
+            Builder::Array { offsets, inner } => {
+                out.push(offsets.len());
+                inner.mark(out);
+            }
+            Builder::Map {
+                offsets,
+                keys,
+                values,
+            } => {
+                out.push(offsets.len());
+                keys.mark(out);
+                values.mark(out);
+            }
+        }
+    }
+
+    fn rollback(&mut self, marks: &mut impl Iterator<Item = usize>) {
+        let mut next = || marks.next().unwrap_or(0);
+        match self {
+            Builder::Fixed(data) => data.truncate(next()),
+            Builder::Str { data, rows } => {
+                data.truncate(next());
+                *rows = next();
+            }
+            Builder::Lc(lc) => {
+                lc.indexes.truncate(next());
+                let keys = next();
+                if lc.dict.len() > keys {
+                    lc.dict.retain(|_, i| (*i as usize) < keys);
+                }
+                lc.keys.truncate(next());
+            }
+            Builder::Array { offsets, inner } => {
+                offsets.truncate(next());
+                inner.rollback(marks);
+            }
+            Builder::Map {
+                offsets,
+                keys,
+                values,
+            } => {
+                offsets.truncate(next());
+                keys.rollback(marks);
+                values.rollback(marks);
+            }
+        }
+    }
+
     /// Approximate size of the column's data, for cutting blocks.
     fn data_len(&self) -> usize {
         match self {
@@ -326,26 +379,28 @@ impl NativeBlock {
         })
     }
 
-    pub(super) fn rows(&self) -> usize {
-        self.rows
-    }
-
     pub(super) fn data_len(&self) -> usize {
         self.columns.iter().map(|(_, b)| b.data_len()).sum()
     }
 
     /// Adds one span's values to every column.
-    pub(super) fn push_row(&mut self, row: &SpanRow<'_>, scratch: &mut Rendered) {
-        let span: &Span = row.span;
+    pub(super) fn push_row(
+        &mut self,
+        row: &SpanRow<'_>,
+        scratch: &mut Rendered,
+    ) -> proto::Result<()> {
+        let span = row.span;
+        let events = &row.lists.events[span.events.clone()];
+        let links = &row.lists.links[span.links.clone()];
         for (id, b) in &mut self.columns {
             use SpanColumn as C;
             match id {
                 C::Timestamp => {
                     b.push_fixed(rows::timestamp_ns(span.start_time_unix_nano).to_le_bytes())
                 }
-                C::TraceId => b.push_hex_id(&span.trace_id),
-                C::SpanId => b.push_hex_id(&span.span_id),
-                C::ParentSpanId => b.push_hex_id(&span.parent_span_id),
+                C::TraceId => b.push_hex_id(span.trace_id),
+                C::SpanId => b.push_hex_id(span.span_id),
+                C::ParentSpanId => b.push_hex_id(span.parent_span_id),
                 C::TraceState => b.push_str(span.trace_state.as_bytes()),
                 C::SpanName => b.push_str(span.name.as_bytes()),
                 C::SpanKind => b.push_str(rows::span_kind(span.kind).as_bytes()),
@@ -376,68 +431,80 @@ impl NativeBlock {
                     rows::duration_ns(span.start_time_unix_nano, span.end_time_unix_nano)
                         .to_le_bytes(),
                 ),
-                C::StatusCode => {
-                    let code = span.status.as_ref().map_or(0, |s| s.code);
-                    b.push_str(rows::status_code(code).as_bytes())
-                }
-                C::StatusMessage => {
-                    let msg = span.status.as_ref().map_or("", |s| s.message.as_str());
-                    b.push_str(msg.as_bytes())
-                }
+                C::StatusCode => b.push_str(rows::status_code(span.status_code).as_bytes()),
+                C::StatusMessage => b.push_str(span.status_message.as_bytes()),
                 C::EventsTimestamp => {
                     let inner = b.inner();
-                    for e in &span.events {
+                    for e in events {
                         inner.push_fixed(rows::timestamp_ns(e.time_unix_nano).to_le_bytes());
                     }
-                    b.end_array(span.events.len());
+                    b.end_array(events.len());
                 }
                 C::EventsName => {
                     let inner = b.inner();
-                    for e in &span.events {
+                    for e in events {
                         inner.push_str(e.name.as_bytes());
                     }
-                    b.end_array(span.events.len());
+                    b.end_array(events.len());
                 }
                 C::EventsAttributes => {
                     let inner = b.inner();
-                    for e in &span.events {
-                        scratch.fill(&e.attributes);
+                    for e in events {
+                        scratch.fill(&row.lists.event_attrs[e.attrs.clone()])?;
                         inner.push_attrs(scratch);
                     }
-                    b.end_array(span.events.len());
+                    b.end_array(events.len());
                 }
                 C::LinksTraceId => {
                     let inner = b.inner();
-                    for l in &span.links {
-                        inner.push_hex_id(&l.trace_id);
+                    for l in links {
+                        inner.push_hex_id(l.trace_id);
                     }
-                    b.end_array(span.links.len());
+                    b.end_array(links.len());
                 }
                 C::LinksSpanId => {
                     let inner = b.inner();
-                    for l in &span.links {
-                        inner.push_hex_id(&l.span_id);
+                    for l in links {
+                        inner.push_hex_id(l.span_id);
                     }
-                    b.end_array(span.links.len());
+                    b.end_array(links.len());
                 }
                 C::LinksTraceState => {
                     let inner = b.inner();
-                    for l in &span.links {
+                    for l in links {
                         inner.push_str(l.trace_state.as_bytes());
                     }
-                    b.end_array(span.links.len());
+                    b.end_array(links.len());
                 }
                 C::LinksAttributes => {
                     let inner = b.inner();
-                    for l in &span.links {
-                        scratch.fill(&l.attributes);
+                    for l in links {
+                        scratch.fill(&row.lists.link_attrs[l.attrs.clone()])?;
                         inner.push_attrs(scratch);
                     }
-                    b.end_array(span.links.len());
+                    b.end_array(links.len());
                 }
             }
         }
         self.rows += 1;
+        Ok(())
+    }
+
+    /// Every column's buffer lengths, depth first, for [`Self::rollback`].
+    pub(super) fn mark(&self, out: &mut Vec<usize>) {
+        out.push(self.rows);
+        for (_, b) in &self.columns {
+            b.mark(out);
+        }
+    }
+
+    /// Takes back every value pushed since [`Self::mark`] wrote `marks`.
+    pub(super) fn rollback(&mut self, marks: &[usize]) {
+        let mut it = marks.iter().copied();
+        self.rows = it.next().unwrap_or(0);
+        for (_, b) in &mut self.columns {
+            b.rollback(&mut it);
+        }
     }
 
     /// Appends the block (if it has rows) to `out` and empties the columns, keeping

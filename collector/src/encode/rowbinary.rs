@@ -10,6 +10,7 @@ use tracehouse_schema::SpanColumn;
 use super::plan::PlannedColumn;
 use super::wire::{put_i64, put_str, put_u64, put_varint};
 use super::{Rendered, SpanRow};
+use crate::decode::proto;
 use crate::rows;
 
 /// Appends one span's row.
@@ -18,15 +19,17 @@ pub(super) fn write_row(
     plan: &[PlannedColumn],
     row: &SpanRow<'_>,
     scratch: &mut Rendered,
-) {
+) -> proto::Result<()> {
     let span = row.span;
+    let events = &row.lists.events[span.events.clone()];
+    let links = &row.lists.links[span.links.clone()];
     for col in plan {
         use SpanColumn as C;
         match col.id {
             C::Timestamp => put_i64(out, rows::timestamp_ns(span.start_time_unix_nano)),
-            C::TraceId => put_hex_id(out, &span.trace_id),
-            C::SpanId => put_hex_id(out, &span.span_id),
-            C::ParentSpanId => put_hex_id(out, &span.parent_span_id),
+            C::TraceId => put_hex_id(out, span.trace_id),
+            C::SpanId => put_hex_id(out, span.span_id),
+            C::ParentSpanId => put_hex_id(out, span.parent_span_id),
             C::TraceState => put_str(out, span.trace_state.as_bytes()),
             C::SpanName => put_str(out, span.name.as_bytes()),
             C::SpanKind => put_str(out, rows::span_kind(span.kind).as_bytes()),
@@ -41,60 +44,55 @@ pub(super) fn write_row(
                 out,
                 rows::duration_ns(span.start_time_unix_nano, span.end_time_unix_nano),
             ),
-            C::StatusCode => {
-                let code = span.status.as_ref().map_or(0, |s| s.code);
-                put_str(out, rows::status_code(code).as_bytes())
-            }
-            C::StatusMessage => {
-                let msg = span.status.as_ref().map_or("", |s| s.message.as_str());
-                put_str(out, msg.as_bytes())
-            }
+            C::StatusCode => put_str(out, rows::status_code(span.status_code).as_bytes()),
+            C::StatusMessage => put_str(out, span.status_message.as_bytes()),
             C::EventsTimestamp => {
-                put_varint(out, span.events.len() as u64);
-                for e in &span.events {
+                put_varint(out, events.len() as u64);
+                for e in events {
                     put_i64(out, rows::timestamp_ns(e.time_unix_nano));
                 }
             }
             C::EventsName => {
-                put_varint(out, span.events.len() as u64);
-                for e in &span.events {
+                put_varint(out, events.len() as u64);
+                for e in events {
                     put_str(out, e.name.as_bytes());
                 }
             }
             C::EventsAttributes => {
-                put_varint(out, span.events.len() as u64);
-                for e in &span.events {
-                    scratch.fill(&e.attributes);
+                put_varint(out, events.len() as u64);
+                for e in events {
+                    scratch.fill(&row.lists.event_attrs[e.attrs.clone()])?;
                     put_attrs(out, scratch);
                 }
             }
             C::LinksTraceId => {
-                put_varint(out, span.links.len() as u64);
-                for l in &span.links {
-                    put_hex_id(out, &l.trace_id);
+                put_varint(out, links.len() as u64);
+                for l in links {
+                    put_hex_id(out, l.trace_id);
                 }
             }
             C::LinksSpanId => {
-                put_varint(out, span.links.len() as u64);
-                for l in &span.links {
-                    put_hex_id(out, &l.span_id);
+                put_varint(out, links.len() as u64);
+                for l in links {
+                    put_hex_id(out, l.span_id);
                 }
             }
             C::LinksTraceState => {
-                put_varint(out, span.links.len() as u64);
-                for l in &span.links {
+                put_varint(out, links.len() as u64);
+                for l in links {
                     put_str(out, l.trace_state.as_bytes());
                 }
             }
             C::LinksAttributes => {
-                put_varint(out, span.links.len() as u64);
-                for l in &span.links {
-                    scratch.fill(&l.attributes);
+                put_varint(out, links.len() as u64);
+                for l in links {
+                    scratch.fill(&row.lists.link_attrs[l.attrs.clone()])?;
                     put_attrs(out, scratch);
                 }
             }
         }
     }
+    Ok(())
 }
 
 fn put_hex_id(out: &mut Vec<u8>, id: &[u8]) {

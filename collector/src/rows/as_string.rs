@@ -17,6 +17,8 @@ use std::fmt::Write as _;
 use base64::Engine as _;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
 
+use crate::decode::proto;
+
 /// Appends the `AsString` text of an attribute value (`None`: the empty value).
 pub fn push_as_string(value: Option<&AnyValue>, out: &mut String) {
     let Some(v) = value.and_then(|v| v.value.as_ref()) else {
@@ -40,6 +42,24 @@ pub fn push_as_string(value: Option<&AnyValue>, out: &mut String) {
     }
 }
 
+/// Appends the `AsString` text of a borrowed attribute value; arrays and kvlists are
+/// decoded by `prost` first (rare, and their text is Go's JSON).
+pub fn push_value_as_string(value: proto::Value<'_>, out: &mut String) -> proto::Result<()> {
+    match value {
+        proto::Value::Empty => {}
+        proto::Value::Str(s) => out.push_str(s),
+        proto::Value::Bool(b) => out.push_str(if b { "true" } else { "false" }),
+        proto::Value::Int(i) => push_int(i, out),
+        proto::Value::Double(d) => push_double_as_string(d, out),
+        proto::Value::Bytes(b) => base64::engine::general_purpose::STANDARD.encode_string(b, out),
+        proto::Value::Complex(body) => {
+            let v = proto::Value::decode_complex(body)?;
+            push_as_string(Some(&v), out);
+        }
+    }
+    Ok(())
+}
+
 /// The `AsString` text as a new `String` (tests and cold paths).
 pub fn as_string(value: Option<&AnyValue>) -> String {
     let mut s = String::new();
@@ -48,8 +68,7 @@ pub fn as_string(value: Option<&AnyValue>) -> String {
 }
 
 fn push_int(i: i64, out: &mut String) {
-    // `write!` to a String cannot fail.
-    let _ = write!(out, "{i}");
+    out.push_str(itoa::Buffer::new().format(i));
 }
 
 /// pdata's `float64AsString`, including its text for values JSON cannot represent.

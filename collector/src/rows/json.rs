@@ -32,6 +32,7 @@ use std::ops::Range;
 
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
 
+use crate::decode::proto;
 use crate::encode::wire::{put_f64, put_i64, put_str, put_varint};
 
 /// Binary type tags of ClickHouse's data-type encoding (used inside `Dynamic`).
@@ -77,12 +78,31 @@ struct Entry {
 impl JsonObject {
     /// Replaces the content with the flattened `attrs`.
     pub fn fill(&mut self, attrs: &[KeyValue]) {
+        self.clear();
+        self.flatten(attrs);
+        self.sort_and_dedup();
+    }
+
+    /// Replaces the content with the flattened `attrs`, given as `KeyValue` bodies.
+    pub fn fill_raw(&mut self, attrs: &[&[u8]]) -> proto::Result<()> {
+        self.clear();
+        for body in attrs {
+            let kv = proto::kv(body)?;
+            self.flatten_one(kv)?;
+        }
+        self.sort_and_dedup();
+        Ok(())
+    }
+
+    fn clear(&mut self) {
         self.paths.clear();
         self.values.clear();
         self.entries.clear();
         self.prefix.clear();
         self.nulls = 0;
-        self.flatten(attrs);
+    }
+
+    fn sort_and_dedup(&mut self) {
         let paths = &self.paths;
         // Stable: among equal paths the last one given stays last, and wins below.
         self.entries.sort_by(|a, b| {
@@ -101,6 +121,52 @@ impl JsonObject {
         }
         self.entries.truncate(keep);
         self.nulls = self.entries.iter().filter(|e| e.value.is_empty()).count();
+    }
+
+    /// One top-level attribute read in place; arrays and kvlists go through `prost`.
+    fn flatten_one(&mut self, kv: proto::Kv<'_>) -> proto::Result<()> {
+        if let proto::Value::Complex(body) = kv.value {
+            let v = proto::Value::decode_complex(body)?;
+            self.flatten(&[KeyValue {
+                key: kv.key.to_string(),
+                value: Some(v),
+                ..Default::default()
+            }]);
+            return Ok(());
+        }
+        let start = self.paths.len();
+        self.paths.push_str(kv.key);
+        let path = start..self.paths.len();
+        let vstart = self.values.len();
+        let out = &mut self.values;
+        match kv.value {
+            proto::Value::Empty | proto::Value::Complex(_) => {}
+            proto::Value::Str(s) => {
+                out.push(tag::STRING);
+                put_str(out, s.as_bytes());
+            }
+            proto::Value::Bytes(b) => {
+                out.push(tag::STRING);
+                put_base64(b, out);
+            }
+            proto::Value::Bool(b) => {
+                out.push(tag::BOOL);
+                out.push(u8::from(b));
+            }
+            proto::Value::Int(i) => {
+                out.push(tag::INT64);
+                put_i64(out, i);
+            }
+            proto::Value::Double(d) => {
+                out.push(tag::FLOAT64);
+                put_f64(out, d);
+            }
+        }
+        self.entries.push(Entry {
+            path,
+            value: vstart..self.values.len(),
+        });
+        Ok(())
     }
 
     fn flatten(&mut self, attrs: &[KeyValue]) {

@@ -19,9 +19,9 @@ pub mod json;
 
 use std::ops::Range;
 
-use opentelemetry_proto::tonic::common::v1::KeyValue;
+use crate::decode::proto;
 
-pub use as_string::push_as_string;
+pub use as_string::{push_as_string, push_value_as_string};
 pub use json::JsonObject;
 
 /// `SpanKind` as pdata's `SpanKind.String()` spells it; `""` for values outside the enum.
@@ -98,12 +98,16 @@ pub fn hex_id(id: &[u8]) -> String {
 }
 
 /// `ServiceName`: the first `service.name` resource attribute as text, else `""`
-/// (pdata's `Map.Get` returns the first match).
-pub fn service_name(resource_attrs: &[KeyValue], out: &mut String) {
+/// (pdata's `Map.Get` returns the first match). `resource_attrs` are `KeyValue` bodies.
+pub fn service_name(resource_attrs: &[&[u8]], out: &mut String) -> proto::Result<()> {
     out.clear();
-    if let Some(kv) = resource_attrs.iter().find(|kv| kv.key == "service.name") {
-        push_as_string(kv.value.as_ref(), out);
+    for body in resource_attrs {
+        let kv = proto::kv(body)?;
+        if kv.key == "service.name" {
+            return push_value_as_string(kv.value, out);
+        }
     }
+    Ok(())
 }
 
 /// One attribute list as `Map(String, String)` entries, reusable from span to span.
@@ -118,17 +122,20 @@ pub struct MapAttrs {
 }
 
 impl MapAttrs {
-    /// Replaces the content with `attrs`, values in their `AsString` text.
-    pub fn fill(&mut self, attrs: &[KeyValue]) {
+    /// Replaces the content with `attrs` (`KeyValue` bodies), values in their
+    /// `AsString` text.
+    pub fn fill(&mut self, attrs: &[&[u8]]) -> proto::Result<()> {
         self.buf.clear();
         self.entries.clear();
-        for kv in attrs {
+        for body in attrs {
+            let kv = proto::kv(body)?;
             let k = self.buf.len();
-            self.buf.push_str(&kv.key);
+            self.buf.push_str(kv.key);
             let v = self.buf.len();
-            push_as_string(kv.value.as_ref(), &mut self.buf);
+            push_value_as_string(kv.value, &mut self.buf)?;
             self.entries.push((k..v, v..self.buf.len()));
         }
+        Ok(())
     }
 
     pub fn len(&self) -> usize {
@@ -150,14 +157,20 @@ impl MapAttrs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value::Value};
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
+    use prost::Message;
 
-    fn kv(k: &str, value: Value) -> KeyValue {
+    fn kv(k: &str, value: Value) -> Vec<u8> {
         KeyValue {
             key: k.into(),
             value: Some(AnyValue { value: Some(value) }),
             ..Default::default()
         }
+        .encode_to_vec()
+    }
+
+    fn bodies(kvs: &[Vec<u8>]) -> Vec<&[u8]> {
+        kvs.iter().map(Vec::as_slice).collect()
     }
 
     #[test]
@@ -213,29 +226,29 @@ mod tests {
     #[test]
     fn service_name_is_the_first_match_as_text_or_empty() {
         let mut out = String::from("stale");
-        service_name(&[kv("host.name", Value::StringValue("h".into()))], &mut out);
+        let host = [kv("host.name", Value::StringValue("h".into()))];
+        service_name(&bodies(&host), &mut out).unwrap();
         assert_eq!(out, "");
-        service_name(
-            &[
-                kv("service.name", Value::IntValue(42)),
-                kv("service.name", Value::StringValue("second".into())),
-            ],
-            &mut out,
-        );
+        let two = [
+            kv("service.name", Value::IntValue(42)),
+            kv("service.name", Value::StringValue("second".into())),
+        ];
+        service_name(&bodies(&two), &mut out).unwrap();
         assert_eq!(out, "42");
     }
 
     #[test]
     fn map_attrs_keep_order_and_repeats() {
         let mut m = MapAttrs::default();
-        m.fill(&[
+        let kvs = [
             kv("b", Value::BoolValue(true)),
             kv("a", Value::DoubleValue(1e21)),
             kv("b", Value::IntValue(7)),
-        ]);
+        ];
+        m.fill(&bodies(&kvs)).unwrap();
         let pairs: Vec<(&str, &str)> = m.iter().collect();
         assert_eq!(pairs, [("b", "true"), ("a", "1e+21"), ("b", "7")]);
-        m.fill(&[]);
+        m.fill(&[]).unwrap();
         assert!(m.is_empty());
     }
 }

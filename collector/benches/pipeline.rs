@@ -2,10 +2,14 @@
 //! for RowBinary and Native, Map and JSON attributes, reported in spans per second
 //! (criterion "elements"). One bench thread = one core.
 //!
-//! Records come from [`realistic`]: one trace of 100 spans per record over 4 services
-//! with attributes of every kind, events and links.
+//! Two data sets, each run on its own:
+//! - `loadgen`: the records `tracehouse-loadgen` produces for `e2e/bench` (100 spans per
+//!   record, about 1.08 KB of protobuf per span, every attribute kind, random text);
+//! - `realistic`: [`realistic`], one trace of 100 spans per record over 4 services
+//!   (about 750 B per span, more repetitive).
 //!
 //! `cargo bench -p tracehouse-collector --bench pipeline -- --quick`
+//! (`BENCH_DATA=loadgen` or `BENCH_DATA=realistic` runs one set only).
 
 use std::hint::black_box;
 
@@ -16,7 +20,8 @@ use tracehouse_collector::encode::{Encoder, Format};
 use tracehouse_schema::{Attributes, Ident, TableOptions};
 
 mod realistic;
-use realistic::{SPANS_PER_RECORD, record};
+use realistic::record;
+use tracehouse_loadgen::generate::{Generator, GeneratorConfig};
 
 const RECORDS: usize = 20;
 
@@ -60,29 +65,64 @@ fn table(attributes: Attributes) -> TableOptions {
 }
 
 fn pipeline(c: &mut Criterion) {
-    let records: Vec<Vec<u8>> = (0..RECORDS as u64)
-        .map(|n| record(n + 1).encode_to_vec())
-        .collect();
-    let spans = (RECORDS * SPANS_PER_RECORD) as u64;
+    let only = std::env::var("BENCH_DATA").ok();
+    let mut generator = Generator::new(GeneratorConfig {
+        seed: 1,
+        ..GeneratorConfig::default()
+    });
+    let sets: [(&str, Vec<Vec<u8>>); 2] = [
+        (
+            "loadgen",
+            (0..RECORDS)
+                .map(|_| generator.next_record().encode_to_vec())
+                .collect(),
+        ),
+        (
+            "realistic",
+            (0..RECORDS as u64)
+                .map(|n| record(n + 1).encode_to_vec())
+                .collect(),
+        ),
+    ];
+    for (name, records) in sets {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
+        data_set(c, name, &records);
+    }
+}
+
+fn data_set(c: &mut Criterion, name: &str, records: &[Vec<u8>]) {
+    let spans: u64 = records
+        .iter()
+        .map(|r| {
+            tracehouse_collector::decode::span_count(&decode(r, Encoding::OtlpProto).unwrap())
+                as u64
+        })
+        .sum();
     let record_bytes: usize = records.iter().map(Vec::len).sum();
     eprintln!(
-        "{RECORDS} records, {spans} spans, {record_bytes} protobuf bytes ({} per span)",
+        "[{name}] {} records, {spans} spans, {record_bytes} protobuf bytes ({} per span)",
+        records.len(),
         record_bytes as u64 / spans
     );
 
-    let mut group = c.benchmark_group("pipeline");
+    let mut group = c.benchmark_group(format!("pipeline_{name}"));
     group.throughput(Throughput::Elements(spans));
 
     let rate = spans_per_cpu_second(spans, || {
-        for r in &records {
+        for r in records {
             black_box(decode(r, Encoding::OtlpProto).unwrap());
         }
     });
-    eprintln!("decode_only: {:.0} spans per CPU-second", rate);
+    eprintln!(
+        "[{name}] prost decode only: {:.0} spans per CPU-second",
+        rate
+    );
 
     group.bench_function("decode_only", |b| {
         b.iter(|| {
-            for r in &records {
+            for r in records {
                 black_box(decode(r, Encoding::OtlpProto).unwrap());
             }
         })
@@ -96,24 +136,24 @@ fn pipeline(c: &mut Criterion) {
         let t = table(attributes);
         let mut enc = Encoder::new(&t, format).unwrap();
         // Report the body size per span once.
-        for r in &records {
+        for r in records {
             enc.push_record(r, Encoding::OtlpProto).unwrap();
         }
         let body = enc.finish();
         let rate = spans_per_cpu_second(spans, || {
-            for r in &records {
+            for r in records {
                 enc.push_record(r, Encoding::OtlpProto).unwrap();
             }
             black_box(enc.finish());
         });
         eprintln!(
-            "{attributes:?}/{format:?}: {} compressed bytes per span, {rate:.0} spans per \
+            "[{name}] {attributes:?}/{format:?}: {} compressed bytes per span, {rate:.0} spans per \
              CPU-second (decode + rows + encode + LZ4)",
             body.len() as u64 / spans
         );
         group.bench_function(format!("{attributes:?}_{format:?}").to_lowercase(), |b| {
             b.iter(|| {
-                for r in &records {
+                for r in records {
                     enc.push_record(r, Encoding::OtlpProto).unwrap();
                 }
                 black_box(enc.finish())

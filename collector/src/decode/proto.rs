@@ -54,6 +54,17 @@ impl<'a> Fields<'a> {
 
     #[inline]
     fn varint(&mut self) -> Result<u64> {
+        // Most varints (keys, lengths, small numbers) are one byte.
+        if let Some((&b, rest)) = self.buf.split_first()
+            && b < 0x80
+        {
+            self.buf = rest;
+            return Ok(u64::from(b));
+        }
+        self.varint_slow()
+    }
+
+    fn varint_slow(&mut self) -> Result<u64> {
         let mut value = 0u64;
         for i in 0..10 {
             let (&b, rest) = self.buf.split_first().ok_or(Unusual)?;
@@ -112,9 +123,15 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// A string field's bytes, checked to be UTF-8 (as `prost` checks them). Kept as bytes:
+/// the columns take bytes, and the ASCII test is far cheaper than building a `&str`.
 #[inline]
-fn utf8(b: &[u8]) -> Result<&str> {
-    std::str::from_utf8(b).map_err(|_| Unusual)
+fn utf8(b: &[u8]) -> Result<&[u8]> {
+    if b.is_ascii() || std::str::from_utf8(b).is_ok() {
+        Ok(b)
+    } else {
+        Err(Unusual)
+    }
 }
 
 /// An attribute value, borrowed.
@@ -122,7 +139,8 @@ fn utf8(b: &[u8]) -> Result<&str> {
 pub enum Value<'a> {
     /// No value (or the profiles-only string-table reference, meaningless in traces).
     Empty,
-    Str(&'a str),
+    /// UTF-8, checked.
+    Str(&'a [u8]),
     Bool(bool),
     Int(i64),
     Double(f64),
@@ -167,14 +185,16 @@ pub fn any_value(body: &[u8]) -> Result<Value<'_>> {
 /// One attribute, borrowed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Kv<'a> {
-    pub key: &'a str,
+    /// UTF-8, checked.
+    pub key: &'a [u8],
     pub value: Value<'a>,
 }
 
-/// Reads a `KeyValue` body.
+/// Reads a `KeyValue` body. An array or kvlist value is returned unchecked, as
+/// [`Value::Complex`]: whoever renders it decodes it with `prost`, which checks it.
 #[inline]
 pub fn kv(body: &[u8]) -> Result<Kv<'_>> {
-    let mut key = "";
+    let mut key: &[u8] = b"";
     let mut value = None;
     let mut f = Fields::new(body);
     while let Some((tag, w)) = f.next_field()? {
@@ -191,19 +211,19 @@ pub fn kv(body: &[u8]) -> Result<Kv<'_>> {
             _ => {}
         }
     }
-    let value = value.unwrap_or(Value::Empty);
-    if let Value::Complex(b) = value {
-        // Validated now, so that every attribute list is checked whether or not a
-        // column renders it.
-        Value::decode_complex(b)?;
-    }
-    Ok(Kv { key, value })
+    Ok(Kv {
+        key,
+        value: value.unwrap_or(Value::Empty),
+    })
 }
 
-/// Checks attribute bodies that no column reads (scope attributes).
+/// Checks attribute bodies that no column reads (scope attributes) as rendering
+/// checks the others: array and kvlist values are decoded by `prost`.
 fn check_kvs(bodies: &[&[u8]]) -> Result<()> {
     for b in bodies {
-        kv(b)?;
+        if let Value::Complex(c) = kv(b)?.value {
+            Value::decode_complex(c)?;
+        }
     }
     Ok(())
 }
@@ -276,8 +296,8 @@ pub fn request<'a>(body: &'a [u8], out: &mut Vec<&'a [u8]>) -> Result<()> {
 /// `ScopeSpans`: the scope's name and version and the `Span` bodies.
 #[derive(Debug, Default)]
 pub struct ScopeView<'a> {
-    pub name: &'a str,
-    pub version: &'a str,
+    pub name: &'a [u8],
+    pub version: &'a [u8],
     pub spans: Vec<&'a [u8]>,
 }
 
@@ -297,8 +317,8 @@ fn scope<'a>(body: &'a [u8], out: &mut ScopeView<'a>, attrs: &mut Vec<&'a [u8]>)
 }
 
 pub fn scope_spans<'a>(body: &'a [u8], out: &mut ScopeView<'a>) -> Result<()> {
-    out.name = "";
-    out.version = "";
+    out.name = b"";
+    out.version = b"";
     out.spans.clear();
     let mut seen_scope = false;
     let mut scope_attrs = Vec::new();
@@ -323,19 +343,19 @@ pub fn scope_spans<'a>(body: &'a [u8], out: &mut ScopeView<'a>) -> Result<()> {
     check_kvs(&scope_attrs)
 }
 
-/// One span's fields, borrowed; its attributes, events and links are ranges into the
+/// One span's fields, borrowed (strings as checked UTF-8 bytes); its attributes, events and links are ranges into the
 /// vectors of [`SpanScratch`].
 #[derive(Debug, Clone, Default)]
 pub struct SpanView<'a> {
     pub trace_id: &'a [u8],
     pub span_id: &'a [u8],
     pub parent_span_id: &'a [u8],
-    pub trace_state: &'a str,
-    pub name: &'a str,
+    pub trace_state: &'a [u8],
+    pub name: &'a [u8],
     pub kind: i32,
     pub start_time_unix_nano: u64,
     pub end_time_unix_nano: u64,
-    pub status_message: &'a str,
+    pub status_message: &'a [u8],
     pub status_code: i32,
     pub attrs: Range<usize>,
     pub events: Range<usize>,
@@ -345,7 +365,7 @@ pub struct SpanView<'a> {
 #[derive(Debug, Clone, Default)]
 pub struct EventView<'a> {
     pub time_unix_nano: u64,
-    pub name: &'a str,
+    pub name: &'a [u8],
     /// Into [`SpanScratch::event_attrs`].
     pub attrs: Range<usize>,
 }
@@ -354,7 +374,7 @@ pub struct EventView<'a> {
 pub struct LinkView<'a> {
     pub trace_id: &'a [u8],
     pub span_id: &'a [u8],
-    pub trace_state: &'a str,
+    pub trace_state: &'a [u8],
     /// Into [`SpanScratch::link_attrs`].
     pub attrs: Range<usize>,
 }
@@ -491,7 +511,7 @@ mod tests {
     fn scalar_values_are_read_in_place() {
         assert_eq!(
             any_value(&any(V::StringValue("é".into()))).unwrap(),
-            Value::Str("é")
+            Value::Str("é".as_bytes())
         );
         assert_eq!(
             any_value(&any(V::BoolValue(true))).unwrap(),
@@ -542,11 +562,11 @@ mod tests {
         b.extend([0; 8]);
         b.extend([0xb2, 0x01, 2, b'x', b'y', 0xbd, 0x01, 0, 0, 0, 0]);
         b.extend(any(V::StringValue("v".into())));
-        assert_eq!(any_value(&b).unwrap(), Value::Str("v"));
+        assert_eq!(any_value(&b).unwrap(), Value::Str(b"v"));
     }
 
     #[test]
-    fn complex_values_are_checked_by_prost() {
+    fn complex_values_are_left_to_prost() {
         use opentelemetry_proto::tonic::common::v1::ArrayValue;
         let ok = KeyValue {
             key: "a".into(),
@@ -561,10 +581,14 @@ mod tests {
         }
         .encode_to_vec();
         let got = kv(&ok).unwrap();
-        assert_eq!(got.key, "a");
+        assert_eq!(got.key, b"a");
         assert!(matches!(got.value, Value::Complex(_)));
-        // An array whose element holds a string that is not UTF-8.
+        // An array whose element holds a string that is not UTF-8: refused when decoded.
         let bad = [0x0a, 1, b'a', 0x12, 7, 0x2a, 5, 0x0a, 3, 0x0a, 1, 0xff];
-        assert_eq!(kv(&bad), Err(Unusual));
+        let Value::Complex(body) = kv(&bad).unwrap().value else {
+            panic!("complex")
+        };
+        assert_eq!(Value::decode_complex(body), Err(Unusual));
+        assert_eq!(check_kvs(&[&bad]), Err(Unusual));
     }
 }

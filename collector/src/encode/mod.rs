@@ -122,9 +122,9 @@ pub(crate) struct SpanRow<'a> {
     pub span: &'a SpanView<'a>,
     /// The span's events, links and their attribute bodies.
     pub lists: &'a SpanScratch<'a>,
-    pub service_name: &'a str,
-    pub scope_name: &'a str,
-    pub scope_version: &'a str,
+    pub service_name: &'a [u8],
+    pub scope_name: &'a [u8],
+    pub scope_version: &'a [u8],
     pub resource: &'a Rendered,
     pub attrs: &'a Rendered,
 }
@@ -157,7 +157,7 @@ pub struct Encoder {
     body: Vec<u8>,
     row_count: usize,
     // Per-resource and per-span scratch, reused for the encoder's whole life.
-    service_name: String,
+    service_name: Vec<u8>,
     /// Reused by [`Self::mark`].
     mark_scratch: Vec<usize>,
     resource: Rendered,
@@ -188,7 +188,7 @@ impl Encoder {
             raw: Vec::new(),
             body: Vec::new(),
             row_count: 0,
-            service_name: String::new(),
+            service_name: Vec::new(),
             mark_scratch: Vec::new(),
             resource: Rendered::new(table.attributes),
             span_attrs: Rendered::new(table.attributes),

@@ -202,8 +202,8 @@ impl Builder {
         ) = (self, attrs)
         {
             for (k, v) in m.iter() {
-                keys.push_str(k.as_bytes());
-                values.push_str(v.as_bytes());
+                keys.push_str(k);
+                values.push_str(v);
             }
             let end = offsets.last().copied().unwrap_or(0) + m.len() as u64;
             offsets.push(end);
@@ -401,13 +401,13 @@ impl NativeBlock {
                 C::TraceId => b.push_hex_id(span.trace_id),
                 C::SpanId => b.push_hex_id(span.span_id),
                 C::ParentSpanId => b.push_hex_id(span.parent_span_id),
-                C::TraceState => b.push_str(span.trace_state.as_bytes()),
-                C::SpanName => b.push_str(span.name.as_bytes()),
+                C::TraceState => b.push_str(span.trace_state),
+                C::SpanName => b.push_str(span.name),
                 C::SpanKind => b.push_str(rows::span_kind(span.kind).as_bytes()),
-                C::ServiceName => b.push_str(row.service_name.as_bytes()),
+                C::ServiceName => b.push_str(row.service_name),
                 C::ResourceAttributes => b.push_attrs(row.resource),
-                C::ScopeName => b.push_str(row.scope_name.as_bytes()),
-                C::ScopeVersion => b.push_str(row.scope_version.as_bytes()),
+                C::ScopeName => b.push_str(row.scope_name),
+                C::ScopeVersion => b.push_str(row.scope_version),
                 C::SpanAttributes => b.push_attrs(row.attrs),
                 C::ResourceAttributesKeys | C::SpanAttributesKeys => {
                     let attrs = if *id == C::SpanAttributesKeys {
@@ -419,7 +419,7 @@ impl NativeBlock {
                         Rendered::Json(j) => {
                             let inner = b.inner();
                             for k in j.keys() {
-                                inner.push_str(k.as_bytes());
+                                inner.push_str(k);
                             }
                             j.keys().len()
                         }
@@ -432,7 +432,7 @@ impl NativeBlock {
                         .to_le_bytes(),
                 ),
                 C::StatusCode => b.push_str(rows::status_code(span.status_code).as_bytes()),
-                C::StatusMessage => b.push_str(span.status_message.as_bytes()),
+                C::StatusMessage => b.push_str(span.status_message),
                 C::EventsTimestamp => {
                     let inner = b.inner();
                     for e in events {
@@ -443,7 +443,7 @@ impl NativeBlock {
                 C::EventsName => {
                     let inner = b.inner();
                     for e in events {
-                        inner.push_str(e.name.as_bytes());
+                        inner.push_str(e.name);
                     }
                     b.end_array(events.len());
                 }
@@ -472,7 +472,7 @@ impl NativeBlock {
                 C::LinksTraceState => {
                     let inner = b.inner();
                     for l in links {
-                        inner.push_str(l.trace_state.as_bytes());
+                        inner.push_str(l.trace_state);
                     }
                     b.end_array(links.len());
                 }

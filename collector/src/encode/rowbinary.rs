@@ -30,14 +30,14 @@ pub(super) fn write_row(
             C::TraceId => put_hex_id(out, span.trace_id),
             C::SpanId => put_hex_id(out, span.span_id),
             C::ParentSpanId => put_hex_id(out, span.parent_span_id),
-            C::TraceState => put_str(out, span.trace_state.as_bytes()),
-            C::SpanName => put_str(out, span.name.as_bytes()),
+            C::TraceState => put_str(out, span.trace_state),
+            C::SpanName => put_str(out, span.name),
             C::SpanKind => put_str(out, rows::span_kind(span.kind).as_bytes()),
-            C::ServiceName => put_str(out, row.service_name.as_bytes()),
+            C::ServiceName => put_str(out, row.service_name),
             C::ResourceAttributes => put_attrs(out, row.resource),
             C::ResourceAttributesKeys => put_keys(out, row.resource),
-            C::ScopeName => put_str(out, row.scope_name.as_bytes()),
-            C::ScopeVersion => put_str(out, row.scope_version.as_bytes()),
+            C::ScopeName => put_str(out, row.scope_name),
+            C::ScopeVersion => put_str(out, row.scope_version),
             C::SpanAttributes => put_attrs(out, row.attrs),
             C::SpanAttributesKeys => put_keys(out, row.attrs),
             C::Duration => put_u64(
@@ -45,7 +45,7 @@ pub(super) fn write_row(
                 rows::duration_ns(span.start_time_unix_nano, span.end_time_unix_nano),
             ),
             C::StatusCode => put_str(out, rows::status_code(span.status_code).as_bytes()),
-            C::StatusMessage => put_str(out, span.status_message.as_bytes()),
+            C::StatusMessage => put_str(out, span.status_message),
             C::EventsTimestamp => {
                 put_varint(out, events.len() as u64);
                 for e in events {
@@ -55,7 +55,7 @@ pub(super) fn write_row(
             C::EventsName => {
                 put_varint(out, events.len() as u64);
                 for e in events {
-                    put_str(out, e.name.as_bytes());
+                    put_str(out, e.name);
                 }
             }
             C::EventsAttributes => {
@@ -80,7 +80,7 @@ pub(super) fn write_row(
             C::LinksTraceState => {
                 put_varint(out, links.len() as u64);
                 for l in links {
-                    put_str(out, l.trace_state.as_bytes());
+                    put_str(out, l.trace_state);
                 }
             }
             C::LinksAttributes => {
@@ -105,8 +105,8 @@ fn put_attrs(out: &mut Vec<u8>, attrs: &Rendered) {
         Rendered::Map(m) => {
             put_varint(out, m.len() as u64);
             for (k, v) in m.iter() {
-                put_str(out, k.as_bytes());
-                put_str(out, v.as_bytes());
+                put_str(out, k);
+                put_str(out, v);
             }
         }
         Rendered::Json(j) => j.write_binary(out),
@@ -119,7 +119,7 @@ fn put_keys(out: &mut Vec<u8>, attrs: &Rendered) {
             let keys = j.keys();
             put_varint(out, keys.len() as u64);
             for k in keys {
-                put_str(out, k.as_bytes());
+                put_str(out, k);
             }
         }
         // The plan only has *Keys columns in the JSON variant.

@@ -43,18 +43,32 @@ pub fn push_as_string(value: Option<&AnyValue>, out: &mut String) {
 }
 
 /// Appends the `AsString` text of a borrowed attribute value; arrays and kvlists are
-/// decoded by `prost` first (rare, and their text is Go's JSON).
-pub fn push_value_as_string(value: proto::Value<'_>, out: &mut String) -> proto::Result<()> {
+/// decoded by `prost` first (their text is Go's JSON).
+pub fn push_value_as_string(value: proto::Value<'_>, out: &mut Vec<u8>) -> proto::Result<()> {
     match value {
         proto::Value::Empty => {}
-        proto::Value::Str(s) => out.push_str(s),
-        proto::Value::Bool(b) => out.push_str(if b { "true" } else { "false" }),
-        proto::Value::Int(i) => push_int(i, out),
-        proto::Value::Double(d) => push_double_as_string(d, out),
-        proto::Value::Bytes(b) => base64::engine::general_purpose::STANDARD.encode_string(b, out),
+        proto::Value::Str(s) => out.extend_from_slice(s),
+        proto::Value::Bool(b) => out.extend_from_slice(if b { b"true" } else { b"false" }),
+        proto::Value::Int(i) => out.extend_from_slice(itoa::Buffer::new().format(i).as_bytes()),
+        proto::Value::Double(d) => {
+            let mut s = String::new();
+            push_double_as_string(d, &mut s);
+            out.extend_from_slice(s.as_bytes());
+        }
+        proto::Value::Bytes(b) => {
+            let start = out.len();
+            let n = base64::encoded_len(b.len(), true).unwrap_or(0);
+            out.resize(start + n, 0);
+            let written = base64::engine::general_purpose::STANDARD
+                .encode_slice(b, &mut out[start..])
+                .unwrap_or(0);
+            out.truncate(start + written);
+        }
         proto::Value::Complex(body) => {
             let v = proto::Value::decode_complex(body)?;
-            push_as_string(Some(&v), out);
+            let mut s = String::new();
+            push_as_string(Some(&v), &mut s);
+            out.extend_from_slice(s.as_bytes());
         }
     }
     Ok(())

@@ -58,13 +58,13 @@ const ARRAY_ELEMENT_JSON_TYPE: [u8; 8] = [tag::JSON, 0, 0x80, 0x02, 16, 0, 0, 0]
 /// One object's flattened attributes, reusable from span to span.
 #[derive(Debug, Default)]
 pub struct JsonObject {
-    /// All paths, back to back.
-    paths: String,
+    /// All paths, back to back (UTF-8).
+    paths: Vec<u8>,
     /// All binary `Dynamic` values (type, then value), back to back.
     values: Vec<u8>,
     entries: Vec<Entry>,
     /// The path being built while descending into kvlists.
-    prefix: String,
+    prefix: Vec<u8>,
     nulls: usize,
 }
 
@@ -105,9 +105,8 @@ impl JsonObject {
     fn sort_and_dedup(&mut self) {
         let paths = &self.paths;
         // Stable: among equal paths the last one given stays last, and wins below.
-        self.entries.sort_by(|a, b| {
-            paths.as_bytes()[a.path.clone()].cmp(&paths.as_bytes()[b.path.clone()])
-        });
+        self.entries
+            .sort_by(|a, b| paths[a.path.clone()].cmp(&paths[b.path.clone()]));
         let mut keep = 0;
         for i in 0..self.entries.len() {
             let last_of_its_path = self
@@ -128,14 +127,15 @@ impl JsonObject {
         if let proto::Value::Complex(body) = kv.value {
             let v = proto::Value::decode_complex(body)?;
             self.flatten(&[KeyValue {
-                key: kv.key.to_string(),
+                // Checked UTF-8; the lossy conversion never replaces anything.
+                key: String::from_utf8_lossy(kv.key).into_owned(),
                 value: Some(v),
                 ..Default::default()
             }]);
             return Ok(());
         }
         let start = self.paths.len();
-        self.paths.push_str(kv.key);
+        self.paths.extend_from_slice(kv.key);
         let path = start..self.paths.len();
         let vstart = self.values.len();
         let out = &mut self.values;
@@ -143,7 +143,7 @@ impl JsonObject {
             proto::Value::Empty | proto::Value::Complex(_) => {}
             proto::Value::Str(s) => {
                 out.push(tag::STRING);
-                put_str(out, s.as_bytes());
+                put_str(out, s);
             }
             proto::Value::Bytes(b) => {
                 out.push(tag::STRING);
@@ -174,15 +174,15 @@ impl JsonObject {
             let saved = self.prefix.len();
             // Go's `UniqueFlattenedAttributes` joins with "." only below a non-empty prefix.
             if saved > 0 {
-                self.prefix.push('.');
+                self.prefix.push(b'.');
             }
-            self.prefix.push_str(&kv.key);
+            self.prefix.extend_from_slice(kv.key.as_bytes());
             let value = value_of(kv.value.as_ref());
             if let Some(Value::KvlistValue(list)) = value {
                 self.flatten(&list.values);
             } else {
                 let start = self.paths.len();
-                self.paths.push_str(&self.prefix);
+                self.paths.extend_from_slice(&self.prefix);
                 let path = start..self.paths.len();
                 let vstart = self.values.len();
                 if let Some(v) = value {
@@ -198,7 +198,7 @@ impl JsonObject {
     }
 
     /// Every path, sorted and unique, null values included: the `*Keys` column.
-    pub fn keys(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
         self.entries.iter().map(|e| &self.paths[e.path.clone()])
     }
 
@@ -208,7 +208,7 @@ impl JsonObject {
     }
 
     /// `(path, binary Dynamic value)` of every stored path, sorted by path.
-    pub fn stored(&self) -> impl Iterator<Item = (&str, &[u8])> + '_ {
+    pub fn stored(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
         self.entries
             .iter()
             .filter(|e| !e.value.is_empty())
@@ -220,7 +220,7 @@ impl JsonObject {
     pub fn write_binary(&self, out: &mut Vec<u8>) {
         put_varint(out, self.stored_len() as u64);
         for (path, value) in self.stored() {
-            put_str(out, path.as_bytes());
+            put_str(out, path);
             out.extend_from_slice(value);
         }
     }
@@ -440,7 +440,7 @@ mod tests {
             },
             kv("also.nothing", AnyValue { value: None }),
         ]);
-        let keys: Vec<&str> = o.keys().collect();
+        let keys: Vec<&str> = o.keys().map(|k| std::str::from_utf8(k).unwrap()).collect();
         assert_eq!(
             keys,
             [
@@ -451,7 +451,10 @@ mod tests {
                 "service.name"
             ]
         );
-        let stored: Vec<&str> = o.stored().map(|(p, _)| p).collect();
+        let stored: Vec<&str> = o
+            .stored()
+            .map(|(p, _)| std::str::from_utf8(p).unwrap())
+            .collect();
         assert_eq!(stored, ["k8s.ns", "k8s.pod.name", "service.name"]);
         assert_eq!(o.stored_len(), 3);
     }
@@ -464,7 +467,10 @@ mod tests {
             kv("a", kvl(vec![kv("b", i(2))])),
             kv("x", s("second")),
         ]);
-        let stored: Vec<(&str, Vec<u8>)> = o.stored().map(|(p, v)| (p, v.to_vec())).collect();
+        let stored: Vec<(&str, Vec<u8>)> = o
+            .stored()
+            .map(|(p, v)| (std::str::from_utf8(p).unwrap(), v.to_vec()))
+            .collect();
         let mut want_b = vec![tag::INT64];
         want_b.extend_from_slice(&2i64.to_le_bytes());
         let mut want_x = vec![tag::STRING, 6];

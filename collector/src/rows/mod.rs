@@ -99,11 +99,11 @@ pub fn hex_id(id: &[u8]) -> String {
 
 /// `ServiceName`: the first `service.name` resource attribute as text, else `""`
 /// (pdata's `Map.Get` returns the first match). `resource_attrs` are `KeyValue` bodies.
-pub fn service_name(resource_attrs: &[&[u8]], out: &mut String) -> proto::Result<()> {
+pub fn service_name(resource_attrs: &[&[u8]], out: &mut Vec<u8>) -> proto::Result<()> {
     out.clear();
     for body in resource_attrs {
         let kv = proto::kv(body)?;
-        if kv.key == "service.name" {
+        if kv.key == b"service.name" {
             return push_value_as_string(kv.value, out);
         }
     }
@@ -117,7 +117,7 @@ pub fn service_name(resource_attrs: &[&[u8]], out: &mut String) -> proto::Result
 /// (the exporter does not de-duplicate either; `map['k']` returns the first).
 #[derive(Debug, Default)]
 pub struct MapAttrs {
-    buf: String,
+    buf: Vec<u8>,
     entries: Vec<(Range<usize>, Range<usize>)>,
 }
 
@@ -130,7 +130,7 @@ impl MapAttrs {
         for body in attrs {
             let kv = proto::kv(body)?;
             let k = self.buf.len();
-            self.buf.push_str(kv.key);
+            self.buf.extend_from_slice(kv.key);
             let v = self.buf.len();
             push_value_as_string(kv.value, &mut self.buf)?;
             self.entries.push((k..v, v..self.buf.len()));
@@ -146,8 +146,8 @@ impl MapAttrs {
         self.entries.is_empty()
     }
 
-    /// `(key, value)` pairs in input order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
+    /// `(key, value)` pairs in input order (UTF-8 bytes).
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&[u8], &[u8])> + '_ {
         self.entries
             .iter()
             .map(|(k, v)| (&self.buf[k.clone()], &self.buf[v.clone()]))
@@ -225,16 +225,16 @@ mod tests {
 
     #[test]
     fn service_name_is_the_first_match_as_text_or_empty() {
-        let mut out = String::from("stale");
+        let mut out = b"stale".to_vec();
         let host = [kv("host.name", Value::StringValue("h".into()))];
         service_name(&bodies(&host), &mut out).unwrap();
-        assert_eq!(out, "");
+        assert_eq!(out, b"");
         let two = [
             kv("service.name", Value::IntValue(42)),
             kv("service.name", Value::StringValue("second".into())),
         ];
         service_name(&bodies(&two), &mut out).unwrap();
-        assert_eq!(out, "42");
+        assert_eq!(out, b"42");
     }
 
     #[test]
@@ -246,8 +246,9 @@ mod tests {
             kv("b", Value::IntValue(7)),
         ];
         m.fill(&bodies(&kvs)).unwrap();
-        let pairs: Vec<(&str, &str)> = m.iter().collect();
-        assert_eq!(pairs, [("b", "true"), ("a", "1e+21"), ("b", "7")]);
+        let pairs: Vec<(&[u8], &[u8])> = m.iter().collect();
+        let want: [(&[u8], &[u8]); 3] = [(b"b", b"true"), (b"a", b"1e+21"), (b"b", b"7")];
+        assert_eq!(pairs, want);
         m.fill(&[]).unwrap();
         assert!(m.is_empty());
     }

@@ -16,7 +16,7 @@ use golden_fixture::{SPAN_NAMES, Variant, assert_rows_eq, expected_rows, request
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, KeyValueList, any_value::Value};
 use serde_json::{Value as J, json};
 use tracehouse_collector::encode::{Encoder, Format};
-use tracehouse_collector::rows::as_string::push_go_json;
+use tracehouse_collector::rows::as_string::go_json;
 use tracehouse_schema::ddl::{create_database, create_traces_table};
 use tracehouse_schema::{Attributes, Ident, LATEST_VERSION, TableOptions, insert_columns};
 
@@ -207,13 +207,12 @@ fn types_of(attrs: &J) -> J {
 /// Attributes as the OTel exporter sends them for the JSON variant:
 /// `json.Marshal(attributes.AsRaw())`.
 fn exporter_json_text(attrs: &[KeyValue]) -> Option<String> {
-    let mut out = String::new();
     let object = AnyValue {
         value: Some(Value::KvlistValue(KeyValueList {
             values: attrs.to_vec(),
         })),
     };
-    push_go_json(Some(&object), &mut out).ok().map(|()| out)
+    go_json(&object)
 }
 
 #[tokio::test]

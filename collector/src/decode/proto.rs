@@ -16,14 +16,14 @@
 //! - a string field that is not UTF-8 (`prost` rejects the record: same outcome);
 //! - a singular message field given twice (`prost` merges the two);
 //! - an `AnyValue` with more than one value field (`prost`'s `oneof` rules);
-//! - an array or kvlist value that `prost` itself refuses (it decodes those values).
+//! - attribute values nested deeper than `prost`'s limit allows.
 //!
 //! So the rows written are always those of `prost`'s decoding; the differential tests
 //! in `tests` (and `golden_rows.rs`) hold the two readers to that.
 
 use std::ops::Range;
 
-use opentelemetry_proto::tonic::common::v1::{AnyValue, EntityRef, KeyValue};
+use opentelemetry_proto::tonic::common::v1::EntityRef;
 use prost::Message;
 
 /// The record is not in the shape this reader takes; decode it with `prost`.
@@ -145,15 +145,33 @@ pub enum Value<'a> {
     Int(i64),
     Double(f64),
     Bytes(&'a [u8]),
-    /// An array or kvlist: the whole `AnyValue` body, for [`Value::decode_complex`].
-    Complex(&'a [u8]),
+    /// An `ArrayValue` body (its items are read by whoever renders it).
+    Array(&'a [u8]),
+    /// A `KeyValueList` body.
+    KvList(&'a [u8]),
 }
 
-impl Value<'_> {
-    /// An array or kvlist value as `prost` decodes it (rare: the cold path).
-    pub fn decode_complex(body: &[u8]) -> Result<AnyValue> {
-        AnyValue::decode(body).map_err(|_| Unusual)
+/// Checks a value all the way down, as rendering it would (for values no column
+/// renders). Nested deeper than [`crate::rows::as_string::MAX_VALUE_DEPTH`]: unusual.
+pub fn check_value(v: Value<'_>, depth: usize) -> Result<()> {
+    use crate::rows::as_string::{MAX_VALUE_DEPTH, array_items, kvlist_items};
+    if depth > MAX_VALUE_DEPTH {
+        return Err(Unusual);
     }
+    match v {
+        Value::Array(b) => {
+            for item in array_items(b) {
+                check_value(item?, depth + 1)?;
+            }
+        }
+        Value::KvList(b) => {
+            for kv in kvlist_items(b) {
+                check_value(kv?.value, depth + 1)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Reads an `AnyValue` body.
@@ -167,7 +185,8 @@ pub fn any_value(body: &[u8]) -> Result<Value<'_>> {
             (2, Wire::Varint(x)) => Value::Bool(x != 0),
             (3, Wire::Varint(x)) => Value::Int(x as i64),
             (4, Wire::I64(x)) => Value::Double(f64::from_bits(x)),
-            (5 | 6, Wire::Len(_)) => Value::Complex(body),
+            (5, Wire::Len(b)) => Value::Array(b),
+            (6, Wire::Len(b)) => Value::KvList(b),
             (7, Wire::Len(b)) => Value::Bytes(b),
             (8, Wire::Varint(_)) => Value::Empty,
             (1..=8, _) => return Err(Unusual),
@@ -190,8 +209,8 @@ pub struct Kv<'a> {
     pub value: Value<'a>,
 }
 
-/// Reads a `KeyValue` body. An array or kvlist value is returned unchecked, as
-/// [`Value::Complex`]: whoever renders it decodes it with `prost`, which checks it.
+/// Reads a `KeyValue` body. An array or kvlist value is returned unread: whoever
+/// renders it reads (and so checks) its items.
 #[inline]
 pub fn kv(body: &[u8]) -> Result<Kv<'_>> {
     let mut key: &[u8] = b"";
@@ -218,12 +237,10 @@ pub fn kv(body: &[u8]) -> Result<Kv<'_>> {
 }
 
 /// Checks attribute bodies that no column reads (scope attributes) as rendering
-/// checks the others: array and kvlist values are decoded by `prost`.
+/// checks the others.
 fn check_kvs(bodies: &[&[u8]]) -> Result<()> {
     for b in bodies {
-        if let Value::Complex(c) = kv(b)?.value {
-            Value::decode_complex(c)?;
-        }
+        check_value(kv(b)?.value, 0)?;
     }
     Ok(())
 }
@@ -490,17 +507,10 @@ pub fn span<'a>(body: &'a [u8], scratch: &mut SpanScratch<'a>) -> Result<SpanVie
     Ok(s)
 }
 
-/// `KeyValue` bodies as `prost` values (tests and cold paths).
-pub fn decode_kvs(bodies: &[&[u8]]) -> Result<Vec<KeyValue>> {
-    bodies
-        .iter()
-        .map(|b| KeyValue::decode(*b).map_err(|_| Unusual))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
     use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
 
     fn any(v: V) -> Vec<u8> {
@@ -566,7 +576,7 @@ mod tests {
     }
 
     #[test]
-    fn complex_values_are_left_to_prost() {
+    fn arrays_and_kvlists_are_read_when_rendered_or_checked() {
         use opentelemetry_proto::tonic::common::v1::ArrayValue;
         let ok = KeyValue {
             key: "a".into(),
@@ -582,13 +592,11 @@ mod tests {
         .encode_to_vec();
         let got = kv(&ok).unwrap();
         assert_eq!(got.key, b"a");
-        assert!(matches!(got.value, Value::Complex(_)));
-        // An array whose element holds a string that is not UTF-8: refused when decoded.
+        assert!(matches!(got.value, Value::Array(_)));
+        assert_eq!(check_kvs(&[&ok]), Ok(()));
+        // An array whose element holds a string that is not UTF-8: refused when read.
         let bad = [0x0a, 1, b'a', 0x12, 7, 0x2a, 5, 0x0a, 3, 0x0a, 1, 0xff];
-        let Value::Complex(body) = kv(&bad).unwrap().value else {
-            panic!("complex")
-        };
-        assert_eq!(Value::decode_complex(body), Err(Unusual));
+        assert!(matches!(kv(&bad).unwrap().value, Value::Array(_)));
         assert_eq!(check_kvs(&[&bad]), Err(Unusual));
     }
 }

@@ -111,7 +111,7 @@ impl Rendered {
     fn fill(&mut self, attrs: &[&[u8]]) -> proto::Result<()> {
         match self {
             Self::Map(m) => m.fill(attrs),
-            Self::Json(j) => j.fill_raw(attrs),
+            Self::Json(j) => j.fill(attrs),
         }
     }
 }

@@ -12,89 +12,75 @@
 //! | array, kvlist | Go `json.Marshal` of the raw value: map keys sorted and de-duplicated (last wins), HTML characters escaped (`\u003c`), bytes as base64 strings; if it holds a NaN or ±Inf, Marshal fails and the text is `""` |
 //! | empty | `""` |
 
-use std::fmt::Write as _;
+use std::io::Write as _;
 
 use base64::Engine as _;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
+use opentelemetry_proto::tonic::common::v1::AnyValue;
+use prost::Message;
 
-use crate::decode::proto;
+use crate::decode::proto::{self, Fields, Value, Wire};
 
-/// Appends the `AsString` text of an attribute value (`None`: the empty value).
-pub fn push_as_string(value: Option<&AnyValue>, out: &mut String) {
-    let Some(v) = value.and_then(|v| v.value.as_ref()) else {
-        return;
-    };
-    match v {
-        // Profiles-only string-table reference: meaningless in traces, read as empty.
-        Value::StringValueStrindex(_) => {}
-        Value::StringValue(s) => out.push_str(s),
-        Value::BoolValue(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::IntValue(i) => push_int(*i, out),
-        Value::DoubleValue(d) => push_double_as_string(*d, out),
-        Value::BytesValue(b) => base64::engine::general_purpose::STANDARD.encode_string(b, out),
-        Value::ArrayValue(_) | Value::KvlistValue(_) => {
-            let start = out.len();
-            if push_go_json(value, out).is_err() {
-                // Go: `jsonStr, _ := json.Marshal(...)` — the error is dropped, the text is empty.
-                out.truncate(start);
-            }
-        }
-    }
-}
+/// How deep arrays and kvlists may nest inside one attribute value (`prost` refuses
+/// messages nested deeper than 100 in all; a value this deep is left to it).
+pub const MAX_VALUE_DEPTH: usize = 100;
 
-/// Appends the `AsString` text of a borrowed attribute value; arrays and kvlists are
-/// decoded by `prost` first (their text is Go's JSON).
-pub fn push_value_as_string(value: proto::Value<'_>, out: &mut Vec<u8>) -> proto::Result<()> {
+/// Appends the `AsString` text of an attribute value.
+pub fn push_value_as_string(value: Value<'_>, out: &mut Vec<u8>) -> proto::Result<()> {
     match value {
-        proto::Value::Empty => {}
-        proto::Value::Str(s) => out.extend_from_slice(s),
-        proto::Value::Bool(b) => out.extend_from_slice(if b { b"true" } else { b"false" }),
-        proto::Value::Int(i) => out.extend_from_slice(itoa::Buffer::new().format(i).as_bytes()),
-        proto::Value::Double(d) => {
-            let mut s = String::new();
-            push_double_as_string(d, &mut s);
-            out.extend_from_slice(s.as_bytes());
-        }
-        proto::Value::Bytes(b) => {
+        Value::Empty => {}
+        Value::Str(s) => out.extend_from_slice(s),
+        Value::Bool(b) => out.extend_from_slice(if b { b"true" } else { b"false" }),
+        Value::Int(i) => push_int(i, out),
+        Value::Double(d) => push_double_as_string(d, out),
+        Value::Bytes(b) => push_base64(b, out),
+        Value::Array(_) | Value::KvList(_) => {
             let start = out.len();
-            let n = base64::encoded_len(b.len(), true).unwrap_or(0);
-            out.resize(start + n, 0);
-            let written = base64::engine::general_purpose::STANDARD
-                .encode_slice(b, &mut out[start..])
-                .unwrap_or(0);
-            out.truncate(start + written);
-        }
-        proto::Value::Complex(body) => {
-            let v = proto::Value::decode_complex(body)?;
-            let mut s = String::new();
-            push_as_string(Some(&v), &mut s);
-            out.extend_from_slice(s.as_bytes());
+            match push_go_json(value, out, 0) {
+                Ok(()) => {}
+                // Go: `jsonStr, _ := json.Marshal(...)` — the error is dropped, the text is empty.
+                Err(JsonError::NonFinite) => out.truncate(start),
+                Err(JsonError::Unusual) => return Err(proto::Unusual),
+            }
         }
     }
     Ok(())
 }
 
-/// The `AsString` text as a new `String` (tests and cold paths).
+/// The `AsString` text of a `prost` value, as a new `String` (tests and cold paths;
+/// `None`: the empty value).
 pub fn as_string(value: Option<&AnyValue>) -> String {
-    let mut s = String::new();
-    push_as_string(value, &mut s);
-    s
+    let bytes = value.map(Message::encode_to_vec).unwrap_or_default();
+    let mut out = Vec::new();
+    if let Ok(v) = proto::any_value(&bytes) {
+        let _ = push_value_as_string(v, &mut out);
+    }
+    String::from_utf8(out).unwrap_or_default()
 }
 
-fn push_int(i: i64, out: &mut String) {
-    out.push_str(itoa::Buffer::new().format(i));
+fn push_int(i: i64, out: &mut Vec<u8>) {
+    out.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
+}
+
+fn push_base64(b: &[u8], out: &mut Vec<u8>) {
+    let start = out.len();
+    let n = base64::encoded_len(b.len(), true).unwrap_or(0);
+    out.resize(start + n, 0);
+    let written = base64::engine::general_purpose::STANDARD
+        .encode_slice(b, &mut out[start..])
+        .unwrap_or(0);
+    out.truncate(start + written);
 }
 
 /// pdata's `float64AsString`, including its text for values JSON cannot represent.
-pub fn push_double_as_string(d: f64, out: &mut String) {
+pub fn push_double_as_string(d: f64, out: &mut Vec<u8>) {
     if d.is_finite() {
         push_es6_float(d, out);
     } else if d.is_nan() {
-        out.push_str("json: unsupported value: NaN");
+        out.extend_from_slice(b"json: unsupported value: NaN");
     } else if d > 0.0 {
-        out.push_str("json: unsupported value: +Inf");
+        out.extend_from_slice(b"json: unsupported value: +Inf");
     } else {
-        out.push_str("json: unsupported value: -Inf");
+        out.extend_from_slice(b"json: unsupported value: -Inf");
     }
 }
 
@@ -103,15 +89,16 @@ pub fn push_double_as_string(d: f64, out: &mut String) {
 ///
 /// Rust's `{}` and `{:e}` print the same shortest round-trip digits as Go's `-1`
 /// precision; only the exponent spelling differs (`1e21` vs `1e+21`).
-pub fn push_es6_float(d: f64, out: &mut String) {
+pub fn push_es6_float(d: f64, out: &mut Vec<u8>) {
     let abs = d.abs();
+    // Writing to a Vec cannot fail.
     if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
         let start = out.len();
         let _ = write!(out, "{d:e}");
-        if let Some(e) = out[start..].find('e') {
+        if let Some(e) = out[start..].iter().position(|&c| c == b'e') {
             let at = start + e + 1;
-            if out.as_bytes().get(at) != Some(&b'-') {
-                out.insert(at, '+');
+            if out.get(at) != Some(&b'-') {
+                out.insert(at, b'+');
             }
         }
     } else {
@@ -119,54 +106,97 @@ pub fn push_es6_float(d: f64, out: &mut String) {
     }
 }
 
-/// A NaN or ±Inf somewhere in the value: Go's `json.Marshal` refuses it.
+/// Why Go's `json.Marshal` text could not be written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NonFinite;
+pub enum JsonError {
+    /// A NaN or ±Inf somewhere in the value: Go's `json.Marshal` refuses it.
+    NonFinite,
+    /// The value's bytes are not in the shape the in-place reader takes.
+    Unusual,
+}
+
+impl From<proto::Unusual> for JsonError {
+    fn from(_: proto::Unusual) -> Self {
+        Self::Unusual
+    }
+}
+
+/// The items of an `ArrayValue` body (`AnyValue` bodies).
+pub(crate) fn array_items(body: &[u8]) -> impl Iterator<Item = proto::Result<Value<'_>>> {
+    let mut f = Fields::new(body);
+    std::iter::from_fn(move || {
+        loop {
+            match f.next_field() {
+                Err(e) => return Some(Err(e)),
+                Ok(None) => return None,
+                Ok(Some((1, Wire::Len(b)))) => return Some(proto::any_value(b)),
+                Ok(Some((1, _))) => return Some(Err(proto::Unusual)),
+                Ok(Some(_)) => {}
+            }
+        }
+    })
+}
+
+/// The entries of a `KeyValueList` body.
+pub(crate) fn kvlist_items(body: &[u8]) -> impl Iterator<Item = proto::Result<proto::Kv<'_>>> {
+    let mut f = Fields::new(body);
+    std::iter::from_fn(move || {
+        loop {
+            match f.next_field() {
+                Err(e) => return Some(Err(e)),
+                Ok(None) => return None,
+                Ok(Some((1, Wire::Len(b)))) => return Some(proto::kv(b)),
+                Ok(Some((1, _))) => return Some(Err(proto::Unusual)),
+                Ok(Some(_)) => {}
+            }
+        }
+    })
+}
 
 /// Appends Go's `json.Marshal(value.AsRaw())`.
-pub fn push_go_json(value: Option<&AnyValue>, out: &mut String) -> Result<(), NonFinite> {
-    let Some(v) = value.and_then(|v| v.value.as_ref()) else {
-        out.push_str("null");
-        return Ok(());
-    };
-    match v {
-        Value::StringValueStrindex(_) => out.push_str("null"),
-        Value::StringValue(s) => push_go_json_string(s, out),
-        Value::BoolValue(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::IntValue(i) => push_int(*i, out),
-        Value::DoubleValue(d) => {
+pub fn push_go_json(value: Value<'_>, out: &mut Vec<u8>, depth: usize) -> Result<(), JsonError> {
+    if depth > MAX_VALUE_DEPTH {
+        return Err(JsonError::Unusual);
+    }
+    match value {
+        Value::Empty => out.extend_from_slice(b"null"),
+        Value::Str(s) => push_go_json_string(s, out),
+        Value::Bool(b) => out.extend_from_slice(if b { b"true" } else { b"false" }),
+        Value::Int(i) => push_int(i, out),
+        Value::Double(d) => {
             if !d.is_finite() {
-                return Err(NonFinite);
+                return Err(JsonError::NonFinite);
             }
-            push_es6_float(*d, out);
+            push_es6_float(d, out);
         }
-        Value::BytesValue(b) => {
-            out.push('"');
-            base64::engine::general_purpose::STANDARD.encode_string(b, out);
-            out.push('"');
+        Value::Bytes(b) => {
+            out.push(b'"');
+            push_base64(b, out);
+            out.push(b'"');
         }
-        Value::ArrayValue(a) => {
-            out.push('[');
-            for (i, item) in a.values.iter().enumerate() {
+        Value::Array(body) => {
+            out.push(b'[');
+            for (i, item) in array_items(body).enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                push_go_json(Some(item), out)?;
+                push_go_json(item?, out, depth + 1)?;
             }
-            out.push(']');
+            out.push(b']');
         }
-        Value::KvlistValue(kv) => push_go_json_object(&kv.values, out)?,
+        Value::KvList(body) => push_go_json_object(body, out, depth)?,
     }
     Ok(())
 }
 
 /// A Go `map[string]any` marshalled: keys sorted bytewise, a repeated key keeps its
 /// last value (later map assignments win in `AsRaw`).
-fn push_go_json_object(entries: &[KeyValue], out: &mut String) -> Result<(), NonFinite> {
+fn push_go_json_object(body: &[u8], out: &mut Vec<u8>, depth: usize) -> Result<(), JsonError> {
+    let entries = kvlist_items(body).collect::<proto::Result<Vec<_>>>()?;
     let mut order: Vec<usize> = (0..entries.len()).collect();
     // Stable, so among equal keys the last one stays last.
-    order.sort_by(|&a, &b| entries[a].key.as_bytes().cmp(entries[b].key.as_bytes()));
-    out.push('{');
+    order.sort_by(|&a, &b| entries[a].key.cmp(entries[b].key));
+    out.push(b'{');
     let mut first = true;
     for (n, &i) in order.iter().enumerate() {
         if order
@@ -176,36 +206,45 @@ fn push_go_json_object(entries: &[KeyValue], out: &mut String) -> Result<(), Non
             continue;
         }
         if !first {
-            out.push(',');
+            out.push(b',');
         }
         first = false;
-        push_go_json_string(&entries[i].key, out);
-        out.push(':');
-        push_go_json(entries[i].value.as_ref(), out)?;
+        push_go_json_string(entries[i].key, out);
+        out.push(b':');
+        push_go_json(entries[i].value, out, depth + 1)?;
     }
-    out.push('}');
+    out.push(b'}');
     Ok(())
+}
+
+/// Go's `json.Marshal` of a `prost` value, `None` when Go would fail (tests).
+pub fn go_json(value: &AnyValue) -> Option<String> {
+    let bytes = value.encode_to_vec();
+    let v = proto::any_value(&bytes).ok()?;
+    let mut out = Vec::new();
+    push_go_json(v, &mut out, 0).ok()?;
+    String::from_utf8(out).ok()
 }
 
 /// A JSON string as Go's `encoding/json` writes it (HTML-safe escaping on, Go ≥ 1.22):
 /// `\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t`, other control bytes and `<`, `>`, `&`
-/// as `\u00XX`, and U+2028/U+2029 as `\u2028`/`\u2029`.
-pub fn push_go_json_string(s: &str, out: &mut String) {
+/// as `\u00XX`, and U+2028/U+2029 as `\u2028`/`\u2029`. `s` is UTF-8.
+pub fn push_go_json_string(s: &[u8], out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.push('"');
-    let bytes = s.as_bytes();
+    out.push(b'"');
+    let bytes = s;
     let mut done = 0;
     let mut i = 0;
     while i < bytes.len() {
         let b = bytes[i];
-        let escape: Option<&str> = match b {
-            b'"' => Some("\\\""),
-            b'\\' => Some("\\\\"),
-            0x08 => Some("\\b"),
-            0x0c => Some("\\f"),
-            b'\n' => Some("\\n"),
-            b'\r' => Some("\\r"),
-            b'\t' => Some("\\t"),
+        let escape: Option<&[u8]> = match b {
+            b'"' => Some(b"\\\""),
+            b'\\' => Some(b"\\\\"),
+            0x08 => Some(b"\\b"),
+            0x0c => Some(b"\\f"),
+            b'\n' => Some(b"\\n"),
+            b'\r' => Some(b"\\r"),
+            b'\t' => Some(b"\\t"),
             _ => None,
         };
         let (skip, needs) = if escape.is_some() || b < 0x20 || matches!(b, b'<' | b'>' | b'&') {
@@ -219,32 +258,34 @@ pub fn push_go_json_string(s: &str, out: &mut String) {
             (1, false)
         };
         if needs {
-            out.push_str(&s[done..i]);
+            out.extend_from_slice(&s[done..i]);
             match escape {
-                Some(e) => out.push_str(e),
-                None if skip == 3 => out.push_str(if bytes[i + 2] == 0xa8 {
-                    "\\u2028"
+                Some(e) => out.extend_from_slice(e),
+                None if skip == 3 => out.extend_from_slice(if bytes[i + 2] == 0xa8 {
+                    b"\\u2028"
                 } else {
-                    "\\u2029"
+                    b"\\u2029"
                 }),
                 None => {
-                    out.push_str("\\u00");
-                    out.push(HEX[usize::from(b >> 4)] as char);
-                    out.push(HEX[usize::from(b & 0xf)] as char);
+                    out.extend_from_slice(b"\\u00");
+                    out.push(HEX[usize::from(b >> 4)]);
+                    out.push(HEX[usize::from(b & 0xf)]);
                 }
             }
             done = i + skip;
         }
         i += skip;
     }
-    out.push_str(&s[done..]);
-    out.push('"');
+    out.extend_from_slice(&s[done..]);
+    out.push(b'"');
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry_proto::tonic::common::v1::{ArrayValue, KeyValueList};
+    use opentelemetry_proto::tonic::common::v1::{
+        ArrayValue, KeyValue, KeyValueList, any_value::Value,
+    };
 
     fn v(value: Value) -> AnyValue {
         AnyValue { value: Some(value) }
@@ -359,18 +400,19 @@ mod tests {
 
     #[test]
     fn json_strings_are_escaped_like_go() {
-        let mut out = String::new();
+        let mut out = Vec::new();
         push_go_json_string(
-            "a\"b\\c\u{8}\u{c}\n\r\t\u{1}\u{1f}<>&\u{2028}\u{2029}é✓\u{7f}",
+            "a\"b\\c\u{8}\u{c}\n\r\t\u{1}\u{1f}<>&\u{2028}\u{2029}é✓\u{7f}".as_bytes(),
             &mut out,
         );
+        let out = String::from_utf8(out).unwrap();
         assert_eq!(
             out,
             r#""a\"b\\c\b\f\n\r\t\u0001\u001f\u003c\u003e\u0026\u2028\u2029é✓"#.to_string()
                 + "\u{7f}\""
         );
-        let mut plain = String::new();
-        push_go_json_string("plain text", &mut plain);
-        assert_eq!(plain, "\"plain text\"");
+        let mut plain = Vec::new();
+        push_go_json_string(b"plain text", &mut plain);
+        assert_eq!(plain, b"\"plain text\"");
     }
 }

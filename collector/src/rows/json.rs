@@ -30,10 +30,9 @@
 
 use std::ops::Range;
 
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
-
-use crate::decode::proto;
+use crate::decode::proto::{self, Value};
 use crate::encode::wire::{put_f64, put_i64, put_str, put_varint};
+use crate::rows::as_string::{MAX_VALUE_DEPTH, array_items, kvlist_items};
 
 /// Binary type tags of ClickHouse's data-type encoding (used inside `Dynamic`).
 pub mod tag {
@@ -76,19 +75,22 @@ struct Entry {
 }
 
 impl JsonObject {
-    /// Replaces the content with the flattened `attrs`.
-    pub fn fill(&mut self, attrs: &[KeyValue]) {
-        self.clear();
-        self.flatten(attrs);
-        self.sort_and_dedup();
-    }
-
-    /// Replaces the content with the flattened `attrs`, given as `KeyValue` bodies.
-    pub fn fill_raw(&mut self, attrs: &[&[u8]]) -> proto::Result<()> {
+    /// Replaces the content with the flattened `attrs` (`KeyValue` bodies).
+    pub fn fill(&mut self, attrs: &[&[u8]]) -> proto::Result<()> {
         self.clear();
         for body in attrs {
             let kv = proto::kv(body)?;
-            self.flatten_one(kv)?;
+            self.flatten(kv, 0)?;
+        }
+        self.sort_and_dedup();
+        Ok(())
+    }
+
+    /// Replaces the content with the flattened entries of a `KeyValueList` body.
+    fn fill_kvlist(&mut self, body: &[u8], depth: usize) -> proto::Result<()> {
+        self.clear();
+        for kv in kvlist_items(body) {
+            self.flatten(kv?, depth)?;
         }
         self.sort_and_dedup();
         Ok(())
@@ -122,79 +124,41 @@ impl JsonObject {
         self.nulls = self.entries.iter().filter(|e| e.value.is_empty()).count();
     }
 
-    /// One top-level attribute read in place; arrays and kvlists go through `prost`.
-    fn flatten_one(&mut self, kv: proto::Kv<'_>) -> proto::Result<()> {
-        if let proto::Value::Complex(body) = kv.value {
-            let v = proto::Value::decode_complex(body)?;
-            self.flatten(&[KeyValue {
-                // Checked UTF-8; the lossy conversion never replaces anything.
-                key: String::from_utf8_lossy(kv.key).into_owned(),
-                value: Some(v),
-                ..Default::default()
-            }]);
-            return Ok(());
+    /// Adds one attribute below the current prefix; kvlists become dotted paths.
+    fn flatten(&mut self, kv: proto::Kv<'_>, depth: usize) -> proto::Result<()> {
+        if depth > MAX_VALUE_DEPTH {
+            return Err(proto::Unusual);
         }
-        let start = self.paths.len();
-        self.paths.extend_from_slice(kv.key);
-        let path = start..self.paths.len();
-        let vstart = self.values.len();
-        let out = &mut self.values;
-        match kv.value {
-            proto::Value::Empty | proto::Value::Complex(_) => {}
-            proto::Value::Str(s) => {
-                out.push(tag::STRING);
-                put_str(out, s);
-            }
-            proto::Value::Bytes(b) => {
-                out.push(tag::STRING);
-                put_base64(b, out);
-            }
-            proto::Value::Bool(b) => {
-                out.push(tag::BOOL);
-                out.push(u8::from(b));
-            }
-            proto::Value::Int(i) => {
-                out.push(tag::INT64);
-                put_i64(out, i);
-            }
-            proto::Value::Double(d) => {
-                out.push(tag::FLOAT64);
-                put_f64(out, d);
-            }
+        let saved = self.prefix.len();
+        // Go's `UniqueFlattenedAttributes` joins with "." only below a non-empty prefix.
+        if saved > 0 {
+            self.prefix.push(b'.');
         }
-        self.entries.push(Entry {
-            path,
-            value: vstart..self.values.len(),
-        });
-        Ok(())
-    }
-
-    fn flatten(&mut self, attrs: &[KeyValue]) {
-        for kv in attrs {
-            let saved = self.prefix.len();
-            // Go's `UniqueFlattenedAttributes` joins with "." only below a non-empty prefix.
-            if saved > 0 {
-                self.prefix.push(b'.');
+        self.prefix.extend_from_slice(kv.key);
+        if let Value::KvList(body) = kv.value {
+            for inner in kvlist_items(body) {
+                self.flatten(inner?, depth + 1)?;
             }
-            self.prefix.extend_from_slice(kv.key.as_bytes());
-            let value = value_of(kv.value.as_ref());
-            if let Some(Value::KvlistValue(list)) = value {
-                self.flatten(&list.values);
+        } else {
+            let start = self.paths.len();
+            if saved == 0 {
+                // Top level (the common case): the key is the path.
+                self.paths.extend_from_slice(kv.key);
             } else {
-                let start = self.paths.len();
                 self.paths.extend_from_slice(&self.prefix);
-                let path = start..self.paths.len();
-                let vstart = self.values.len();
-                if let Some(v) = value {
-                    put_dynamic(v, &mut self.values);
-                }
-                self.entries.push(Entry {
-                    path,
-                    value: vstart..self.values.len(),
-                });
             }
-            self.prefix.truncate(saved);
+            let path = start..self.paths.len();
+            let vstart = self.values.len();
+            if kv.value != Value::Empty {
+                put_dynamic(kv.value, &mut self.values, depth)?;
+            }
+            self.entries.push(Entry {
+                path,
+                value: vstart..self.values.len(),
+            });
         }
+        self.prefix.truncate(saved);
+        Ok(())
     }
 
     /// Every path, sorted and unique, null values included: the `*Keys` column.
@@ -226,15 +190,6 @@ impl JsonObject {
     }
 }
 
-/// The value of an attribute; `None` for the empty value and for the profiles-only
-/// string-table reference, which means nothing in traces.
-fn value_of(v: Option<&AnyValue>) -> Option<&Value> {
-    match v?.value.as_ref()? {
-        Value::StringValueStrindex(_) => None,
-        v => Some(v),
-    }
-}
-
 /// The type the server infers for a value inside an array.
 #[derive(Debug, Clone, PartialEq)]
 enum Ty {
@@ -248,17 +203,16 @@ enum Ty {
     Dynamic,
 }
 
-fn infer(v: Option<&Value>) -> Ty {
-    match v {
-        None => Ty::Null,
-        Some(Value::BoolValue(_)) => Ty::Bool,
-        Some(Value::IntValue(_)) => Ty::Int,
-        Some(Value::DoubleValue(_)) => Ty::Float,
-        Some(Value::StringValue(_) | Value::BytesValue(_)) => Ty::Str,
-        Some(Value::ArrayValue(a)) => Ty::Array(Box::new(element_type(&a.values))),
-        Some(Value::KvlistValue(_)) => Ty::Object,
-        Some(Value::StringValueStrindex(_)) => Ty::Null,
-    }
+fn infer(v: Value<'_>, depth: usize) -> proto::Result<Ty> {
+    Ok(match v {
+        Value::Empty => Ty::Null,
+        Value::Bool(_) => Ty::Bool,
+        Value::Int(_) => Ty::Int,
+        Value::Double(_) => Ty::Float,
+        Value::Str(_) | Value::Bytes(_) => Ty::Str,
+        Value::Array(b) => Ty::Array(Box::new(element_type(b, depth + 1)?.0)),
+        Value::KvList(_) => Ty::Object,
+    })
 }
 
 fn unify(a: Ty, b: Ty) -> Ty {
@@ -274,15 +228,24 @@ fn unify(a: Ty, b: Ty) -> Ty {
     }
 }
 
-fn element_type(values: &[AnyValue]) -> Ty {
+/// The element type of an `ArrayValue` body, and its number of items. Every item is
+/// read (and so checked), also after the type is known to be `Dynamic`.
+fn element_type(array: &[u8], depth: usize) -> proto::Result<(Ty, usize)> {
+    if depth > MAX_VALUE_DEPTH {
+        return Err(proto::Unusual);
+    }
     let mut t = Ty::Null;
-    for v in values {
-        t = unify(t, infer(value_of(Some(v))));
+    let mut n = 0;
+    for item in array_items(array) {
+        let item = item?;
+        n += 1;
         if t == Ty::Dynamic {
-            break;
+            proto::check_value(item, depth + 1)?;
+        } else {
+            t = unify(t, infer(item, depth)?);
         }
     }
-    t
+    Ok((t, n))
 }
 
 /// Appends the binary encoding of an array element type.
@@ -302,52 +265,55 @@ fn put_element_type(t: &Ty, out: &mut Vec<u8>) {
 }
 
 /// Appends an array element's value, encoded for element type `t`.
-fn put_element(v: Option<&Value>, t: &Ty, out: &mut Vec<u8>) {
+fn put_element(v: Value<'_>, t: &Ty, out: &mut Vec<u8>, depth: usize) -> proto::Result<()> {
     match t {
         Ty::Dynamic => match v {
-            Some(v) => put_dynamic(v, out),
-            None => out.push(tag::NOTHING),
+            Value::Empty => out.push(tag::NOTHING),
+            v => put_dynamic(v, out, depth)?,
         },
         Ty::Array(inner) => {
             // An array cannot be null; a null among arrays becomes [] as in the server.
-            let items: &[AnyValue] = match v {
-                Some(Value::ArrayValue(a)) => &a.values,
-                _ => &[],
-            };
-            put_varint(out, items.len() as u64);
-            for item in items {
-                put_element(value_of(Some(item)), inner, out);
+            match v {
+                Value::Array(b) => {
+                    let n = array_items(b).count();
+                    put_varint(out, n as u64);
+                    for item in array_items(b) {
+                        put_element(item?, inner, out, depth + 1)?;
+                    }
+                }
+                _ => put_varint(out, 0),
             }
         }
         Ty::Object => {
             let mut obj = JsonObject::default();
-            if let Some(Value::KvlistValue(list)) = v {
-                obj.fill(&list.values);
+            if let Value::KvList(b) = v {
+                obj.fill_kvlist(b, depth + 1)?;
             }
             obj.write_binary(out);
         }
         // Nullable(T): a null flag, then the value.
         Ty::Null | Ty::Bool | Ty::Int | Ty::Float | Ty::Str => match v {
-            None => out.push(1),
-            Some(v) => {
+            Value::Empty => out.push(1),
+            v => {
                 out.push(0);
                 put_scalar(v, *t == Ty::Float, out);
             }
         },
     }
+    Ok(())
 }
 
 /// Appends a scalar's value without its type (`as_float`: an int in a Float64 array).
-fn put_scalar(v: &Value, as_float: bool, out: &mut Vec<u8>) {
+fn put_scalar(v: Value<'_>, as_float: bool, out: &mut Vec<u8>) {
     match v {
-        Value::StringValue(s) => put_str(out, s.as_bytes()),
-        Value::BytesValue(b) => put_base64(b, out),
-        Value::BoolValue(b) => out.push(u8::from(*b)),
-        Value::IntValue(i) if as_float => put_f64(out, *i as f64),
-        Value::IntValue(i) => put_i64(out, *i),
-        Value::DoubleValue(d) => put_f64(out, *d),
+        Value::Str(s) => put_str(out, s),
+        Value::Bytes(b) => put_base64(b, out),
+        Value::Bool(b) => out.push(u8::from(b)),
+        Value::Int(i) if as_float => put_f64(out, i as f64),
+        Value::Int(i) => put_i64(out, i),
+        Value::Double(d) => put_f64(out, d),
         // Never asked for: inference only calls this for scalars.
-        Value::ArrayValue(_) | Value::KvlistValue(_) | Value::StringValueStrindex(_) => {}
+        Value::Empty | Value::Array(_) | Value::KvList(_) => {}
     }
 }
 
@@ -357,41 +323,43 @@ fn put_base64(b: &[u8], out: &mut Vec<u8>) {
     put_str(out, text.as_bytes());
 }
 
-/// Appends one value as a binary `Dynamic`: its type, then the value.
-fn put_dynamic(v: &Value, out: &mut Vec<u8>) {
+/// Appends one (non-empty) value as a binary `Dynamic`: its type, then the value.
+fn put_dynamic(v: Value<'_>, out: &mut Vec<u8>, depth: usize) -> proto::Result<()> {
     match v {
-        Value::StringValue(_) | Value::BytesValue(_) => out.push(tag::STRING),
-        Value::IntValue(_) => out.push(tag::INT64),
-        Value::DoubleValue(_) => out.push(tag::FLOAT64),
-        Value::BoolValue(_) => out.push(tag::BOOL),
-        Value::ArrayValue(a) => {
-            let t = element_type(&a.values);
+        Value::Str(_) | Value::Bytes(_) => out.push(tag::STRING),
+        Value::Int(_) => out.push(tag::INT64),
+        Value::Double(_) => out.push(tag::FLOAT64),
+        Value::Bool(_) => out.push(tag::BOOL),
+        Value::Array(b) => {
+            let (t, n) = element_type(b, depth + 1)?;
             out.push(tag::ARRAY);
             put_element_type(&t, out);
-            put_varint(out, a.values.len() as u64);
-            for item in &a.values {
-                put_element(value_of(Some(item)), &t, out);
+            put_varint(out, n as u64);
+            for item in array_items(b) {
+                put_element(item?, &t, out, depth + 1)?;
             }
-            return;
+            return Ok(());
         }
-        Value::KvlistValue(list) => {
+        Value::KvList(b) => {
             // Only reached inside Array(Dynamic): a nested object as a JSON value.
             out.extend_from_slice(&ARRAY_ELEMENT_JSON_TYPE);
             let mut obj = JsonObject::default();
-            obj.fill(&list.values);
+            obj.fill_kvlist(b, depth + 1)?;
             obj.write_binary(out);
-            return;
+            return Ok(());
         }
-        // Filtered out by `value_of` before getting here.
-        Value::StringValueStrindex(_) => out.push(tag::NOTHING),
+        Value::Empty => out.push(tag::NOTHING),
     }
     put_scalar(v, false, out);
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry_proto::tonic::common::v1::{ArrayValue, KeyValueList};
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, KeyValue, KeyValueList};
+    use prost::Message;
 
     fn v(value: Value) -> AnyValue {
         AnyValue { value: Some(value) }
@@ -416,8 +384,10 @@ mod tests {
         }
     }
     fn obj(attrs: &[KeyValue]) -> JsonObject {
+        let bodies: Vec<Vec<u8>> = attrs.iter().map(Message::encode_to_vec).collect();
+        let refs: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
         let mut o = JsonObject::default();
-        o.fill(attrs);
+        o.fill(&refs).unwrap();
         o
     }
 

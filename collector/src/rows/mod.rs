@@ -21,7 +21,7 @@ use std::ops::Range;
 
 use crate::decode::proto;
 
-pub use as_string::{push_as_string, push_value_as_string};
+pub use as_string::push_value_as_string;
 pub use json::JsonObject;
 
 /// `SpanKind` as pdata's `SpanKind.String()` spells it; `""` for values outside the enum.

@@ -9,7 +9,8 @@
 //!   (about 750 B per span, more repetitive).
 //!
 //! `cargo bench -p tracehouse-collector --bench pipeline -- --quick`
-//! (`BENCH_DATA=loadgen` or `BENCH_DATA=realistic` runs one set only).
+//! (`BENCH_DATA=loadgen` or `BENCH_DATA=realistic` runs one set only,
+//! `BENCH_FORMAT=Map/Native` one attributes/format pair only).
 
 use std::hint::black_box;
 
@@ -24,6 +25,10 @@ use realistic::record;
 use tracehouse_loadgen::generate::{Generator, GeneratorConfig};
 
 const RECORDS: usize = 20;
+
+/// The collector's allocator (see its main.rs), so the figures match the process.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// CPU time this thread has used, in seconds (`/proc/thread-self/stat` utime + stime,
 /// 10 ms ticks). Criterion reports wall-clock time, which on a shared 2-core machine
@@ -133,6 +138,10 @@ fn data_set(c: &mut Criterion, name: &str, records: &[Vec<u8>]) {
         (Attributes::Map, Format::Native),
         (Attributes::Json, Format::RowBinary),
     ] {
+        let label = format!("{attributes:?}/{format:?}");
+        if std::env::var("BENCH_FORMAT").is_ok_and(|f| f != label) {
+            continue;
+        }
         let t = table(attributes);
         let mut enc = Encoder::new(&t, format).unwrap();
         // Report the body size per span once.

@@ -91,6 +91,32 @@ impl<'a> Fields<'a> {
         Ok(head)
     }
 
+    /// The next field's bytes if it is a length-delimited field with the one-byte key
+    /// `key`; otherwise `None` and nothing consumed (the fast path for the canonical
+    /// field order).
+    #[inline]
+    fn len_field(&mut self, key: u8) -> Option<&'a [u8]> {
+        let save = self.buf;
+        let (&k, rest) = self.buf.split_first()?;
+        if k != key {
+            return None;
+        }
+        self.buf = rest;
+        let got = self
+            .varint()
+            .ok()
+            .and_then(|n| usize::try_from(n).ok())
+            .and_then(|n| self.take(n).ok());
+        if got.is_none() {
+            self.buf = save;
+        }
+        got
+    }
+
+    fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
     /// The next `(field number, value)`, `None` at the end of the body.
     #[inline]
     pub fn next_field(&mut self) -> Result<Option<(u32, Wire<'a>)>> {
@@ -175,7 +201,38 @@ pub fn check_value(v: Value<'_>, depth: usize) -> Result<()> {
 }
 
 /// Reads an `AnyValue` body.
+#[inline]
 pub fn any_value(body: &[u8]) -> Result<Value<'_>> {
+    // Fast path: exactly one value field, as every encoder writes it.
+    let mut f = Fields::new(body);
+    let fast = match body.first() {
+        None => Some(Value::Empty),
+        Some(0x0a) => f.len_field(0x0a).map(Value::Str),
+        Some(0x10) => f.next_field().ok().flatten().and_then(|(_, w)| match w {
+            Wire::Varint(x) => Some(Value::Bool(x != 0)),
+            _ => None,
+        }),
+        Some(0x18) => f.next_field().ok().flatten().and_then(|(_, w)| match w {
+            Wire::Varint(x) => Some(Value::Int(x as i64)),
+            _ => None,
+        }),
+        Some(0x21) => f.next_field().ok().flatten().and_then(|(_, w)| match w {
+            Wire::I64(x) => Some(Value::Double(f64::from_bits(x))),
+            _ => None,
+        }),
+        Some(0x2a) => f.len_field(0x2a).map(Value::Array),
+        Some(0x32) => f.len_field(0x32).map(Value::KvList),
+        Some(0x3a) => f.len_field(0x3a).map(Value::Bytes),
+        Some(_) => None,
+    };
+    match fast {
+        Some(Value::Str(s)) if f.is_empty() => Ok(Value::Str(utf8(s)?)),
+        Some(v) if f.is_empty() => Ok(v),
+        _ => any_value_general(body),
+    }
+}
+
+fn any_value_general(body: &[u8]) -> Result<Value<'_>> {
     let mut value = Value::Empty;
     let mut seen = false;
     let mut f = Fields::new(body);
@@ -213,6 +270,28 @@ pub struct Kv<'a> {
 /// renders it reads (and so checks) its items.
 #[inline]
 pub fn kv(body: &[u8]) -> Result<Kv<'_>> {
+    // Fast path: key then value, as every encoder writes them.
+    let mut f = Fields::new(body);
+    if let Some(key) = f.len_field(0x0a) {
+        if f.is_empty() {
+            return Ok(Kv {
+                key: utf8(key)?,
+                value: Value::Empty,
+            });
+        }
+        if let Some(v) = f.len_field(0x12)
+            && f.is_empty()
+        {
+            return Ok(Kv {
+                key: utf8(key)?,
+                value: any_value(v)?,
+            });
+        }
+    }
+    kv_general(body)
+}
+
+fn kv_general(body: &[u8]) -> Result<Kv<'_>> {
     let mut key: &[u8] = b"";
     let mut value = None;
     let mut f = Fields::new(body);
@@ -510,8 +589,8 @@ pub fn span<'a>(body: &'a [u8], scratch: &mut SpanScratch<'a>) -> Result<SpanVie
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
     use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
 
     fn any(v: V) -> Vec<u8> {
         AnyValue { value: Some(v) }.encode_to_vec()

@@ -71,11 +71,15 @@ struct LowCardinality {
     /// The dictionary, already as a `String` column.
     keys: Vec<u8>,
     indexes: Vec<u32>,
+    /// Changes whenever dictionary entries go away, so indexes remembered from before
+    /// ([`RepeatCache`]) are known to be stale.
+    epoch: u64,
 }
 
 impl LowCardinality {
-    fn push(&mut self, s: &[u8]) {
-        let index = match self.dict.get(s) {
+    #[inline]
+    fn index_of(&mut self, s: &[u8]) -> u32 {
+        match self.dict.get(s) {
             Some(&i) => i,
             None => {
                 let i = u32::try_from(self.dict.len()).unwrap_or(u32::MAX);
@@ -83,7 +87,11 @@ impl LowCardinality {
                 put_str(&mut self.keys, s);
                 i
             }
-        };
+        }
+    }
+
+    fn push(&mut self, s: &[u8]) {
+        let index = self.index_of(s);
         self.indexes.push(index);
     }
 
@@ -114,7 +122,20 @@ impl LowCardinality {
         self.dict.clear();
         self.keys.clear();
         self.indexes.clear();
+        self.epoch += 1;
     }
+}
+
+/// The resource's attributes as the `ResourceAttributes` column last wrote them: every
+/// span of a resource carries the same map, so its dictionary indexes and its values'
+/// bytes are worked out once per resource instead of once per span.
+#[derive(Debug, Default)]
+pub(super) struct RepeatCache {
+    /// [`crate::rows::MapAttrs::generation`] and [`LowCardinality::epoch`] it is for.
+    key: Option<(u64, u64)>,
+    key_indexes: Vec<u32>,
+    /// The values, already as `String` column bytes.
+    values: Vec<u8>,
 }
 
 impl Builder {
@@ -208,6 +229,38 @@ impl Builder {
             let end = offsets.last().copied().unwrap_or(0) + m.len() as u64;
             offsets.push(end);
         }
+    }
+
+    /// [`Self::push_attrs`] for a map that repeats row after row (the resource's).
+    fn push_repeated_attrs(&mut self, attrs: &Rendered, cache: &mut RepeatCache) {
+        if let (
+            Builder::Map {
+                offsets,
+                keys,
+                values,
+            },
+            Rendered::Map(m),
+        ) = (&mut *self, attrs)
+            && let (Builder::Lc(lc), Builder::Str { data, rows }) = (&mut **keys, &mut **values)
+        {
+            let key = (m.generation(), lc.epoch);
+            if cache.key != Some(key) {
+                cache.key_indexes.clear();
+                cache.values.clear();
+                for (k, v) in m.iter() {
+                    cache.key_indexes.push(lc.index_of(k));
+                    put_str(&mut cache.values, v);
+                }
+                cache.key = Some(key);
+            }
+            lc.indexes.extend_from_slice(&cache.key_indexes);
+            data.extend_from_slice(&cache.values);
+            *rows += m.len();
+            let end = offsets.last().copied().unwrap_or(0) + m.len() as u64;
+            offsets.push(end);
+            return;
+        }
+        self.push_attrs(attrs);
     }
 
     /// Closes the current row of an `Array` after `n` elements were pushed to `inner`.
@@ -315,6 +368,7 @@ impl Builder {
                 let keys = next();
                 if lc.dict.len() > keys {
                     lc.dict.retain(|_, i| (*i as usize) < keys);
+                    lc.epoch += 1;
                 }
                 lc.keys.truncate(next());
             }
@@ -362,6 +416,8 @@ pub(super) struct NativeBlock {
     names: Vec<(&'static str, String)>,
     columns: Vec<(SpanColumn, Builder)>,
     rows: usize,
+    /// `None` only in tests that compare against the uncached path.
+    resource_cache: Option<RepeatCache>,
 }
 
 impl NativeBlock {
@@ -376,7 +432,13 @@ impl NativeBlock {
             names,
             columns,
             rows: 0,
+            resource_cache: Some(RepeatCache::default()),
         })
+    }
+
+    #[cfg(test)]
+    pub(super) fn without_repeat_cache(&mut self) {
+        self.resource_cache = None;
     }
 
     pub(super) fn data_len(&self) -> usize {
@@ -392,6 +454,7 @@ impl NativeBlock {
         let span = row.span;
         let events = &row.lists.events[span.events.clone()];
         let links = &row.lists.links[span.links.clone()];
+        let mut resource_cache = self.resource_cache.as_mut();
         for (id, b) in &mut self.columns {
             use SpanColumn as C;
             match id {
@@ -405,7 +468,10 @@ impl NativeBlock {
                 C::SpanName => b.push_str(span.name),
                 C::SpanKind => b.push_str(rows::span_kind(span.kind).as_bytes()),
                 C::ServiceName => b.push_str(row.service_name),
-                C::ResourceAttributes => b.push_attrs(row.resource),
+                C::ResourceAttributes => match resource_cache.as_deref_mut() {
+                    Some(cache) => b.push_repeated_attrs(row.resource, cache),
+                    None => b.push_attrs(row.resource),
+                },
                 C::ScopeName => b.push_str(row.scope_name),
                 C::ScopeVersion => b.push_str(row.scope_version),
                 C::SpanAttributes => b.push_attrs(row.attrs),

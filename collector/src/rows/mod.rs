@@ -117,6 +117,8 @@ pub fn service_name(resource_attrs: &[&[u8]], out: &mut Vec<u8>) -> proto::Resul
 /// (the exporter does not de-duplicate either; `map['k']` returns the first).
 #[derive(Debug, Default)]
 pub struct MapAttrs {
+    /// Counts fills: two equal generations of one `MapAttrs` mean the same content.
+    generation: u64,
     buf: Vec<u8>,
     entries: Vec<(Range<usize>, Range<usize>)>,
 }
@@ -125,6 +127,7 @@ impl MapAttrs {
     /// Replaces the content with `attrs` (`KeyValue` bodies), values in their
     /// `AsString` text.
     pub fn fill(&mut self, attrs: &[&[u8]]) -> proto::Result<()> {
+        self.generation += 1;
         self.buf.clear();
         self.entries.clear();
         for body in attrs {
@@ -140,6 +143,11 @@ impl MapAttrs {
 
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Changes with every [`Self::fill`].
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     pub fn is_empty(&self) -> bool {

@@ -69,6 +69,9 @@ pub struct JsonObject {
 
 #[derive(Debug, Clone)]
 struct Entry {
+    /// The path's first 8 bytes, big-endian, zero-padded: orders most pairs of paths
+    /// without comparing the paths themselves.
+    head: u64,
     path: Range<usize>,
     /// Empty for a null value (kept for the keys, not stored in the object).
     value: Range<usize>,
@@ -107,8 +110,11 @@ impl JsonObject {
     fn sort_and_dedup(&mut self) {
         let paths = &self.paths;
         // Stable: among equal paths the last one given stays last, and wins below.
-        self.entries
-            .sort_by(|a, b| paths[a.path.clone()].cmp(&paths[b.path.clone()]));
+        self.entries.sort_by(|a, b| {
+            a.head
+                .cmp(&b.head)
+                .then_with(|| paths[a.path.clone()].cmp(&paths[b.path.clone()]))
+        });
         let mut keep = 0;
         for i in 0..self.entries.len() {
             let last_of_its_path = self
@@ -153,6 +159,7 @@ impl JsonObject {
                 put_dynamic(kv.value, &mut self.values, depth)?;
             }
             self.entries.push(Entry {
+                head: head_of(&self.paths[path.clone()]),
                 path,
                 value: vstart..self.values.len(),
             });
@@ -188,6 +195,16 @@ impl JsonObject {
             out.extend_from_slice(value);
         }
     }
+}
+
+/// The first 8 bytes of `path` as a big-endian number (shorter paths padded with
+/// zeros), so that comparing heads agrees with comparing the paths bytewise whenever
+/// the heads differ.
+fn head_of(path: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = path.len().min(8);
+    b[..n].copy_from_slice(&path[..n]);
+    u64::from_be_bytes(b)
 }
 
 /// The type the server infers for a value inside an array.

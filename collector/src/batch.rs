@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use crate::offsets::BatchRange;
+use crate::pool::{BufPool, PooledBuf};
 
 /// Why a record was skipped (never inserted, but committed past).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,8 +63,9 @@ pub struct RecordBatch {
     /// from an older generation (the partition was revoked meanwhile) are dropped.
     pub generation: u64,
     pub range: BatchRange,
-    /// Payloads, back to back (one allocation per batch, not per record).
-    pub data: Vec<u8>,
+    /// Payloads, back to back (one buffer per batch, not per record; recycled through the
+    /// source's [`BufPool`] when the batch is dropped).
+    pub data: PooledBuf,
     pub records: Vec<RecordRef>,
     pub skipped: Vec<Skipped>,
     /// Kafka timestamp (ms) of the first record: the batch's age for lag-in-seconds.
@@ -110,6 +112,8 @@ pub struct BatchBuilder {
     first_timestamp_ms: i64,
     opened_at: Option<std::time::Instant>,
     budget_bytes: usize,
+    /// Where payload buffers come from and go back to (none: plain allocations).
+    pool: Option<BufPool>,
 }
 
 impl BatchBuilder {
@@ -126,7 +130,14 @@ impl BatchBuilder {
             first_timestamp_ms: 0,
             opened_at: None,
             budget_bytes: 0,
+            pool: None,
         }
+    }
+
+    /// Take payload buffers from `pool` (and have closed batches return them there).
+    pub fn with_pool(mut self, pool: BufPool) -> Self {
+        self.pool = Some(pool);
+        self
     }
 
     pub fn is_empty(&self) -> bool {
@@ -147,6 +158,11 @@ impl BatchBuilder {
 
     fn start(&mut self, offset: i64, timestamp_ms: i64) {
         if self.first.is_none() {
+            if self.data.capacity() == 0
+                && let Some(pool) = &self.pool
+            {
+                self.data = pool.get();
+            }
             self.first = Some(offset);
             self.first_timestamp_ms = timestamp_ms;
             self.opened_at = Some(std::time::Instant::now());
@@ -194,7 +210,10 @@ impl BatchBuilder {
                 first,
                 last: self.last,
             },
-            data: std::mem::take(&mut self.data),
+            data: match &self.pool {
+                Some(pool) => pool.wrap(std::mem::take(&mut self.data)),
+                None => PooledBuf::from(std::mem::take(&mut self.data)),
+            },
             records: std::mem::take(&mut self.records),
             skipped: std::mem::take(&mut self.skipped),
             first_timestamp_ms: self.first_timestamp_ms,
@@ -236,5 +255,27 @@ mod tests {
         assert_eq!(batch.token(batch.range), "spans-3-7-9");
         assert_eq!(batch.budget_bytes, 10);
         assert!(b.is_empty() && b.take().is_none());
+    }
+
+    #[test]
+    fn pooled_batches_hand_their_buffer_to_the_next_batch() {
+        let pool = BufPool::new(4, 1 << 20);
+        let mut b = BatchBuilder::new("spans".into(), 0, 1).with_pool(pool.clone());
+        b.push(1, 0, &[1; 5000]);
+        let first = b.take().unwrap();
+        let ptr = first.data.as_ptr();
+        assert!(pool.is_empty());
+        // The builder takes no buffer until a record arrives.
+        drop(first);
+        assert_eq!(pool.len(), 1);
+        b.push(2, 0, b"xyz");
+        assert!(pool.is_empty());
+        let second = b.take().unwrap();
+        assert_eq!(second.data.as_ptr(), ptr);
+        assert_eq!(&*second.data, b"xyz");
+        assert_eq!(second.payload(&second.records[0]), b"xyz");
+        // A batch dropped on another thread (the insert task) returns its buffer too.
+        std::thread::spawn(move || drop(second)).join().unwrap();
+        assert_eq!(pool.len(), 1);
     }
 }

@@ -24,6 +24,14 @@ use prometheus_client::metrics::counter::Counter;
 
 use crate::metrics::{Metrics, PartitionLabels, TopicLabels};
 use crate::offsets::{BatchRange, PartitionLedger};
+use crate::pool::BufPool;
+
+/// Payload buffers kept for reuse: more than the batches the default in-flight budget lets
+/// exist at once at full size (96 MiB / 16 MiB).
+const BATCH_POOL_BUFFERS: usize = 16;
+/// Buffers past this many times `batch.max_bytes` (grown by a huge record) are freed, not
+/// kept: a full batch's buffer, grown by doubling, stays under about twice it.
+const BATCH_POOL_MAX_CAPACITY_FACTOR: usize = 4;
 
 /// Shared accounting of record bytes between Kafka and ClickHouse.
 #[derive(Debug)]
@@ -115,6 +123,8 @@ struct SourceContext {
     assigned: Arc<Mutex<Vec<(String, i32)>>>,
     metrics: Arc<Metrics>,
     budget: Arc<Budget>,
+    /// Batch payload buffers, recycled when a batch is dropped (after its insert).
+    pool: BufPool,
 }
 
 impl ClientContext for SourceContext {
@@ -200,7 +210,8 @@ impl ConsumerContext for SourceContext {
                     let generation = state.next_generation;
                     let topic: Arc<str> = elem.topic().into();
                     state.partitions.push(PartitionState {
-                        builder: BatchBuilder::new(topic.clone(), elem.partition(), generation),
+                        builder: BatchBuilder::new(topic.clone(), elem.partition(), generation)
+                            .with_pool(self.pool.clone()),
                         topic,
                         partition: elem.partition(),
                         generation,
@@ -345,6 +356,12 @@ pub fn spawn(
         assigned: assigned.clone(),
         metrics: metrics.clone(),
         budget: budget.clone(),
+        pool: BufPool::new(
+            BATCH_POOL_BUFFERS,
+            cfg.cut
+                .max_bytes
+                .saturating_mul(BATCH_POOL_MAX_CAPACITY_FACTOR),
+        ),
     };
     let mut client = ClientConfig::new();
     client

@@ -23,6 +23,7 @@ use opentelemetry_proto::tonic::common::v1::KeyValue;
 use tracehouse_schema::{Attributes, ClickHouseType, InsertFormat, TableOptions, insert_sql};
 
 use crate::decode::{self, DecodeError, Encoding};
+use crate::pool::BufPool;
 use crate::rows::{self, JsonObject, MapAttrs};
 use native::NativeBlock;
 use plan::PlannedColumn;
@@ -131,6 +132,11 @@ enum Rows {
     Native(NativeBlock),
 }
 
+/// Body buffers an encoder keeps for reuse (bodies in flight come back to it).
+const BODY_POOL_BUFFERS: usize = 8;
+/// Larger body buffers are freed rather than kept.
+const BODY_POOL_MAX_CAPACITY: usize = 64 << 20;
+
 /// Turns spans into one insert body at a time. Not `Sync`: one per worker thread.
 #[derive(Debug)]
 pub struct Encoder {
@@ -142,6 +148,9 @@ pub struct Encoder {
     raw: Vec<u8>,
     /// The compressed body so far.
     body: Vec<u8>,
+    /// Buffers of bodies handed out by [`Self::finish`], back once their last `Bytes` is
+    /// dropped (after the insert), so the next body reuses their pages.
+    bodies: BufPool,
     row_count: usize,
     // Per-resource and per-span scratch, reused for the encoder's whole life.
     service_name: String,
@@ -172,6 +181,7 @@ impl Encoder {
             rows,
             raw: Vec::new(),
             body: Vec::new(),
+            bodies: BufPool::new(BODY_POOL_BUFFERS, BODY_POOL_MAX_CAPACITY),
             row_count: 0,
             service_name: String::new(),
             resource: Rendered::new(table.attributes),
@@ -297,9 +307,97 @@ impl Encoder {
                 &mut self.body
             }
         };
-        // The body leaves as `Bytes`; the next one starts with the same capacity so a
-        // steady stream of batches does not grow its buffer step by step again.
-        let next = Vec::with_capacity(out.len());
-        Bytes::from(std::mem::replace(out, next))
+        if out.is_empty() {
+            return Bytes::new();
+        }
+        // The body leaves as `Bytes` that hands its buffer back to `bodies` when the last
+        // clone is dropped. The next body starts from a recycled buffer when one is back,
+        // with at least this one's capacity so a steady stream of batches does not grow its
+        // buffer step by step again.
+        let mut next = self.bodies.get();
+        next.reserve(out.len());
+        Bytes::from_owner(self.bodies.wrap(std::mem::replace(out, next)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use tracehouse_schema::Ident;
+
+    fn table() -> TableOptions {
+        TableOptions::new(
+            Ident::new("database", "otel").unwrap(),
+            Ident::new("table", "otel_traces").unwrap(),
+        )
+    }
+
+    fn request(spans: usize) -> ExportTraceServiceRequest {
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: (0..spans)
+                        .map(|i| Span {
+                            name: format!("span {i}"),
+                            trace_id: vec![1; 16],
+                            span_id: vec![2; 8],
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn body_buffers_are_recycled_once_the_body_is_dropped() {
+        for format in [Format::RowBinary, Format::Native] {
+            for compression in [Compression::Lz4, Compression::None] {
+                let options = EncoderOptions {
+                    compression,
+                    ..EncoderOptions::new(format)
+                };
+                let mut enc = Encoder::with_options(&table(), options).unwrap();
+                let mut plain = Encoder::with_options(
+                    &table(),
+                    EncoderOptions {
+                        compression: Compression::None,
+                        ..options
+                    },
+                )
+                .unwrap();
+                let req = request(50);
+                plain.push_request(&req);
+                let raw = plain.finish();
+
+                enc.push_request(&req);
+                let first = enc.finish();
+                let first_ptr = first.as_ptr();
+                assert!(enc.bodies.is_empty());
+                drop(first);
+                assert_eq!(enc.bodies.len(), 1);
+                // The body held while the first was out is handed out next; the first
+                // body's buffer comes out of the pool and becomes the one after.
+                enc.push_request(&req);
+                let second = enc.finish();
+                assert!(enc.bodies.is_empty());
+                assert_ne!(second.as_ptr(), first_ptr);
+                enc.push_request(&req);
+                let third = enc.finish();
+                assert_eq!(third.as_ptr(), first_ptr, "{format:?} {compression:?}");
+                for body in [&second, &third] {
+                    let got = match compression {
+                        Compression::Lz4 => compress::decompress(body).unwrap(),
+                        Compression::None => body.to_vec(),
+                    };
+                    assert_eq!(got, raw, "{format:?} {compression:?}");
+                }
+                // Nothing appended: an empty body, and the buffer stays with the encoder.
+                assert!(enc.finish().is_empty());
+            }
+        }
     }
 }

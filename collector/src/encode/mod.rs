@@ -148,6 +148,7 @@ pub struct Encoder {
     raw: Vec<u8>,
     /// The compressed body so far.
     body: Vec<u8>,
+    compressor: compress::Compressor,
     /// Buffers of bodies handed out by [`Self::finish`], back once their last `Bytes` is
     /// dropped (after the insert), so the next body reuses their pages.
     bodies: BufPool,
@@ -181,6 +182,7 @@ impl Encoder {
             rows,
             raw: Vec::new(),
             body: Vec::new(),
+            compressor: compress::Compressor::default(),
             bodies: BufPool::new(BODY_POOL_BUFFERS, BODY_POOL_MAX_CAPACITY),
             row_count: 0,
             service_name: String::new(),
@@ -288,7 +290,8 @@ impl Encoder {
             return;
         }
         let whole = self.raw.len() - self.raw.len() % compress::MAX_BLOCK;
-        compress::compress_into(&self.raw[..whole], &mut self.body);
+        self.compressor
+            .compress_into(&self.raw[..whole], &mut self.body);
         self.raw.drain(..whole);
     }
 
@@ -302,7 +305,7 @@ impl Encoder {
         let out = match self.options.compression {
             Compression::None => &mut self.raw,
             Compression::Lz4 => {
-                compress::compress_into(&self.raw, &mut self.body);
+                self.compressor.compress_into(&self.raw, &mut self.body);
                 self.raw.clear();
                 &mut self.body
             }

@@ -30,9 +30,16 @@ use realistic::record;
 
 const RECORDS: u64 = 200;
 
-/// CPU time this thread has used, in seconds (`/proc/thread-self/stat` utime + stime,
-/// 10 ms ticks): on a shared machine wall-clock time also counts other processes' turns.
+/// CPU time this thread has used, in seconds: `/proc/thread-self/schedstat` (nanoseconds
+/// on a CPU), else `/proc/thread-self/stat` (utime + stime, 10 ms ticks). On a shared
+/// machine wall-clock time also counts other processes' turns.
 fn thread_cpu_secs() -> f64 {
+    if let Some(ns) = std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split(' ').next()?.parse::<u64>().ok())
+    {
+        return ns as f64 / 1e9;
+    }
     let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
     let rest = stat.rfind(')').map_or("", |i| &stat[i + 2..]);
     let ticks: u64 = rest
@@ -44,17 +51,33 @@ fn thread_cpu_secs() -> f64 {
     ticks as f64 / 100.0
 }
 
-/// Input bytes per CPU-second of `work` (which handles `bytes` per call), over at least
-/// three CPU-seconds.
-fn bytes_per_cpu_second(bytes: usize, mut work: impl FnMut()) -> f64 {
-    work(); // warm-up
-    let start = thread_cpu_secs();
-    let mut done = 0;
-    while thread_cpu_secs() - start < 3.0 {
-        work();
-        done += bytes;
+const ROUNDS: usize = 10;
+const SLICE_CPU_SECS: f64 = 0.2;
+
+/// Input bytes per CPU-second of each of `variants` ways of doing one piece of work:
+/// `work(i)` does it the `i`th way and handles `bytes`. The variants take turns,
+/// [`SLICE_CPU_SECS`] each for [`ROUNDS`] rounds, so that a change in the load around
+/// (other processes sharing caches and memory) falls on all of them alike.
+fn bytes_per_cpu_second(bytes: usize, variants: usize, mut work: impl FnMut(usize)) -> Vec<f64> {
+    let mut secs = vec![0.0; variants];
+    let mut done = vec![0usize; variants];
+    for i in 0..variants {
+        work(i); // warm-up
     }
-    done as f64 / (thread_cpu_secs() - start)
+    for _ in 0..ROUNDS {
+        for i in 0..variants {
+            let start = thread_cpu_secs();
+            while thread_cpu_secs() - start < SLICE_CPU_SECS {
+                work(i);
+                done[i] += bytes;
+            }
+            secs[i] += thread_cpu_secs() - start;
+        }
+    }
+    done.iter()
+        .zip(&secs)
+        .map(|(&d, &s)| d as f64 / s)
+        .collect()
 }
 
 fn table(attributes: Attributes) -> TableOptions {
@@ -126,6 +149,7 @@ fn blocks(c: &mut Criterion) {
         );
         let mut group = c.benchmark_group(format!("lz4_block/{name}"));
         group.throughput(Throughput::Bytes(raw.len() as u64));
+        let mut ratios = Vec::new();
         for (label, block) in COMPRESSORS {
             // Every output must decompress to its input (with lz4_flex: a second opinion).
             let mut compressed = 0;
@@ -135,14 +159,21 @@ fn blocks(c: &mut Criterion) {
                 assert!(back == chunk, "{label}: round trip");
                 compressed += n;
             }
-            let rate = bytes_per_cpu_second(raw.len(), || {
-                black_box(compress_chunks(&raw, block, &mut scratch));
-            });
+            ratios.push((raw.len() as f64 / compressed as f64, compressed));
+        }
+        let rates = bytes_per_cpu_second(raw.len(), COMPRESSORS.len(), |i| {
+            black_box(compress_chunks(&raw, COMPRESSORS[i].1, &mut scratch));
+        });
+        let base = rates[0];
+        for (((label, _), rate), (ratio, compressed)) in COMPRESSORS.iter().zip(&rates).zip(&ratios)
+        {
             eprintln!(
-                "{name} {label:<13} {:>7.1} MB/s per CPU-second, ratio {:.3} ({compressed} bytes)",
+                "{name} {label:<13} {:>7.1} MB/s per CPU-second ({:.2}x lz4_flex), ratio {ratio:.3} ({compressed} bytes)",
                 rate / 1e6,
-                raw.len() as f64 / compressed as f64,
+                rate / base,
             );
+        }
+        for (label, block) in COMPRESSORS {
             group.bench_function(label, |b| {
                 b.iter(|| compress_chunks(&raw, block, &mut scratch))
             });
@@ -185,21 +216,21 @@ fn frames(c: &mut Criterion) {
     group.throughput(Throughput::Bytes(raw.len() as u64));
     // The body is reused (cleared) between runs, as the encoder's recycled bodies are.
     let mut body = Vec::with_capacity(old.len());
-    let rate = bytes_per_cpu_second(raw.len(), || {
+    let rates = bytes_per_cpu_second(raw.len(), 2, |i| {
         body.clear();
-        frames_zero_filled(&raw, &mut body);
+        match i {
+            0 => frames_zero_filled(&raw, &mut body),
+            _ => compressor.compress_into(&raw, &mut body),
+        }
     });
     eprintln!(
         "frames, zero-filled worst case  {:>7.1} MB/s per CPU-second",
-        rate / 1e6
+        rates[0] / 1e6
     );
-    let rate = bytes_per_cpu_second(raw.len(), || {
-        body.clear();
-        compressor.compress_into(&raw, &mut body);
-    });
     eprintln!(
-        "frames, Compressor scratch      {:>7.1} MB/s per CPU-second",
-        rate / 1e6
+        "frames, Compressor scratch      {:>7.1} MB/s per CPU-second ({:.3}x)",
+        rates[1] / 1e6,
+        rates[1] / rates[0]
     );
     group.bench_function("zero_filled", |b| {
         b.iter(|| {

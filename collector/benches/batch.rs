@@ -74,7 +74,8 @@ fn build(c: &mut Criterion) {
         }
     });
 
-    let pool = BufPool::new(16, 4 * POLICY.max_bytes);
+    // Sized as the source sizes it for the default budget: 96 MiB / 16 MiB.
+    let pool = BufPool::new(6, 4 * POLICY.max_bytes);
     let mut builders = [
         ("fresh_buffers", BatchBuilder::new("spans".into(), 0, 1)),
         (

@@ -106,7 +106,7 @@ pub struct BatchBuilder {
     generation: u64,
     first: Option<i64>,
     last: i64,
-    data: Vec<u8>,
+    data: PooledBuf,
     records: Vec<RecordRef>,
     skipped: Vec<Skipped>,
     first_timestamp_ms: i64,
@@ -124,7 +124,7 @@ impl BatchBuilder {
             generation,
             first: None,
             last: -1,
-            data: Vec::new(),
+            data: PooledBuf::default(),
             records: Vec::new(),
             skipped: Vec::new(),
             first_timestamp_ms: 0,
@@ -158,10 +158,9 @@ impl BatchBuilder {
 
     fn start(&mut self, offset: i64, timestamp_ms: i64) {
         if self.first.is_none() {
-            if self.data.capacity() == 0
-                && let Some(pool) = &self.pool
-            {
-                self.data = pool.get();
+            // The previous batch took its buffer along: this one gets a recycled one.
+            if let Some(pool) = &self.pool {
+                self.data = pool.take();
             }
             self.first = Some(offset);
             self.first_timestamp_ms = timestamp_ms;
@@ -174,7 +173,7 @@ impl BatchBuilder {
     pub fn push(&mut self, offset: i64, timestamp_ms: i64, payload: &[u8]) -> usize {
         self.start(offset, timestamp_ms);
         let start = self.data.len();
-        self.data.extend_from_slice(payload);
+        self.data.vec_mut().extend_from_slice(payload);
         self.records.push(RecordRef {
             offset,
             start,
@@ -210,10 +209,7 @@ impl BatchBuilder {
                 first,
                 last: self.last,
             },
-            data: match &self.pool {
-                Some(pool) => pool.wrap(std::mem::take(&mut self.data)),
-                None => PooledBuf::from(std::mem::take(&mut self.data)),
-            },
+            data: std::mem::take(&mut self.data),
             records: std::mem::take(&mut self.records),
             skipped: std::mem::take(&mut self.skipped),
             first_timestamp_ms: self.first_timestamp_ms,
@@ -263,19 +259,34 @@ mod tests {
         let mut b = BatchBuilder::new("spans".into(), 0, 1).with_pool(pool.clone());
         b.push(1, 0, &[1; 5000]);
         let first = b.take().unwrap();
+        assert!(first.data.is_pooled());
         let ptr = first.data.as_ptr();
-        assert!(pool.is_empty());
         // The builder takes no buffer until a record arrives.
+        assert_eq!((pool.owned(), pool.idle()), (1, 0));
         drop(first);
-        assert_eq!(pool.len(), 1);
+        assert_eq!((pool.owned(), pool.idle()), (1, 1));
         b.push(2, 0, b"xyz");
-        assert!(pool.is_empty());
+        assert_eq!(pool.idle(), 0);
         let second = b.take().unwrap();
         assert_eq!(second.data.as_ptr(), ptr);
         assert_eq!(&*second.data, b"xyz");
         assert_eq!(second.payload(&second.records[0]), b"xyz");
         // A batch dropped on another thread (the insert task) returns its buffer too.
         std::thread::spawn(move || drop(second)).join().unwrap();
-        assert_eq!(pool.len(), 1);
+        assert_eq!((pool.owned(), pool.idle()), (1, 1));
+    }
+
+    #[test]
+    fn past_the_pool_s_bound_batches_get_plain_buffers() {
+        let pool = BufPool::new(1, 1 << 20);
+        let mut a = BatchBuilder::new("spans".into(), 0, 1).with_pool(pool.clone());
+        let mut b = BatchBuilder::new("spans".into(), 1, 1).with_pool(pool.clone());
+        a.push(1, 0, b"a");
+        b.push(1, 0, b"b");
+        let (a, b) = (a.take().unwrap(), b.take().unwrap());
+        assert!(a.data.is_pooled() && !b.data.is_pooled());
+        assert_eq!((&*a.data, &*b.data), (&b"a"[..], &b"b"[..]));
+        drop((a, b));
+        assert_eq!((pool.owned(), pool.idle()), (1, 1));
     }
 }

@@ -1,77 +1,140 @@
 //! Recycled byte buffers: a batch's payloads and an insert's body go back to a small
-//! bounded pool when the last owner drops them, instead of back to the allocator.
+//! bounded pool when their last owner drops them, instead of back to the allocator.
 //!
 //! Why: a batch buffer is filled on the Kafka thread and freed on the runtime thread that
-//! saw its insert acknowledged, megabytes at a time. The allocator hands such memory back to
-//! the kernel, and the next batch then page-faults on fresh zeroed pages and re-grows its
-//! vector step by step (copying it at every doubling). A recycled buffer keeps its pages and
-//! its capacity.
+//! saw its insert acknowledged, megabytes at a time. The allocator hands such memory back
+//! to the kernel, and the next batch then page-faults on fresh zeroed pages and re-grows
+//! its vector step by step (copying it at every doubling). A recycled buffer keeps its
+//! pages and its capacity.
 //!
-//! A pool is bounded in count ([`BufPool::new`]'s `max_buffers`) and drops buffers larger
-//! than its `max_capacity`. What it keeps was in use at once before, so it retains at most
-//! the peak memory the in-flight budget already allowed — held instead of returned.
+//! The cost: a recycled buffer keeps the pages of the fullest batch it ever held, also
+//! while it holds a small one, so a pool's memory is not bounded by the bytes its buffers
+//! hold now. A pool therefore bounds the buffers it *owns* — idle in the pool or out in a
+//! [`PooledBuf`] — to `max_buffers`, each at most `max_capacity`: once that many exist,
+//! [`BufPool::take`] hands out plain buffers (freed on drop, as before pooling).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam_channel::{Receiver, Sender};
 
-/// A bounded pool of empty `Vec<u8>`s. Cloning shares the pool.
-#[derive(Debug, Clone)]
-pub struct BufPool {
-    tx: Sender<Vec<u8>>,
-    rx: Receiver<Vec<u8>>,
+/// A bounded pool of byte buffers. Cloning shares the pool.
+#[derive(Clone)]
+pub struct BufPool(Arc<Inner>);
+
+struct Inner {
+    idle_tx: Sender<Vec<u8>>,
+    idle_rx: Receiver<Vec<u8>>,
+    max_buffers: usize,
     max_capacity: usize,
+    /// Buffers this pool owns: idle plus out in `PooledBuf`s. Never above `max_buffers`.
+    owned: AtomicUsize,
+}
+
+impl std::fmt::Debug for BufPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufPool")
+            .field("owned", &self.owned())
+            .field("idle", &self.idle())
+            .field("max_buffers", &self.0.max_buffers)
+            .field("max_capacity", &self.0.max_capacity)
+            .finish()
+    }
 }
 
 impl BufPool {
-    /// A pool keeping at most `max_buffers` buffers, none larger than `max_capacity`.
+    /// A pool owning at most `max_buffers` buffers (at least one), none kept past
+    /// `max_capacity` bytes of capacity.
     pub fn new(max_buffers: usize, max_capacity: usize) -> Self {
-        let (tx, rx) = crossbeam_channel::bounded(max_buffers.max(1));
-        Self {
-            tx,
-            rx,
+        let max_buffers = max_buffers.max(1);
+        let (idle_tx, idle_rx) = crossbeam_channel::bounded(max_buffers);
+        Self(Arc::new(Inner {
+            idle_tx,
+            idle_rx,
+            max_buffers,
             max_capacity,
+            owned: AtomicUsize::new(0),
+        }))
+    }
+
+    /// An empty buffer that comes back here when dropped: an idle one (capacity and pages
+    /// kept) when there is one, else a new one while the pool owns fewer than
+    /// `max_buffers`, else a plain one that belongs to no pool.
+    pub fn take(&self) -> PooledBuf {
+        if let Ok(buf) = self.0.idle_rx.try_recv() {
+            return PooledBuf {
+                buf,
+                pool: Some(self.clone()),
+            };
+        }
+        let claimed = self
+            .0
+            .owned
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.0.max_buffers).then_some(n + 1)
+            })
+            .is_ok();
+        PooledBuf {
+            buf: Vec::new(),
+            pool: claimed.then(|| self.clone()),
         }
     }
 
-    /// An empty buffer: a recycled one (capacity kept) when there is one, else a new one.
-    pub fn get(&self) -> Vec<u8> {
-        self.rx.try_recv().unwrap_or_default()
-    }
-
-    /// Give a buffer back. It is cleared and kept unless the pool is full or the buffer is
-    /// over `max_capacity` (or never allocated), in which case it is freed.
-    pub fn put(&self, mut buf: Vec<u8>) {
-        if buf.capacity() == 0 || buf.capacity() > self.max_capacity {
-            return;
-        }
-        buf.clear();
-        // Full: this one is freed. (Never disconnected: the pool holds its receiver.)
-        let _ = self.tx.try_send(buf);
+    /// Buffers the pool owns (idle or out).
+    pub fn owned(&self) -> usize {
+        self.0.owned.load(Ordering::Acquire)
     }
 
     /// Buffers waiting in the pool.
-    pub fn len(&self) -> usize {
-        self.rx.len()
+    pub fn idle(&self) -> usize {
+        self.0.idle_rx.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.rx.is_empty()
-    }
-
-    /// Wraps `buf` so that it returns to this pool when dropped.
-    pub fn wrap(&self, buf: Vec<u8>) -> PooledBuf {
-        PooledBuf {
-            buf,
-            pool: Some(self.clone()),
+    fn give_back(&self, mut buf: Vec<u8>) {
+        if buf.capacity() <= self.0.max_capacity {
+            buf.clear();
+            // Cannot be full (it holds at most the `max_buffers` the pool owns) nor
+            // disconnected (the pool holds the receiver); if it were, the buffer is freed.
+            if self.0.idle_tx.try_send(buf).is_ok() {
+                return;
+            }
         }
+        self.0.owned.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
-/// Bytes that return their buffer to a [`BufPool`] when dropped (or are simply freed when
-/// made from a plain `Vec`). Read-only once built.
-#[derive(Debug, Default)]
+/// A byte buffer that returns to its [`BufPool`] when dropped (or is simply freed when it
+/// belongs to none: made from a `Vec`, by `Default`, or handed out by a full pool).
+#[derive(Default)]
 pub struct PooledBuf {
     buf: Vec<u8>,
     pool: Option<BufPool>,
+}
+
+impl PooledBuf {
+    /// The buffer, to fill.
+    pub fn vec_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// Whether it goes back to a pool when dropped.
+    pub fn is_pooled(&self) -> bool {
+        self.pool.is_some()
+    }
+}
+
+impl std::fmt::Debug for PooledBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PooledBuf")
+            .field("len", &self.buf.len())
+            .field("capacity", &self.buf.capacity())
+            .field("pooled", &self.is_pooled())
+            .finish()
+    }
 }
 
 impl From<Vec<u8>> for PooledBuf {
@@ -97,7 +160,7 @@ impl AsRef<[u8]> for PooledBuf {
 impl Drop for PooledBuf {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.take() {
-            pool.put(std::mem::take(&mut self.buf));
+            pool.give_back(std::mem::take(&mut self.buf));
         }
     }
 }
@@ -109,50 +172,55 @@ mod tests {
     #[test]
     fn a_dropped_buffer_comes_back_empty_with_its_capacity() {
         let pool = BufPool::new(4, 1 << 20);
-        let mut v = pool.get();
-        assert_eq!(v.capacity(), 0);
-        v.extend_from_slice(&[7; 1000]);
-        let ptr = v.as_ptr();
-        let cap = v.capacity();
-        let wrapped = pool.wrap(v);
-        assert_eq!(&wrapped[..3], &[7, 7, 7]);
-        assert!(pool.is_empty());
-        drop(wrapped);
-        assert_eq!(pool.len(), 1);
-        let again = pool.get();
-        assert!(again.is_empty());
+        let mut b = pool.take();
+        assert!(b.is_pooled() && b.is_empty());
+        b.vec_mut().extend_from_slice(&[7; 1000]);
+        let (ptr, cap) = (b.as_ptr(), b.capacity());
+        assert_eq!(&b[..3], &[7, 7, 7]);
+        assert_eq!((pool.owned(), pool.idle()), (1, 0));
+        drop(b);
+        assert_eq!((pool.owned(), pool.idle()), (1, 1));
+        let again = pool.take();
+        assert!(again.is_empty() && again.is_pooled());
         assert_eq!((again.as_ptr(), again.capacity()), (ptr, cap));
-        assert!(pool.is_empty());
+        assert_eq!((pool.owned(), pool.idle()), (1, 0));
     }
 
     #[test]
-    fn the_pool_stays_bounded_in_count_and_size() {
+    fn the_pool_owns_at_most_max_buffers_in_use_or_idle() {
         let pool = BufPool::new(2, 4096);
-        for _ in 0..5 {
-            drop(pool.wrap(Vec::with_capacity(100)));
+        let mut out: Vec<PooledBuf> = (0..5).map(|_| pool.take()).collect();
+        let pooled = out.iter().filter(|b| b.is_pooled()).count();
+        assert_eq!((pooled, pool.owned()), (2, 2));
+        for b in &mut out {
+            b.vec_mut().extend_from_slice(&[1; 100]);
         }
-        assert_eq!(pool.len(), 2);
-        // Too large: freed, not kept.
-        let _ = pool.get();
-        drop(pool.wrap(Vec::with_capacity(8192)));
-        assert_eq!(pool.len(), 1);
-        // Never allocated: nothing to keep.
-        drop(pool.wrap(Vec::new()));
-        assert_eq!(pool.len(), 1);
+        drop(out);
+        // The three plain ones were freed; the two pooled ones wait.
+        assert_eq!((pool.owned(), pool.idle()), (2, 2));
+        // Over max_capacity: freed, and the pool may make another.
+        let mut big = pool.take();
+        big.vec_mut().reserve(8192);
+        drop(big);
+        assert_eq!((pool.owned(), pool.idle()), (1, 1));
+        let (a, b, c) = (pool.take(), pool.take(), pool.take());
+        assert!(a.is_pooled() && b.is_pooled() && !c.is_pooled());
     }
 
     #[test]
     fn a_plain_buffer_belongs_to_no_pool() {
         let b = PooledBuf::from(b"abc".to_vec());
+        assert!(!b.is_pooled());
         assert_eq!(&*b, b"abc");
-        drop(b);
+        assert!(!PooledBuf::default().is_pooled());
     }
 
     #[test]
     fn buffers_come_back_from_other_threads() {
         let pool = BufPool::new(4, 1 << 20);
-        let b = pool.wrap(vec![1; 10]);
+        let mut b = pool.take();
+        b.vec_mut().push(1);
         std::thread::spawn(move || drop(b)).join().unwrap();
-        assert_eq!(pool.len(), 1);
+        assert_eq!((pool.owned(), pool.idle()), (1, 1));
     }
 }

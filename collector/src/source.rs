@@ -26,9 +26,8 @@ use crate::metrics::{Metrics, PartitionLabels, TopicLabels};
 use crate::offsets::{BatchRange, PartitionLedger};
 use crate::pool::BufPool;
 
-/// Payload buffers kept for reuse: more than the batches the default in-flight budget lets
-/// exist at once at full size (96 MiB / 16 MiB).
-const BATCH_POOL_BUFFERS: usize = 16;
+/// Most payload buffers the source's pool owns (filling, in flight or idle).
+const BATCH_POOL_MAX_BUFFERS: usize = 16;
 /// Buffers past this many times `batch.max_bytes` (grown by a huge record) are freed, not
 /// kept: a full batch's buffer, grown by doubling, stays under about twice it.
 const BATCH_POOL_MAX_CAPACITY_FACTOR: usize = 4;
@@ -328,6 +327,19 @@ fn add_commit(
     }
 }
 
+/// The pool of batch payload buffers. A recycled buffer keeps the pages of the fullest
+/// batch it held, even while it holds a small one, so the pool owns no more buffers than
+/// full-size batches fit in the in-flight budget (at least 2, at most
+/// [`BATCH_POOL_MAX_BUFFERS`]): their memory stays within what the budget allows. Batches
+/// past that get plain buffers, freed after their insert.
+fn batch_pool(cfg: &SourceConfig, budget: &Budget) -> BufPool {
+    let max_bytes = cfg.cut.max_bytes.max(1);
+    BufPool::new(
+        (budget.max / max_bytes).clamp(2, BATCH_POOL_MAX_BUFFERS),
+        max_bytes.saturating_mul(BATCH_POOL_MAX_CAPACITY_FACTOR),
+    )
+}
+
 /// Handle to the running source thread.
 #[derive(Debug)]
 pub struct Source {
@@ -356,12 +368,7 @@ pub fn spawn(
         assigned: assigned.clone(),
         metrics: metrics.clone(),
         budget: budget.clone(),
-        pool: BufPool::new(
-            BATCH_POOL_BUFFERS,
-            cfg.cut
-                .max_bytes
-                .saturating_mul(BATCH_POOL_MAX_CAPACITY_FACTOR),
-        ),
+        pool: batch_pool(&cfg, &budget),
     };
     let mut client = ClientConfig::new();
     client

@@ -23,7 +23,7 @@ use opentelemetry_proto::tonic::common::v1::KeyValue;
 use tracehouse_schema::{Attributes, ClickHouseType, InsertFormat, TableOptions, insert_sql};
 
 use crate::decode::{self, DecodeError, Encoding};
-use crate::pool::BufPool;
+use crate::pool::{BufPool, PooledBuf};
 use crate::rows::{self, JsonObject, MapAttrs};
 use native::NativeBlock;
 use plan::PlannedColumn;
@@ -132,8 +132,9 @@ enum Rows {
     Native(NativeBlock),
 }
 
-/// Body buffers an encoder keeps for reuse (bodies in flight come back to it).
-const BODY_POOL_BUFFERS: usize = 8;
+/// Body buffers an encoder owns for reuse: the one it fills and those in flight, which
+/// come back to it. (More bodies in flight than this get plain buffers.)
+const BODY_POOL_BUFFERS: usize = 6;
 /// Larger body buffers are freed rather than kept.
 const BODY_POOL_MAX_CAPACITY: usize = 64 << 20;
 
@@ -147,7 +148,7 @@ pub struct Encoder {
     /// Uncompressed bytes not yet compressed (RowBinary rows, or cut Native blocks).
     raw: Vec<u8>,
     /// The compressed body so far.
-    body: Vec<u8>,
+    body: PooledBuf,
     compressor: compress::Compressor,
     /// Buffers of bodies handed out by [`Self::finish`], back once their last `Bytes` is
     /// dropped (after the insert), so the next body reuses their pages.
@@ -171,6 +172,7 @@ impl Encoder {
         options: EncoderOptions,
     ) -> Result<Self, EncodeError> {
         let plan = plan::plan(table)?;
+        let bodies = BufPool::new(BODY_POOL_BUFFERS, BODY_POOL_MAX_CAPACITY);
         let rows = match options.format {
             Format::RowBinary => Rows::RowBinary,
             Format::Native => Rows::Native(NativeBlock::new(&plan)?),
@@ -181,9 +183,9 @@ impl Encoder {
             plan,
             rows,
             raw: Vec::new(),
-            body: Vec::new(),
+            body: bodies.take(),
             compressor: compress::Compressor::default(),
-            bodies: BufPool::new(BODY_POOL_BUFFERS, BODY_POOL_MAX_CAPACITY),
+            bodies,
             row_count: 0,
             service_name: String::new(),
             resource: Rendered::new(table.attributes),
@@ -291,7 +293,7 @@ impl Encoder {
         }
         let whole = self.raw.len() - self.raw.len() % compress::MAX_BLOCK;
         self.compressor
-            .compress_into(&self.raw[..whole], &mut self.body);
+            .compress_into(&self.raw[..whole], self.body.vec_mut());
         self.raw.drain(..whole);
     }
 
@@ -302,24 +304,28 @@ impl Encoder {
             block.cut(&mut self.raw);
         }
         self.row_count = 0;
-        let out = match self.options.compression {
-            Compression::None => &mut self.raw,
-            Compression::Lz4 => {
-                self.compressor.compress_into(&self.raw, &mut self.body);
-                self.raw.clear();
-                &mut self.body
+        match self.options.compression {
+            Compression::None => {
+                // The next body starts with the same capacity so a steady stream of
+                // batches does not grow its buffer step by step again.
+                let next = Vec::with_capacity(self.raw.len());
+                Bytes::from(std::mem::replace(&mut self.raw, next))
             }
-        };
-        if out.is_empty() {
-            return Bytes::new();
+            Compression::Lz4 => {
+                self.compressor
+                    .compress_into(&self.raw, self.body.vec_mut());
+                self.raw.clear();
+                if self.body.is_empty() {
+                    return Bytes::new();
+                }
+                // The body leaves as `Bytes` that hands its buffer back to `bodies` when
+                // the last clone is dropped (after the insert). The next body starts from
+                // a recycled buffer when one is back, with at least this one's capacity.
+                let mut next = self.bodies.take();
+                next.vec_mut().reserve(self.body.len());
+                Bytes::from_owner(std::mem::replace(&mut self.body, next))
+            }
         }
-        // The body leaves as `Bytes` that hands its buffer back to `bodies` when the last
-        // clone is dropped. The next body starts from a recycled buffer when one is back,
-        // with at least this one's capacity so a steady stream of batches does not grow its
-        // buffer step by step again.
-        let mut next = self.bodies.get();
-        next.reserve(out.len());
-        Bytes::from_owner(self.bodies.wrap(std::mem::replace(out, next)))
     }
 }
 
@@ -358,49 +364,43 @@ mod tests {
     #[test]
     fn body_buffers_are_recycled_once_the_body_is_dropped() {
         for format in [Format::RowBinary, Format::Native] {
-            for compression in [Compression::Lz4, Compression::None] {
-                let options = EncoderOptions {
-                    compression,
+            let mut enc = Encoder::new(&table(), format).unwrap();
+            let mut plain = Encoder::with_options(
+                &table(),
+                EncoderOptions {
+                    compression: Compression::None,
                     ..EncoderOptions::new(format)
-                };
-                let mut enc = Encoder::with_options(&table(), options).unwrap();
-                let mut plain = Encoder::with_options(
-                    &table(),
-                    EncoderOptions {
-                        compression: Compression::None,
-                        ..options
-                    },
-                )
-                .unwrap();
-                let req = request(50);
-                plain.push_request(&req);
-                let raw = plain.finish();
+                },
+            )
+            .unwrap();
+            let req = request(50);
+            plain.push_request(&req);
+            let raw = plain.finish();
 
-                enc.push_request(&req);
-                let first = enc.finish();
-                let first_ptr = first.as_ptr();
-                assert!(enc.bodies.is_empty());
-                drop(first);
-                assert_eq!(enc.bodies.len(), 1);
-                // The body held while the first was out is handed out next; the first
-                // body's buffer comes out of the pool and becomes the one after.
-                enc.push_request(&req);
-                let second = enc.finish();
-                assert!(enc.bodies.is_empty());
-                assert_ne!(second.as_ptr(), first_ptr);
-                enc.push_request(&req);
-                let third = enc.finish();
-                assert_eq!(third.as_ptr(), first_ptr, "{format:?} {compression:?}");
-                for body in [&second, &third] {
-                    let got = match compression {
-                        Compression::Lz4 => compress::decompress(body).unwrap(),
-                        Compression::None => body.to_vec(),
-                    };
-                    assert_eq!(got, raw, "{format:?} {compression:?}");
-                }
-                // Nothing appended: an empty body, and the buffer stays with the encoder.
-                assert!(enc.finish().is_empty());
+            enc.push_request(&req);
+            let first = enc.finish();
+            let first_ptr = first.as_ptr();
+            // The body handed out, and the next one being filled.
+            assert_eq!((enc.bodies.owned(), enc.bodies.idle()), (2, 0));
+            drop(first);
+            assert_eq!((enc.bodies.owned(), enc.bodies.idle()), (2, 1));
+            // The body filled while the first was out is handed out next; the first
+            // body's buffer comes out of the pool and becomes the one after.
+            enc.push_request(&req);
+            let second = enc.finish();
+            assert_eq!((enc.bodies.owned(), enc.bodies.idle()), (2, 0));
+            assert_ne!(second.as_ptr(), first_ptr);
+            enc.push_request(&req);
+            let third = enc.finish();
+            assert_eq!(third.as_ptr(), first_ptr, "{format:?}");
+            for body in [&second, &third] {
+                assert_eq!(compress::decompress(body).unwrap(), raw, "{format:?}");
             }
+            // Nothing appended: an empty body, and the buffer stays with the encoder.
+            assert!(enc.finish().is_empty());
+            assert_eq!(enc.bodies.owned(), 3);
+            drop((second, third));
+            assert_eq!((enc.bodies.owned(), enc.bodies.idle()), (3, 2));
         }
     }
 }

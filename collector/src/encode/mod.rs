@@ -333,6 +333,7 @@ impl Encoder {
 mod tests {
     use super::*;
     use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use prost::Message;
     use tracehouse_schema::Ident;
 
     fn table() -> TableOptions {
@@ -373,11 +374,11 @@ mod tests {
                 },
             )
             .unwrap();
-            let req = request(50);
-            plain.push_request(&req);
+            let payload = request(50).encode_to_vec();
+            plain.push_record(&payload, Encoding::OtlpProto).unwrap();
             let raw = plain.finish();
 
-            enc.push_request(&req);
+            enc.push_record(&payload, Encoding::OtlpProto).unwrap();
             let first = enc.finish();
             let first_ptr = first.as_ptr();
             // The body handed out, and the next one being filled.
@@ -386,11 +387,11 @@ mod tests {
             assert_eq!((enc.bodies.owned(), enc.bodies.idle()), (2, 1));
             // The body filled while the first was out is handed out next; the first
             // body's buffer comes out of the pool and becomes the one after.
-            enc.push_request(&req);
+            enc.push_record(&payload, Encoding::OtlpProto).unwrap();
             let second = enc.finish();
             assert_eq!((enc.bodies.owned(), enc.bodies.idle()), (2, 0));
             assert_ne!(second.as_ptr(), first_ptr);
-            enc.push_request(&req);
+            enc.push_record(&payload, Encoding::OtlpProto).unwrap();
             let third = enc.finish();
             assert_eq!(third.as_ptr(), first_ptr, "{format:?}");
             for body in [&second, &third] {

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use crate::offsets::BatchRange;
+use crate::pool::{BufPool, PooledBuf};
 
 /// Why a record was skipped (never inserted, but committed past).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,8 +63,9 @@ pub struct RecordBatch {
     /// from an older generation (the partition was revoked meanwhile) are dropped.
     pub generation: u64,
     pub range: BatchRange,
-    /// Payloads, back to back (one allocation per batch, not per record).
-    pub data: Vec<u8>,
+    /// Payloads, back to back (one buffer per batch, not per record; recycled through the
+    /// source's [`BufPool`] when the batch is dropped).
+    pub data: PooledBuf,
     pub records: Vec<RecordRef>,
     pub skipped: Vec<Skipped>,
     /// Kafka timestamp (ms) of the first record: the batch's age for lag-in-seconds.
@@ -104,12 +106,14 @@ pub struct BatchBuilder {
     generation: u64,
     first: Option<i64>,
     last: i64,
-    data: Vec<u8>,
+    data: PooledBuf,
     records: Vec<RecordRef>,
     skipped: Vec<Skipped>,
     first_timestamp_ms: i64,
     opened_at: Option<std::time::Instant>,
     budget_bytes: usize,
+    /// Where payload buffers come from and go back to (none: plain allocations).
+    pool: Option<BufPool>,
 }
 
 impl BatchBuilder {
@@ -120,13 +124,20 @@ impl BatchBuilder {
             generation,
             first: None,
             last: -1,
-            data: Vec::new(),
+            data: PooledBuf::default(),
             records: Vec::new(),
             skipped: Vec::new(),
             first_timestamp_ms: 0,
             opened_at: None,
             budget_bytes: 0,
+            pool: None,
         }
+    }
+
+    /// Take payload buffers from `pool` (and have closed batches return them there).
+    pub fn with_pool(mut self, pool: BufPool) -> Self {
+        self.pool = Some(pool);
+        self
     }
 
     pub fn is_empty(&self) -> bool {
@@ -147,6 +158,10 @@ impl BatchBuilder {
 
     fn start(&mut self, offset: i64, timestamp_ms: i64) {
         if self.first.is_none() {
+            // The previous batch took its buffer along: this one gets a recycled one.
+            if let Some(pool) = &self.pool {
+                self.data = pool.take();
+            }
             self.first = Some(offset);
             self.first_timestamp_ms = timestamp_ms;
             self.opened_at = Some(std::time::Instant::now());
@@ -158,7 +173,7 @@ impl BatchBuilder {
     pub fn push(&mut self, offset: i64, timestamp_ms: i64, payload: &[u8]) -> usize {
         self.start(offset, timestamp_ms);
         let start = self.data.len();
-        self.data.extend_from_slice(payload);
+        self.data.vec_mut().extend_from_slice(payload);
         self.records.push(RecordRef {
             offset,
             start,
@@ -236,5 +251,42 @@ mod tests {
         assert_eq!(batch.token(batch.range), "spans-3-7-9");
         assert_eq!(batch.budget_bytes, 10);
         assert!(b.is_empty() && b.take().is_none());
+    }
+
+    #[test]
+    fn pooled_batches_hand_their_buffer_to_the_next_batch() {
+        let pool = BufPool::new(4, 1 << 20);
+        let mut b = BatchBuilder::new("spans".into(), 0, 1).with_pool(pool.clone());
+        b.push(1, 0, &[1; 5000]);
+        let first = b.take().unwrap();
+        assert!(first.data.is_pooled());
+        let ptr = first.data.as_ptr();
+        // The builder takes no buffer until a record arrives.
+        assert_eq!((pool.owned(), pool.idle()), (1, 0));
+        drop(first);
+        assert_eq!((pool.owned(), pool.idle()), (1, 1));
+        b.push(2, 0, b"xyz");
+        assert_eq!(pool.idle(), 0);
+        let second = b.take().unwrap();
+        assert_eq!(second.data.as_ptr(), ptr);
+        assert_eq!(&*second.data, b"xyz");
+        assert_eq!(second.payload(&second.records[0]), b"xyz");
+        // A batch dropped on another thread (the insert task) returns its buffer too.
+        std::thread::spawn(move || drop(second)).join().unwrap();
+        assert_eq!((pool.owned(), pool.idle()), (1, 1));
+    }
+
+    #[test]
+    fn past_the_pool_s_bound_batches_get_plain_buffers() {
+        let pool = BufPool::new(1, 1 << 20);
+        let mut a = BatchBuilder::new("spans".into(), 0, 1).with_pool(pool.clone());
+        let mut b = BatchBuilder::new("spans".into(), 1, 1).with_pool(pool.clone());
+        a.push(1, 0, b"a");
+        b.push(1, 0, b"b");
+        let (a, b) = (a.take().unwrap(), b.take().unwrap());
+        assert!(a.data.is_pooled() && !b.data.is_pooled());
+        assert_eq!((&*a.data, &*b.data), (&b"a"[..], &b"b"[..]));
+        drop((a, b));
+        assert_eq!((pool.owned(), pool.idle()), (1, 1));
     }
 }

@@ -16,6 +16,7 @@ pub mod insert_encoder;
 pub mod metrics;
 pub mod offsets;
 pub mod pipeline;
+pub mod pool;
 pub mod retry;
 pub mod rows;
 pub mod sink;

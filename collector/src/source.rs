@@ -24,6 +24,13 @@ use prometheus_client::metrics::counter::Counter;
 
 use crate::metrics::{Metrics, PartitionLabels, TopicLabels};
 use crate::offsets::{BatchRange, PartitionLedger};
+use crate::pool::BufPool;
+
+/// Most payload buffers the source's pool owns (filling, in flight or idle).
+const BATCH_POOL_MAX_BUFFERS: usize = 16;
+/// Buffers past this many times `batch.max_bytes` (grown by a huge record) are freed, not
+/// kept: a full batch's buffer, grown by doubling, stays under about twice it.
+const BATCH_POOL_MAX_CAPACITY_FACTOR: usize = 4;
 
 /// Shared accounting of record bytes between Kafka and ClickHouse.
 #[derive(Debug)]
@@ -115,6 +122,8 @@ struct SourceContext {
     assigned: Arc<Mutex<Vec<(String, i32)>>>,
     metrics: Arc<Metrics>,
     budget: Arc<Budget>,
+    /// Batch payload buffers, recycled when a batch is dropped (after its insert).
+    pool: BufPool,
 }
 
 impl ClientContext for SourceContext {
@@ -200,7 +209,8 @@ impl ConsumerContext for SourceContext {
                     let generation = state.next_generation;
                     let topic: Arc<str> = elem.topic().into();
                     state.partitions.push(PartitionState {
-                        builder: BatchBuilder::new(topic.clone(), elem.partition(), generation),
+                        builder: BatchBuilder::new(topic.clone(), elem.partition(), generation)
+                            .with_pool(self.pool.clone()),
                         topic,
                         partition: elem.partition(),
                         generation,
@@ -317,6 +327,19 @@ fn add_commit(
     }
 }
 
+/// The pool of batch payload buffers. A recycled buffer keeps the pages of the fullest
+/// batch it held, even while it holds a small one, so the pool owns no more buffers than
+/// full-size batches fit in the in-flight budget (at least 2, at most
+/// [`BATCH_POOL_MAX_BUFFERS`]): their memory stays within what the budget allows. Batches
+/// past that get plain buffers, freed after their insert.
+fn batch_pool(cfg: &SourceConfig, budget: &Budget) -> BufPool {
+    let max_bytes = cfg.cut.max_bytes.max(1);
+    BufPool::new(
+        (budget.max / max_bytes).clamp(2, BATCH_POOL_MAX_BUFFERS),
+        max_bytes.saturating_mul(BATCH_POOL_MAX_CAPACITY_FACTOR),
+    )
+}
+
 /// Handle to the running source thread.
 #[derive(Debug)]
 pub struct Source {
@@ -345,6 +368,7 @@ pub fn spawn(
         assigned: assigned.clone(),
         metrics: metrics.clone(),
         budget: budget.clone(),
+        pool: batch_pool(&cfg, &budget),
     };
     let mut client = ClientConfig::new();
     client

@@ -15,34 +15,54 @@ const FRAME_OVERHEAD: usize = 25;
 const METHOD_LZ4: u8 = 0x82;
 
 /// Appends `raw` to `out` as frames of at most [`MAX_BLOCK`] raw bytes.
+///
+/// A one-off: sets up a [`Compressor`] per call. Encoders keep one.
 pub fn compress_into(raw: &[u8], out: &mut Vec<u8>) {
-    for chunk in raw.chunks(MAX_BLOCK) {
-        frame(chunk, out);
-    }
+    Compressor::default().compress_into(raw, out);
 }
 
-fn frame(chunk: &[u8], out: &mut Vec<u8>) {
-    let start = out.len();
-    let data = start + FRAME_OVERHEAD;
-    out.resize(
-        data + lz4_flex::block::get_maximum_output_size(chunk.len()),
-        0,
-    );
-    let n = match lz4_flex::block::compress_into(chunk, &mut out[data..]) {
-        Ok(n) => n,
-        // The output was sized to lz4_flex's documented worst case, so the only
-        // error it returns (output too small) cannot occur.
-        Err(_) => unreachable!("lz4 output buffer sized by get_maximum_output_size"),
-    };
-    out.truncate(data + n);
-    let compressed = u32::try_from(n + 9).unwrap_or(u32::MAX);
-    let raw = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
-    out[start + 16] = METHOD_LZ4;
-    out[start + 17..start + 21].copy_from_slice(&compressed.to_le_bytes());
-    out[start + 21..start + 25].copy_from_slice(&raw.to_le_bytes());
-    // The server compares the two 64-bit halves in this order (as the clickhouse crate).
-    let hash = cityhash_rs::cityhash_102_128(&out[start + 16..]).rotate_right(64);
-    out[start..start + 16].copy_from_slice(&hash.to_le_bytes());
+/// Writes frames through a scratch block allocated once, sized for the worst case of a
+/// whole [`MAX_BLOCK`]: each frame's LZ4 block is compressed there and only its actual
+/// bytes are copied into the body. (Compressing straight into the body would need the
+/// body's spare capacity initialised first: zero-filling the worst-case size, a little
+/// more than the raw frame, for every frame.)
+#[derive(Debug, Default)]
+pub struct Compressor {
+    scratch: Vec<u8>,
+}
+
+impl Compressor {
+    /// Appends `raw` to `out` as frames of at most [`MAX_BLOCK`] raw bytes.
+    pub fn compress_into(&mut self, raw: &[u8], out: &mut Vec<u8>) {
+        for chunk in raw.chunks(MAX_BLOCK) {
+            self.frame(chunk, out);
+        }
+    }
+
+    fn frame(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        if self.scratch.is_empty() {
+            // Once, for the largest frame (`vec!` of zeros: fresh zeroed pages, no memset).
+            self.scratch = vec![0; lz4_flex::block::get_maximum_output_size(MAX_BLOCK)];
+        }
+        let n = match lz4_flex::block::compress_into(chunk, &mut self.scratch) {
+            Ok(n) => n,
+            // The scratch was sized to lz4_flex's documented worst case, so the only
+            // error it returns (output too small) cannot occur.
+            Err(_) => unreachable!("lz4 output buffer sized by get_maximum_output_size"),
+        };
+        let compressed = u32::try_from(n + 9).unwrap_or(u32::MAX);
+        let raw = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
+        let start = out.len();
+        out.reserve(FRAME_OVERHEAD + n);
+        out.extend_from_slice(&[0; 16]); // the checksum, written last
+        out.push(METHOD_LZ4);
+        out.extend_from_slice(&compressed.to_le_bytes());
+        out.extend_from_slice(&raw.to_le_bytes());
+        out.extend_from_slice(&self.scratch[..n]);
+        // The server compares the two 64-bit halves in this order (as the clickhouse crate).
+        let hash = cityhash_rs::cityhash_102_128(&out[start + 16..]).rotate_right(64);
+        out[start..start + 16].copy_from_slice(&hash.to_le_bytes());
+    }
 }
 
 /// Decompresses a body of frames, verifying every checksum (tests and debugging).
@@ -99,6 +119,21 @@ mod tests {
             frames += 1;
         }
         assert_eq!(frames, 3);
+    }
+
+    #[test]
+    fn a_reused_compressor_writes_what_a_fresh_one_does() {
+        let mut reused = Compressor::default();
+        let mut body = Vec::new();
+        for len in [10, MAX_BLOCK + 3, 0, 70_000, MAX_BLOCK, 5] {
+            let raw: Vec<u8> = (0..len).map(|i| (i % 13 + i / 4099) as u8).collect();
+            let mut fresh = Vec::new();
+            compress_into(&raw, &mut fresh);
+            body.clear();
+            reused.compress_into(&raw, &mut body);
+            assert_eq!(body, fresh, "{len} bytes");
+            assert_eq!(decompress(&body).unwrap(), raw);
+        }
     }
 
     #[test]

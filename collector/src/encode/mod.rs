@@ -24,6 +24,7 @@ use tracehouse_schema::{Attributes, ClickHouseType, InsertFormat, TableOptions, 
 
 use crate::decode::proto::{self, ResourceView, ScopeView, SpanScratch, SpanView};
 use crate::decode::{self, DecodeError, Encoding};
+use crate::pool::{BufPool, PooledBuf};
 use crate::rows::{self, JsonObject, MapAttrs};
 use native::NativeBlock;
 use plan::PlannedColumn;
@@ -144,6 +145,12 @@ struct Mark {
     native: Vec<usize>,
 }
 
+/// Body buffers an encoder owns for reuse: the one it fills and those in flight, which
+/// come back to it. (More bodies in flight than this get plain buffers.)
+const BODY_POOL_BUFFERS: usize = 6;
+/// Larger body buffers are freed rather than kept.
+const BODY_POOL_MAX_CAPACITY: usize = 64 << 20;
+
 /// Turns spans into one insert body at a time. Not `Sync`: one per worker thread.
 #[derive(Debug)]
 pub struct Encoder {
@@ -154,7 +161,11 @@ pub struct Encoder {
     /// Uncompressed bytes not yet compressed (RowBinary rows, or cut Native blocks).
     raw: Vec<u8>,
     /// The compressed body so far.
-    body: Vec<u8>,
+    body: PooledBuf,
+    compressor: compress::Compressor,
+    /// Buffers of bodies handed out by [`Self::finish`], back once their last `Bytes` is
+    /// dropped (after the insert), so the next body reuses their pages.
+    bodies: BufPool,
     row_count: usize,
     // Per-resource and per-span scratch, reused for the encoder's whole life.
     service_name: Vec<u8>,
@@ -176,6 +187,7 @@ impl Encoder {
         options: EncoderOptions,
     ) -> Result<Self, EncodeError> {
         let plan = plan::plan(table)?;
+        let bodies = BufPool::new(BODY_POOL_BUFFERS, BODY_POOL_MAX_CAPACITY);
         let rows = match options.format {
             Format::RowBinary => Rows::RowBinary,
             Format::Native => Rows::Native(NativeBlock::new(&plan)?),
@@ -186,7 +198,9 @@ impl Encoder {
             plan,
             rows,
             raw: Vec::new(),
-            body: Vec::new(),
+            body: bodies.take(),
+            compressor: compress::Compressor::default(),
+            bodies,
             row_count: 0,
             service_name: Vec::new(),
             mark_scratch: Vec::new(),
@@ -344,7 +358,8 @@ impl Encoder {
             return;
         }
         let whole = self.raw.len() - self.raw.len() % compress::MAX_BLOCK;
-        compress::compress_into(&self.raw[..whole], &mut self.body);
+        self.compressor
+            .compress_into(&self.raw[..whole], self.body.vec_mut());
         self.raw.drain(..whole);
     }
 
@@ -355,18 +370,105 @@ impl Encoder {
             block.cut(&mut self.raw);
         }
         self.row_count = 0;
-        let out = match self.options.compression {
-            Compression::None => &mut self.raw,
-            Compression::Lz4 => {
-                compress::compress_into(&self.raw, &mut self.body);
-                self.raw.clear();
-                &mut self.body
+        match self.options.compression {
+            Compression::None => {
+                // The next body starts with the same capacity so a steady stream of
+                // batches does not grow its buffer step by step again.
+                let next = Vec::with_capacity(self.raw.len());
+                Bytes::from(std::mem::replace(&mut self.raw, next))
             }
-        };
-        // The body leaves as `Bytes`; the next one starts with the same capacity so a
-        // steady stream of batches does not grow its buffer step by step again.
-        let next = Vec::with_capacity(out.len());
-        Bytes::from(std::mem::replace(out, next))
+            Compression::Lz4 => {
+                self.compressor
+                    .compress_into(&self.raw, self.body.vec_mut());
+                self.raw.clear();
+                if self.body.is_empty() {
+                    return Bytes::new();
+                }
+                // The body leaves as `Bytes` that hands its buffer back to `bodies` when
+                // the last clone is dropped (after the insert). The next body starts from
+                // a recycled buffer when one is back, with at least this one's capacity.
+                let mut next = self.bodies.take();
+                next.vec_mut().reserve(self.body.len());
+                Bytes::from_owner(std::mem::replace(&mut self.body, next))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use prost::Message;
+    use tracehouse_schema::Ident;
+
+    fn table() -> TableOptions {
+        TableOptions::new(
+            Ident::new("database", "otel").unwrap(),
+            Ident::new("table", "otel_traces").unwrap(),
+        )
+    }
+
+    fn request(spans: usize) -> ExportTraceServiceRequest {
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: (0..spans)
+                        .map(|i| Span {
+                            name: format!("span {i}"),
+                            trace_id: vec![1; 16],
+                            span_id: vec![2; 8],
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn body_buffers_are_recycled_once_the_body_is_dropped() {
+        for format in [Format::RowBinary, Format::Native] {
+            let mut enc = Encoder::new(&table(), format).unwrap();
+            let mut plain = Encoder::with_options(
+                &table(),
+                EncoderOptions {
+                    compression: Compression::None,
+                    ..EncoderOptions::new(format)
+                },
+            )
+            .unwrap();
+            let payload = request(50).encode_to_vec();
+            plain.push_record(&payload, Encoding::OtlpProto).unwrap();
+            let raw = plain.finish();
+
+            enc.push_record(&payload, Encoding::OtlpProto).unwrap();
+            let first = enc.finish();
+            let first_ptr = first.as_ptr();
+            // The body handed out, and the next one being filled.
+            assert_eq!((enc.bodies.owned(), enc.bodies.idle()), (2, 0));
+            drop(first);
+            assert_eq!((enc.bodies.owned(), enc.bodies.idle()), (2, 1));
+            // The body filled while the first was out is handed out next; the first
+            // body's buffer comes out of the pool and becomes the one after.
+            enc.push_record(&payload, Encoding::OtlpProto).unwrap();
+            let second = enc.finish();
+            assert_eq!((enc.bodies.owned(), enc.bodies.idle()), (2, 0));
+            assert_ne!(second.as_ptr(), first_ptr);
+            enc.push_record(&payload, Encoding::OtlpProto).unwrap();
+            let third = enc.finish();
+            assert_eq!(third.as_ptr(), first_ptr, "{format:?}");
+            for body in [&second, &third] {
+                assert_eq!(compress::decompress(body).unwrap(), raw, "{format:?}");
+            }
+            // Nothing appended: an empty body, and the buffer stays with the encoder.
+            assert!(enc.finish().is_empty());
+            assert_eq!(enc.bodies.owned(), 3);
+            drop((second, third));
+            assert_eq!((enc.bodies.owned(), enc.bodies.idle()), (3, 2));
+        }
     }
 }
 

@@ -35,10 +35,17 @@ impl SkipReason {
     }
 }
 
+/// Payload bytes are copied into chunks of this capacity (a record larger than this
+/// gets a chunk of its own). Fixed-size chunks never grow, so filling one never copies
+/// what it holds, and a recycled chunk fits any batch.
+pub const CHUNK_BYTES: usize = 2 << 20;
+
 /// One Kafka record kept for decoding: where its payload sits in [`RecordBatch::data`].
 #[derive(Debug, Clone, Copy)]
 pub struct RecordRef {
     pub offset: i64,
+    /// Index of the chunk in [`RecordBatch::data`].
+    pub chunk: u32,
     pub start: usize,
     pub len: usize,
 }
@@ -63,9 +70,9 @@ pub struct RecordBatch {
     /// from an older generation (the partition was revoked meanwhile) are dropped.
     pub generation: u64,
     pub range: BatchRange,
-    /// Payloads, back to back (one buffer per batch, not per record; recycled through the
-    /// source's [`BufPool`] when the batch is dropped).
-    pub data: PooledBuf,
+    /// Payloads, back to back in [`CHUNK_BYTES`] chunks (not one allocation per record;
+    /// recycled through the source's [`BufPool`] when the batch is dropped).
+    pub data: Vec<PooledBuf>,
     pub records: Vec<RecordRef>,
     pub skipped: Vec<Skipped>,
     /// Kafka timestamp (ms) of the first record: the batch's age for lag-in-seconds.
@@ -76,7 +83,7 @@ pub struct RecordBatch {
 
 impl RecordBatch {
     pub fn payload(&self, r: &RecordRef) -> &[u8] {
-        &self.data[r.start..r.start + r.len]
+        &self.data[r.chunk as usize][r.start..r.start + r.len]
     }
 
     /// The insert deduplication token of the records `first..=last` of this batch's partition.
@@ -106,7 +113,9 @@ pub struct BatchBuilder {
     generation: u64,
     first: Option<i64>,
     last: i64,
-    data: PooledBuf,
+    data: Vec<PooledBuf>,
+    /// Payload bytes in `data`.
+    bytes: usize,
     records: Vec<RecordRef>,
     skipped: Vec<Skipped>,
     first_timestamp_ms: i64,
@@ -124,7 +133,8 @@ impl BatchBuilder {
             generation,
             first: None,
             last: -1,
-            data: PooledBuf::default(),
+            data: Vec::new(),
+            bytes: 0,
             records: Vec::new(),
             skipped: Vec::new(),
             first_timestamp_ms: 0,
@@ -158,10 +168,6 @@ impl BatchBuilder {
 
     fn start(&mut self, offset: i64, timestamp_ms: i64) {
         if self.first.is_none() {
-            // The previous batch took its buffer along: this one gets a recycled one.
-            if let Some(pool) = &self.pool {
-                self.data = pool.take();
-            }
             self.first = Some(offset);
             self.first_timestamp_ms = timestamp_ms;
             self.opened_at = Some(std::time::Instant::now());
@@ -172,10 +178,28 @@ impl BatchBuilder {
     /// Add a record to decode. Returns the bytes it adds to the budget.
     pub fn push(&mut self, offset: i64, timestamp_ms: i64, payload: &[u8]) -> usize {
         self.start(offset, timestamp_ms);
-        let start = self.data.len();
-        self.data.vec_mut().extend_from_slice(payload);
+        let fits = self
+            .data
+            .last()
+            .is_some_and(|c| c.capacity() - c.len() >= payload.len());
+        if !fits {
+            let chunk = if payload.len() > CHUNK_BYTES {
+                PooledBuf::from(Vec::with_capacity(payload.len()))
+            } else {
+                let mut c = self.pool.as_ref().map(BufPool::take).unwrap_or_default();
+                c.vec_mut().reserve_exact(CHUNK_BYTES);
+                c
+            };
+            self.data.push(chunk);
+        }
+        let chunk = self.data.len() - 1;
+        let buf = self.data[chunk].vec_mut();
+        let start = buf.len();
+        buf.extend_from_slice(payload);
+        self.bytes += payload.len();
         self.records.push(RecordRef {
             offset,
+            chunk: u32::try_from(chunk).unwrap_or(u32::MAX),
             start,
             len: payload.len(),
         });
@@ -194,7 +218,7 @@ impl BatchBuilder {
 
     /// Whether the policy says the batch is full.
     pub fn is_full(&self, policy: CutPolicy) -> bool {
-        self.data.len() >= policy.max_bytes
+        self.bytes >= policy.max_bytes
             || self.records.len() + self.skipped.len() >= policy.max_records
     }
 
@@ -215,6 +239,7 @@ impl BatchBuilder {
             first_timestamp_ms: self.first_timestamp_ms,
             budget_bytes: std::mem::take(&mut self.budget_bytes),
         };
+        self.bytes = 0;
         self.opened_at = None;
         Some(batch)
     }
@@ -254,38 +279,68 @@ mod tests {
     }
 
     #[test]
-    fn pooled_batches_hand_their_buffer_to_the_next_batch() {
-        let pool = BufPool::new(4, 1 << 20);
+    fn pooled_batches_hand_their_chunks_to_the_next_batch() {
+        let pool = BufPool::new(4, CHUNK_BYTES);
         let mut b = BatchBuilder::new("spans".into(), 0, 1).with_pool(pool.clone());
         b.push(1, 0, &[1; 5000]);
         let first = b.take().unwrap();
-        assert!(first.data.is_pooled());
-        let ptr = first.data.as_ptr();
-        // The builder takes no buffer until a record arrives.
+        assert!(first.data[0].is_pooled());
+        let ptr = first.data[0].as_ptr();
+        // The builder takes no chunk until a record arrives.
         assert_eq!((pool.owned(), pool.idle()), (1, 0));
         drop(first);
         assert_eq!((pool.owned(), pool.idle()), (1, 1));
         b.push(2, 0, b"xyz");
         assert_eq!(pool.idle(), 0);
         let second = b.take().unwrap();
-        assert_eq!(second.data.as_ptr(), ptr);
-        assert_eq!(&*second.data, b"xyz");
+        assert_eq!(second.data[0].as_ptr(), ptr);
+        assert_eq!(&*second.data[0], b"xyz");
         assert_eq!(second.payload(&second.records[0]), b"xyz");
-        // A batch dropped on another thread (the insert task) returns its buffer too.
+        // A batch dropped on another thread (the insert task) returns its chunk too.
         std::thread::spawn(move || drop(second)).join().unwrap();
         assert_eq!((pool.owned(), pool.idle()), (1, 1));
     }
 
     #[test]
-    fn past_the_pool_s_bound_batches_get_plain_buffers() {
-        let pool = BufPool::new(1, 1 << 20);
+    fn records_fill_chunks_without_splitting_and_big_ones_get_their_own() {
+        let pool = BufPool::new(8, CHUNK_BYTES);
+        let mut b = BatchBuilder::new("spans".into(), 0, 1).with_pool(pool.clone());
+        let third = CHUNK_BYTES / 3 + 1;
+        for o in 0..3 {
+            b.push(o, 0, &vec![o as u8; third]);
+        }
+        b.push(3, 0, &vec![9; CHUNK_BYTES + 1]);
+        b.push(4, 0, b"tail");
+        assert!(b.is_full(CutPolicy {
+            max_bytes: 3 * third + CHUNK_BYTES + 5,
+            max_records: 100
+        }));
+        let batch = b.take().unwrap();
+        let chunks: Vec<u32> = batch.records.iter().map(|r| r.chunk).collect();
+        // Two thirds fit the first chunk, the third starts a second one, the big record
+        // has its own (not from the pool), and the small one goes to a fresh chunk.
+        assert_eq!(chunks, [0, 0, 1, 2, 3]);
+        assert!(!batch.data[2].is_pooled());
+        assert!(batch.data[2].capacity() > CHUNK_BYTES);
+        for (i, r) in batch.records.iter().enumerate().take(3) {
+            assert_eq!(batch.payload(r), vec![i as u8; third]);
+        }
+        assert_eq!(batch.payload(&batch.records[4]), b"tail");
+        assert_eq!(batch.budget_bytes, 3 * third + CHUNK_BYTES + 5);
+        drop(batch);
+        assert_eq!((pool.owned(), pool.idle()), (3, 3));
+    }
+
+    #[test]
+    fn past_the_pool_s_bound_batches_get_plain_chunks() {
+        let pool = BufPool::new(1, CHUNK_BYTES);
         let mut a = BatchBuilder::new("spans".into(), 0, 1).with_pool(pool.clone());
         let mut b = BatchBuilder::new("spans".into(), 1, 1).with_pool(pool.clone());
         a.push(1, 0, b"a");
         b.push(1, 0, b"b");
         let (a, b) = (a.take().unwrap(), b.take().unwrap());
-        assert!(a.data.is_pooled() && !b.data.is_pooled());
-        assert_eq!((&*a.data, &*b.data), (&b"a"[..], &b"b"[..]));
+        assert!(a.data[0].is_pooled() && !b.data[0].is_pooled());
+        assert_eq!((&*a.data[0], &*b.data[0]), (&b"a"[..], &b"b"[..]));
         drop((a, b));
         assert_eq!((pool.owned(), pool.idle()), (1, 1));
     }

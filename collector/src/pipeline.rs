@@ -106,7 +106,7 @@ pub async fn run(
     // Kafka thread instead — and a blocked Kafka thread can neither pause nor heartbeat.
     let (batch_tx, batch_rx) = crossbeam_channel::unbounded::<RecordBatch>();
     let (encoded_tx, mut encoded_rx) =
-        mpsc::channel::<Encoded>(cfg.clickhouse.max_inflight_inserts * 2);
+        mpsc::channel::<Encoded>(cfg.clickhouse.max_inflight_inserts);
     let (ack_tx, ack_rx) = crossbeam_channel::unbounded::<Ack>();
     let worker_handles = workers::spawn(threads, factory.clone(), batch_rx, encoded_tx);
 

@@ -19,18 +19,16 @@ use rdkafka::error::KafkaResult;
 use rdkafka::message::Message;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use crate::batch::{BatchBuilder, CutPolicy, RecordBatch, SkipReason, Skipped};
+use crate::batch::{BatchBuilder, CHUNK_BYTES, CutPolicy, RecordBatch, SkipReason, Skipped};
 use prometheus_client::metrics::counter::Counter;
 
 use crate::metrics::{Metrics, PartitionLabels, TopicLabels};
 use crate::offsets::{BatchRange, PartitionLedger};
 use crate::pool::BufPool;
 
-/// Most payload buffers the source's pool owns (filling, in flight or idle).
-const BATCH_POOL_MAX_BUFFERS: usize = 16;
-/// Buffers past this many times `batch.max_bytes` (grown by a huge record) are freed, not
-/// kept: a full batch's buffer, grown by doubling, stays under about twice it.
-const BATCH_POOL_MAX_CAPACITY_FACTOR: usize = 4;
+/// Payload chunks the pool owns beyond those the in-flight budget can fill: one
+/// partly filled chunk per open batch.
+const BATCH_POOL_SLACK_CHUNKS: usize = 32;
 
 /// Shared accounting of record bytes between Kafka and ClickHouse.
 #[derive(Debug)]
@@ -327,16 +325,14 @@ fn add_commit(
     }
 }
 
-/// The pool of batch payload buffers. A recycled buffer keeps the pages of the fullest
-/// batch it held, even while it holds a small one, so the pool owns no more buffers than
-/// full-size batches fit in the in-flight budget (at least 2, at most
-/// [`BATCH_POOL_MAX_BUFFERS`]): their memory stays within what the budget allows. Batches
-/// past that get plain buffers, freed after their insert.
-fn batch_pool(cfg: &SourceConfig, budget: &Budget) -> BufPool {
-    let max_bytes = cfg.cut.max_bytes.max(1);
+/// The pool of batch payload chunks ([`crate::batch::CHUNK_BYTES`] each). The budget
+/// bounds the payload bytes held by open and in-flight batches; the pool owns as many
+/// chunks as that fills, plus one partly filled chunk per open batch, so its memory is
+/// the budget's plus a little. Chunks past that are plain allocations, freed after use.
+fn batch_pool(budget: &Budget) -> BufPool {
     BufPool::new(
-        (budget.max / max_bytes).clamp(2, BATCH_POOL_MAX_BUFFERS),
-        max_bytes.saturating_mul(BATCH_POOL_MAX_CAPACITY_FACTOR),
+        budget.max.div_ceil(CHUNK_BYTES) + BATCH_POOL_SLACK_CHUNKS,
+        CHUNK_BYTES,
     )
 }
 
@@ -368,7 +364,7 @@ pub fn spawn(
         assigned: assigned.clone(),
         metrics: metrics.clone(),
         budget: budget.clone(),
-        pool: batch_pool(&cfg, &budget),
+        pool: batch_pool(&budget),
     };
     let mut client = ClientConfig::new();
     client

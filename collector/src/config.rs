@@ -147,7 +147,7 @@ impl Default for ClickHouseConfig {
 impl Default for BatchConfig {
     fn default() -> Self {
         Self {
-            max_bytes: 16 << 20,
+            max_bytes: 8 << 20,
             max_records: 50_000,
             linger_ms: 2_000,
         }
@@ -157,7 +157,7 @@ impl Default for BatchConfig {
 impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
-            max_inflight_bytes: 96 << 20,
+            max_inflight_bytes: 64 << 20,
             max_record_bytes: 16 << 20,
             encode_threads: 0,
         }

@@ -28,7 +28,7 @@ use crate::pool::BufPool;
 
 /// Payload chunks the pool owns beyond those the in-flight budget can fill: one
 /// partly filled chunk per open batch.
-const BATCH_POOL_SLACK_CHUNKS: usize = 32;
+const BATCH_POOL_SLACK_CHUNKS: usize = 8;
 
 /// Shared accounting of record bytes between Kafka and ClickHouse.
 #[derive(Debug)]
@@ -374,9 +374,9 @@ pub fn spawn(
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("partition.assignment.strategy", "cooperative-sticky")
-        .set("fetch.max.bytes", "16777216")
-        .set("max.partition.fetch.bytes", "4194304")
-        .set("queued.max.messages.kbytes", "16384")
+        .set("fetch.max.bytes", "8388608")
+        .set("max.partition.fetch.bytes", "2097152")
+        .set("queued.max.messages.kbytes", "8192")
         .set("session.timeout.ms", "30000")
         .set("max.poll.interval.ms", "300000");
     for (k, v) in &cfg.properties {

@@ -17,7 +17,9 @@ use prost::Message;
 use tracehouse_collector::batch::{BatchBuilder, CutPolicy, RecordBatch};
 use tracehouse_collector::pool::BufPool;
 
+mod common;
 mod realistic;
+use common::process_cpu_secs;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -26,19 +28,6 @@ const POLICY: CutPolicy = CutPolicy {
     max_bytes: 16 << 20,
     max_records: 50_000,
 };
-
-/// CPU time of the whole process (all threads, user + system), in seconds (10 ms ticks).
-fn process_cpu_secs() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let rest = stat.rfind(')').map_or("", |i| &stat[i + 2..]);
-    let ticks: u64 = rest
-        .split(' ')
-        .skip(11)
-        .take(2)
-        .filter_map(|x| x.parse::<u64>().ok())
-        .sum();
-    ticks as f64 / 100.0
-}
 
 /// Fills one batch from `records` (cycling from `next`), sends it off; returns its bytes.
 fn one_batch(

@@ -23,33 +23,14 @@ use prost::Message;
 use tracehouse_collector::decode::Encoding;
 use tracehouse_collector::encode::compress::{self, Compressor, MAX_BLOCK};
 use tracehouse_collector::encode::{Compression, Encoder, EncoderOptions, Format};
-use tracehouse_schema::{Attributes, Ident, TableOptions};
+use tracehouse_schema::Attributes;
 
+mod common;
 mod realistic;
+use common::{table, thread_cpu_secs};
 use realistic::record;
 
 const RECORDS: u64 = 200;
-
-/// CPU time this thread has used, in seconds: `/proc/thread-self/schedstat` (nanoseconds
-/// on a CPU), else `/proc/thread-self/stat` (utime + stime, 10 ms ticks). On a shared
-/// machine wall-clock time also counts other processes' turns.
-fn thread_cpu_secs() -> f64 {
-    if let Some(ns) = std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split(' ').next()?.parse::<u64>().ok())
-    {
-        return ns as f64 / 1e9;
-    }
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
-    let rest = stat.rfind(')').map_or("", |i| &stat[i + 2..]);
-    let ticks: u64 = rest
-        .split(' ')
-        .skip(11)
-        .take(2)
-        .filter_map(|x| x.parse::<u64>().ok())
-        .sum();
-    ticks as f64 / 100.0
-}
 
 const ROUNDS: usize = 10;
 const SLICE_CPU_SECS: f64 = 0.2;
@@ -78,16 +59,6 @@ fn bytes_per_cpu_second(bytes: usize, variants: usize, mut work: impl FnMut(usiz
         .zip(&secs)
         .map(|(&d, &s)| d as f64 / s)
         .collect()
-}
-
-fn table(attributes: Attributes) -> TableOptions {
-    let mut t = TableOptions::new(
-        Ident::new("database", "otel").unwrap(),
-        Ident::new("table", "otel_traces").unwrap(),
-    );
-    t.attributes = attributes;
-    t.attribute_keys_columns = true;
-    t
 }
 
 /// The uncompressed insert body the encoder makes of the realistic records.

@@ -18,9 +18,11 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use prost::Message;
 use tracehouse_collector::decode::{Encoding, decode};
 use tracehouse_collector::encode::{Encoder, Format};
-use tracehouse_schema::{Attributes, Ident, TableOptions};
+use tracehouse_schema::Attributes;
 
+mod common;
 mod realistic;
+use common::{table, thread_cpu_secs};
 use realistic::record;
 use tracehouse_loadgen::generate::{Generator, GeneratorConfig};
 
@@ -29,22 +31,6 @@ const RECORDS: usize = 20;
 /// The collector's allocator (see its main.rs), so the figures match the process.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// CPU time this thread has used, in seconds (`/proc/thread-self/stat` utime + stime,
-/// 10 ms ticks). Criterion reports wall-clock time, which on a shared 2-core machine
-/// also counts the time other processes held the core; CPU time gives spans per second
-/// of one core regardless of the load around.
-fn thread_cpu_secs() -> f64 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
-    let rest = stat.rfind(')').map_or("", |i| &stat[i + 2..]);
-    let ticks: u64 = rest
-        .split(' ')
-        .skip(11)
-        .take(2)
-        .filter_map(|x| x.parse::<u64>().ok())
-        .sum();
-    ticks as f64 / 100.0
-}
 
 /// Spans per CPU-second of `work` (which handles `spans` spans per call), over at
 /// least two CPU-seconds.
@@ -57,16 +43,6 @@ fn spans_per_cpu_second(spans: u64, mut work: impl FnMut()) -> f64 {
         done += spans;
     }
     done as f64 / (thread_cpu_secs() - start)
-}
-
-fn table(attributes: Attributes) -> TableOptions {
-    let mut t = TableOptions::new(
-        Ident::new("database", "otel").unwrap(),
-        Ident::new("table", "otel_traces").unwrap(),
-    );
-    t.attributes = attributes;
-    t.attribute_keys_columns = true;
-    t
 }
 
 fn pipeline(c: &mut Criterion) {

@@ -121,15 +121,19 @@ impl From<proto::Unusual> for JsonError {
     }
 }
 
-/// The items of an `ArrayValue` body (`AnyValue` bodies).
-pub(crate) fn array_items(body: &[u8]) -> impl Iterator<Item = proto::Result<Value<'_>>> {
+/// Reads each field 1 of a message body with `read` (both `ArrayValue.values` and
+/// `KeyValueList.values` are field 1).
+fn repeated_field_1<'a, T: 'a>(
+    body: &'a [u8],
+    read: fn(&'a [u8]) -> proto::Result<T>,
+) -> impl Iterator<Item = proto::Result<T>> + 'a {
     let mut f = Fields::new(body);
     std::iter::from_fn(move || {
         loop {
             match f.next_field() {
                 Err(e) => return Some(Err(e)),
                 Ok(None) => return None,
-                Ok(Some((1, Wire::Len(b)))) => return Some(proto::any_value(b)),
+                Ok(Some((1, Wire::Len(b)))) => return Some(read(b)),
                 Ok(Some((1, _))) => return Some(Err(proto::Unusual)),
                 Ok(Some(_)) => {}
             }
@@ -137,20 +141,14 @@ pub(crate) fn array_items(body: &[u8]) -> impl Iterator<Item = proto::Result<Val
     })
 }
 
+/// The items of an `ArrayValue` body.
+pub(crate) fn array_items(body: &[u8]) -> impl Iterator<Item = proto::Result<Value<'_>>> {
+    repeated_field_1(body, proto::any_value)
+}
+
 /// The entries of a `KeyValueList` body.
 pub(crate) fn kvlist_items(body: &[u8]) -> impl Iterator<Item = proto::Result<proto::Kv<'_>>> {
-    let mut f = Fields::new(body);
-    std::iter::from_fn(move || {
-        loop {
-            match f.next_field() {
-                Err(e) => return Some(Err(e)),
-                Ok(None) => return None,
-                Ok(Some((1, Wire::Len(b)))) => return Some(proto::kv(b)),
-                Ok(Some((1, _))) => return Some(Err(proto::Unusual)),
-                Ok(Some(_)) => {}
-            }
-        }
-    })
+    repeated_field_1(body, proto::kv)
 }
 
 /// Appends Go's `json.Marshal(value.AsRaw())`.

@@ -5,6 +5,10 @@
 //! of `opentelemetry-proto`) and `otlp_json` (the OTLP/JSON mapping, decoded by
 //! [`json`]: hex ids, 64-bit integers as strings or numbers, enums as names or numbers).
 //!
+//! The encoder reads `otlp_proto` records in place with [`proto`] and uses [`decode`]
+//! (`prost`) only for records in an unusual shape and for `otlp_json`; see
+//! `crate::encode::Encoder::push_record`.
+//!
 //! The record-size limit is the caller's check (it knows the size before copying the
 //! payload); [`check_size`] and [`DecodeError::TooLarge`] give it the same error type.
 

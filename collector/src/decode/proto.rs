@@ -16,7 +16,7 @@
 //! - a string field that is not UTF-8 (`prost` rejects the record: same outcome);
 //! - a singular message field given twice (`prost` merges the two);
 //! - an `AnyValue` with more than one value field (`prost`'s `oneof` rules);
-//! - attribute values nested deeper than `prost`'s limit allows.
+//! - attribute values nested deeper than `prost`'s limit allows ([`MAX_MESSAGE_DEPTH`]).
 //!
 //! So the rows written are always those of `prost`'s decoding; the differential tests
 //! in `tests` (and `golden_rows.rs`) hold the two readers to that.
@@ -177,22 +177,48 @@ pub enum Value<'a> {
     KvList(&'a [u8]),
 }
 
+/// `prost`'s limit on message nesting (its `RECURSION_LIMIT`): the request is at depth 0,
+/// a message in it at 1, and so on; a message at depth 101 makes `prost` refuse the record.
+pub const MAX_MESSAGE_DEPTH: usize = 100;
+/// Message depth of the `AnyValue` of a resource attribute (request → resource spans →
+/// resource → key value → any value).
+pub const RESOURCE_VALUE_DEPTH: usize = 4;
+/// … of a scope's attribute (request → resource spans → scope spans → scope → kv → value).
+pub const SCOPE_VALUE_DEPTH: usize = 5;
+/// … of a span's attribute.
+pub const SPAN_VALUE_DEPTH: usize = 5;
+/// … of an event's or a link's attribute.
+pub const EVENT_LINK_VALUE_DEPTH: usize = 6;
+
+/// [`Unusual`] for a message deeper than `prost` reads, so that `prost` decides.
+#[inline]
+pub fn at_depth(depth: usize) -> Result<()> {
+    if depth > MAX_MESSAGE_DEPTH {
+        Err(Unusual)
+    } else {
+        Ok(())
+    }
+}
+
 /// Checks a value all the way down, as rendering it would (for values no column
-/// renders). Nested deeper than [`crate::rows::as_string::MAX_VALUE_DEPTH`]: unusual.
+/// renders). `depth`: the message depth of the value's `AnyValue`.
 pub fn check_value(v: Value<'_>, depth: usize) -> Result<()> {
-    use crate::rows::as_string::{MAX_VALUE_DEPTH, array_items, kvlist_items};
-    if depth > MAX_VALUE_DEPTH {
-        return Err(Unusual);
+    use crate::rows::as_string::{array_items, kvlist_items};
+    if v != Value::Empty {
+        at_depth(depth)?;
     }
     match v {
         Value::Array(b) => {
+            at_depth(depth + 1)?;
             for item in array_items(b) {
-                check_value(item?, depth + 1)?;
+                check_value(item?, depth + 2)?;
             }
         }
         Value::KvList(b) => {
+            at_depth(depth + 1)?;
             for kv in kvlist_items(b) {
-                check_value(kv?.value, depth + 1)?;
+                at_depth(depth + 2)?;
+                check_value(kv?.value, depth + 3)?;
             }
         }
         _ => {}
@@ -319,7 +345,7 @@ fn kv_general(body: &[u8]) -> Result<Kv<'_>> {
 /// checks the others.
 fn check_kvs(bodies: &[&[u8]]) -> Result<()> {
     for b in bodies {
-        check_value(kv(b)?.value, 0)?;
+        check_value(kv(b)?.value, SCOPE_VALUE_DEPTH)?;
     }
     Ok(())
 }

@@ -343,3 +343,42 @@ fn the_resource_attributes_cache_writes_what_the_plain_path_writes() {
         );
     }
 }
+
+#[test]
+fn nesting_is_accepted_exactly_as_deep_as_prost_reads_it() {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, KeyValue};
+    // A span attribute's AnyValue is at message depth 5; each array adds two levels.
+    // 47 arrays put the innermost AnyValue at 99 and an empty ArrayValue inside it at
+    // 100, the deepest prost reads; one item in that array would be at 101.
+    let nested = |innermost: Vec<AnyValue>| {
+        let mut v = AnyValue {
+            value: Some(V::ArrayValue(ArrayValue { values: innermost })),
+        };
+        for _ in 0..47 {
+            v = AnyValue {
+                value: Some(V::ArrayValue(ArrayValue { values: vec![v] })),
+            };
+        }
+        let mut req = requests(1).remove(0);
+        req.resource_spans[0].scope_spans[0].spans[0]
+            .attributes
+            .push(KeyValue {
+                key: "deep".into(),
+                value: Some(v),
+                ..Default::default()
+            });
+        req.encode_to_vec()
+    };
+    let deepest_allowed = nested(vec![]);
+    let too_deep = nested(vec![AnyValue {
+        value: Some(V::IntValue(1)),
+    }]);
+    let fast = in_place(&deepest_allowed).expect("read in place at prost's limit");
+    assert_eq!(Some(fast), via_prost(&deepest_allowed));
+    assert!(decode::decode(&too_deep, Encoding::OtlpProto).is_err());
+    assert_eq!(in_place(&too_deep), None);
+    for mut e in encoders() {
+        assert!(e.push_record(&too_deep, Encoding::OtlpProto).is_err());
+    }
+}

@@ -108,11 +108,11 @@ impl Rendered {
         }
     }
 
-    /// Renders `attrs` (`KeyValue` bodies).
-    fn fill(&mut self, attrs: &[&[u8]]) -> proto::Result<()> {
+    /// Renders `attrs` (`KeyValue` bodies whose values are at message depth `depth`).
+    fn fill(&mut self, attrs: &[&[u8]], depth: usize) -> proto::Result<()> {
         match self {
-            Self::Map(m) => m.fill(attrs),
-            Self::Json(j) => j.fill(attrs),
+            Self::Map(m) => m.fill(attrs, depth),
+            Self::Json(j) => j.fill(attrs, depth),
         }
     }
 }
@@ -320,12 +320,14 @@ impl Encoder {
             proto::resource_spans(rs, &mut resource, &mut scopes)?;
             // Once per resource: every span of it shares these values.
             rows::service_name(&resource.attrs, &mut self.service_name)?;
-            self.resource.fill(&resource.attrs)?;
+            self.resource
+                .fill(&resource.attrs, proto::RESOURCE_VALUE_DEPTH)?;
             for ss in &scopes {
                 proto::scope_spans(ss, &mut scope)?;
                 for body in &scope.spans {
                     let span = proto::span(body, &mut lists)?;
-                    self.span_attrs.fill(&lists.attrs)?;
+                    self.span_attrs
+                        .fill(&lists.attrs, proto::SPAN_VALUE_DEPTH)?;
                     let row = SpanRow {
                         span: &span,
                         lists: &lists,

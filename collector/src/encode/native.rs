@@ -516,7 +516,10 @@ impl NativeBlock {
                 C::EventsAttributes => {
                     let inner = b.inner();
                     for e in events {
-                        scratch.fill(&row.lists.event_attrs[e.attrs.clone()])?;
+                        scratch.fill(
+                            &row.lists.event_attrs[e.attrs.clone()],
+                            proto::EVENT_LINK_VALUE_DEPTH,
+                        )?;
                         inner.push_attrs(scratch);
                     }
                     b.end_array(events.len());
@@ -545,7 +548,10 @@ impl NativeBlock {
                 C::LinksAttributes => {
                     let inner = b.inner();
                     for l in links {
-                        scratch.fill(&row.lists.link_attrs[l.attrs.clone()])?;
+                        scratch.fill(
+                            &row.lists.link_attrs[l.attrs.clone()],
+                            proto::EVENT_LINK_VALUE_DEPTH,
+                        )?;
                         inner.push_attrs(scratch);
                     }
                     b.end_array(links.len());

@@ -61,7 +61,10 @@ pub(super) fn write_row(
             C::EventsAttributes => {
                 put_varint(out, events.len() as u64);
                 for e in events {
-                    scratch.fill(&row.lists.event_attrs[e.attrs.clone()])?;
+                    scratch.fill(
+                        &row.lists.event_attrs[e.attrs.clone()],
+                        proto::EVENT_LINK_VALUE_DEPTH,
+                    )?;
                     put_attrs(out, scratch);
                 }
             }
@@ -86,7 +89,10 @@ pub(super) fn write_row(
             C::LinksAttributes => {
                 put_varint(out, links.len() as u64);
                 for l in links {
-                    scratch.fill(&row.lists.link_attrs[l.attrs.clone()])?;
+                    scratch.fill(
+                        &row.lists.link_attrs[l.attrs.clone()],
+                        proto::EVENT_LINK_VALUE_DEPTH,
+                    )?;
                     put_attrs(out, scratch);
                 }
             }

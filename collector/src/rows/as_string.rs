@@ -20,12 +20,13 @@ use prost::Message;
 
 use crate::decode::proto::{self, Fields, Value, Wire};
 
-/// How deep arrays and kvlists may nest inside one attribute value (`prost` refuses
-/// messages nested deeper than 100 in all; a value this deep is left to it).
-pub const MAX_VALUE_DEPTH: usize = 100;
-
-/// Appends the `AsString` text of an attribute value.
-pub fn push_value_as_string(value: Value<'_>, out: &mut Vec<u8>) -> proto::Result<()> {
+/// Appends the `AsString` text of an attribute value whose `AnyValue` is at message
+/// depth `depth` (see [`proto::MAX_MESSAGE_DEPTH`]).
+pub fn push_value_as_string(
+    value: Value<'_>,
+    out: &mut Vec<u8>,
+    depth: usize,
+) -> proto::Result<()> {
     match value {
         Value::Empty => {}
         Value::Str(s) => out.extend_from_slice(s),
@@ -35,7 +36,7 @@ pub fn push_value_as_string(value: Value<'_>, out: &mut Vec<u8>) -> proto::Resul
         Value::Bytes(b) => push_base64(b, out),
         Value::Array(_) | Value::KvList(_) => {
             let start = out.len();
-            match push_go_json(value, out, 0) {
+            match push_go_json(value, out, depth) {
                 Ok(()) => {}
                 // Go: `jsonStr, _ := json.Marshal(...)` — the error is dropped, the text is empty.
                 Err(JsonError::NonFinite) => out.truncate(start),
@@ -52,7 +53,7 @@ pub fn as_string(value: Option<&AnyValue>) -> String {
     let bytes = value.map(Message::encode_to_vec).unwrap_or_default();
     let mut out = Vec::new();
     if let Ok(v) = proto::any_value(&bytes) {
-        let _ = push_value_as_string(v, &mut out);
+        let _ = push_value_as_string(v, &mut out, 0);
     }
     String::from_utf8(out).unwrap_or_default()
 }
@@ -151,10 +152,11 @@ pub(crate) fn kvlist_items(body: &[u8]) -> impl Iterator<Item = proto::Result<pr
     repeated_field_1(body, proto::kv)
 }
 
-/// Appends Go's `json.Marshal(value.AsRaw())`.
+/// Appends Go's `json.Marshal(value.AsRaw())`; `depth`: the message depth of the
+/// value's `AnyValue`.
 pub fn push_go_json(value: Value<'_>, out: &mut Vec<u8>, depth: usize) -> Result<(), JsonError> {
-    if depth > MAX_VALUE_DEPTH {
-        return Err(JsonError::Unusual);
+    if value != Value::Empty {
+        proto::at_depth(depth)?;
     }
     match value {
         Value::Empty => out.extend_from_slice(b"null"),
@@ -173,12 +175,13 @@ pub fn push_go_json(value: Value<'_>, out: &mut Vec<u8>, depth: usize) -> Result
             out.push(b'"');
         }
         Value::Array(body) => {
+            proto::at_depth(depth + 1)?;
             out.push(b'[');
             for (i, item) in array_items(body).enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                push_go_json(item?, out, depth + 1)?;
+                push_go_json(item?, out, depth + 2)?;
             }
             out.push(b']');
         }
@@ -190,7 +193,11 @@ pub fn push_go_json(value: Value<'_>, out: &mut Vec<u8>, depth: usize) -> Result
 /// A Go `map[string]any` marshalled: keys sorted bytewise, a repeated key keeps its
 /// last value (later map assignments win in `AsRaw`).
 fn push_go_json_object(body: &[u8], out: &mut Vec<u8>, depth: usize) -> Result<(), JsonError> {
+    proto::at_depth(depth + 1)?;
     let entries = kvlist_items(body).collect::<proto::Result<Vec<_>>>()?;
+    if !entries.is_empty() {
+        proto::at_depth(depth + 2)?;
+    }
     let mut order: Vec<usize> = (0..entries.len()).collect();
     // Stable, so among equal keys the last one stays last.
     order.sort_by(|&a, &b| entries[a].key.cmp(entries[b].key));
@@ -209,7 +216,7 @@ fn push_go_json_object(body: &[u8], out: &mut Vec<u8>, depth: usize) -> Result<(
         first = false;
         push_go_json_string(entries[i].key, out);
         out.push(b':');
-        push_go_json(entries[i].value, out, depth + 1)?;
+        push_go_json(entries[i].value, out, depth + 3)?;
     }
     out.push(b'}');
     Ok(())

@@ -32,7 +32,7 @@ use std::ops::Range;
 
 use crate::decode::proto::{self, Value};
 use crate::encode::wire::{put_f64, put_i64, put_str, put_varint};
-use crate::rows::as_string::{MAX_VALUE_DEPTH, array_items, kvlist_items};
+use crate::rows::as_string::{array_items, kvlist_items};
 
 /// Binary type tags of ClickHouse's data-type encoding (used inside `Dynamic`).
 pub mod tag {
@@ -78,22 +78,26 @@ struct Entry {
 }
 
 impl JsonObject {
-    /// Replaces the content with the flattened `attrs` (`KeyValue` bodies).
-    pub fn fill(&mut self, attrs: &[&[u8]]) -> proto::Result<()> {
+    /// Replaces the content with the flattened `attrs` (`KeyValue` bodies whose values
+    /// are at message depth `depth`).
+    pub fn fill(&mut self, attrs: &[&[u8]], depth: usize) -> proto::Result<()> {
         self.clear();
         for body in attrs {
             let kv = proto::kv(body)?;
-            self.flatten(kv, 0)?;
+            self.flatten(kv, depth)?;
         }
         self.sort_and_dedup();
         Ok(())
     }
 
-    /// Replaces the content with the flattened entries of a `KeyValueList` body.
+    /// Replaces the content with the flattened entries of a `KeyValueList` body, the
+    /// value of an `AnyValue` at message depth `depth`.
     fn fill_kvlist(&mut self, body: &[u8], depth: usize) -> proto::Result<()> {
         self.clear();
+        proto::at_depth(depth + 1)?;
         for kv in kvlist_items(body) {
-            self.flatten(kv?, depth)?;
+            proto::at_depth(depth + 2)?;
+            self.flatten(kv?, depth + 3)?;
         }
         self.sort_and_dedup();
         Ok(())
@@ -131,9 +135,10 @@ impl JsonObject {
     }
 
     /// Adds one attribute below the current prefix; kvlists become dotted paths.
+    /// `depth`: the message depth of the attribute's `AnyValue`.
     fn flatten(&mut self, kv: proto::Kv<'_>, depth: usize) -> proto::Result<()> {
-        if depth > MAX_VALUE_DEPTH {
-            return Err(proto::Unusual);
+        if kv.value != Value::Empty {
+            proto::at_depth(depth)?;
         }
         let saved = self.prefix.len();
         // Go's `UniqueFlattenedAttributes` joins with "." only below a non-empty prefix.
@@ -142,8 +147,10 @@ impl JsonObject {
         }
         self.prefix.extend_from_slice(kv.key);
         if let Value::KvList(body) = kv.value {
+            proto::at_depth(depth + 1)?;
             for inner in kvlist_items(body) {
-                self.flatten(inner?, depth + 1)?;
+                proto::at_depth(depth + 2)?;
+                self.flatten(inner?, depth + 3)?;
             }
         } else {
             let start = self.paths.len();
@@ -220,14 +227,18 @@ enum Ty {
     Dynamic,
 }
 
+/// `depth`: the message depth of `v`'s `AnyValue`.
 fn infer(v: Value<'_>, depth: usize) -> proto::Result<Ty> {
+    if v != Value::Empty {
+        proto::at_depth(depth)?;
+    }
     Ok(match v {
         Value::Empty => Ty::Null,
         Value::Bool(_) => Ty::Bool,
         Value::Int(_) => Ty::Int,
         Value::Double(_) => Ty::Float,
         Value::Str(_) | Value::Bytes(_) => Ty::Str,
-        Value::Array(b) => Ty::Array(Box::new(element_type(b, depth + 1)?.0)),
+        Value::Array(b) => Ty::Array(Box::new(element_type(b, depth)?.0)),
         Value::KvList(_) => Ty::Object,
     })
 }
@@ -245,21 +256,20 @@ fn unify(a: Ty, b: Ty) -> Ty {
     }
 }
 
-/// The element type of an `ArrayValue` body, and its number of items. Every item is
-/// read (and so checked), also after the type is known to be `Dynamic`.
+/// The element type of an `ArrayValue` body (the value of an `AnyValue` at message depth
+/// `depth`), and its number of items. Every item is read (and so checked), also after
+/// the type is known to be `Dynamic`.
 fn element_type(array: &[u8], depth: usize) -> proto::Result<(Ty, usize)> {
-    if depth > MAX_VALUE_DEPTH {
-        return Err(proto::Unusual);
-    }
+    proto::at_depth(depth + 1)?;
     let mut t = Ty::Null;
     let mut n = 0;
     for item in array_items(array) {
         let item = item?;
         n += 1;
         if t == Ty::Dynamic {
-            proto::check_value(item, depth + 1)?;
+            proto::check_value(item, depth + 2)?;
         } else {
-            t = unify(t, infer(item, depth)?);
+            t = unify(t, infer(item, depth + 2)?);
         }
     }
     Ok((t, n))
@@ -281,7 +291,8 @@ fn put_element_type(t: &Ty, out: &mut Vec<u8>) {
     }
 }
 
-/// Appends an array element's value, encoded for element type `t`.
+/// Appends an array element's value, encoded for element type `t`; `depth`: the message
+/// depth of `v`'s `AnyValue`.
 fn put_element(v: Value<'_>, t: &Ty, out: &mut Vec<u8>, depth: usize) -> proto::Result<()> {
     match t {
         Ty::Dynamic => match v {
@@ -295,7 +306,7 @@ fn put_element(v: Value<'_>, t: &Ty, out: &mut Vec<u8>, depth: usize) -> proto::
                     let n = array_items(b).count();
                     put_varint(out, n as u64);
                     for item in array_items(b) {
-                        put_element(item?, inner, out, depth + 1)?;
+                        put_element(item?, inner, out, depth + 2)?;
                     }
                 }
                 _ => put_varint(out, 0),
@@ -304,7 +315,7 @@ fn put_element(v: Value<'_>, t: &Ty, out: &mut Vec<u8>, depth: usize) -> proto::
         Ty::Object => {
             let mut obj = JsonObject::default();
             if let Value::KvList(b) = v {
-                obj.fill_kvlist(b, depth + 1)?;
+                obj.fill_kvlist(b, depth)?;
             }
             obj.write_binary(out);
         }
@@ -340,7 +351,8 @@ fn put_base64(b: &[u8], out: &mut Vec<u8>) {
     put_str(out, text.as_bytes());
 }
 
-/// Appends one (non-empty) value as a binary `Dynamic`: its type, then the value.
+/// Appends one (non-empty) value as a binary `Dynamic`: its type, then the value;
+/// `depth`: the message depth of `v`'s `AnyValue`.
 fn put_dynamic(v: Value<'_>, out: &mut Vec<u8>, depth: usize) -> proto::Result<()> {
     match v {
         Value::Str(_) | Value::Bytes(_) => out.push(tag::STRING),
@@ -348,12 +360,12 @@ fn put_dynamic(v: Value<'_>, out: &mut Vec<u8>, depth: usize) -> proto::Result<(
         Value::Double(_) => out.push(tag::FLOAT64),
         Value::Bool(_) => out.push(tag::BOOL),
         Value::Array(b) => {
-            let (t, n) = element_type(b, depth + 1)?;
+            let (t, n) = element_type(b, depth)?;
             out.push(tag::ARRAY);
             put_element_type(&t, out);
             put_varint(out, n as u64);
             for item in array_items(b) {
-                put_element(item?, &t, out, depth + 1)?;
+                put_element(item?, &t, out, depth + 2)?;
             }
             return Ok(());
         }
@@ -361,7 +373,7 @@ fn put_dynamic(v: Value<'_>, out: &mut Vec<u8>, depth: usize) -> proto::Result<(
             // Only reached inside Array(Dynamic): a nested object as a JSON value.
             out.extend_from_slice(&ARRAY_ELEMENT_JSON_TYPE);
             let mut obj = JsonObject::default();
-            obj.fill_kvlist(b, depth + 1)?;
+            obj.fill_kvlist(b, depth)?;
             obj.write_binary(out);
             return Ok(());
         }
@@ -404,7 +416,7 @@ mod tests {
         let bodies: Vec<Vec<u8>> = attrs.iter().map(Message::encode_to_vec).collect();
         let refs: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
         let mut o = JsonObject::default();
-        o.fill(&refs).unwrap();
+        o.fill(&refs, proto::SPAN_VALUE_DEPTH).unwrap();
         o
     }
 

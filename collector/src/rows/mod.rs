@@ -104,7 +104,7 @@ pub fn service_name(resource_attrs: &[&[u8]], out: &mut Vec<u8>) -> proto::Resul
     for body in resource_attrs {
         let kv = proto::kv(body)?;
         if kv.key == b"service.name" {
-            return push_value_as_string(kv.value, out);
+            return push_value_as_string(kv.value, out, proto::RESOURCE_VALUE_DEPTH);
         }
     }
     Ok(())
@@ -124,9 +124,9 @@ pub struct MapAttrs {
 }
 
 impl MapAttrs {
-    /// Replaces the content with `attrs` (`KeyValue` bodies), values in their
-    /// `AsString` text.
-    pub fn fill(&mut self, attrs: &[&[u8]]) -> proto::Result<()> {
+    /// Replaces the content with `attrs` (`KeyValue` bodies whose values are at message
+    /// depth `depth`), values in their `AsString` text.
+    pub fn fill(&mut self, attrs: &[&[u8]], depth: usize) -> proto::Result<()> {
         self.generation += 1;
         self.buf.clear();
         self.entries.clear();
@@ -135,7 +135,7 @@ impl MapAttrs {
             let k = self.buf.len();
             self.buf.extend_from_slice(kv.key);
             let v = self.buf.len();
-            push_value_as_string(kv.value, &mut self.buf)?;
+            push_value_as_string(kv.value, &mut self.buf, depth)?;
             self.entries.push((k..v, v..self.buf.len()));
         }
         Ok(())
@@ -253,11 +253,11 @@ mod tests {
             kv("a", Value::DoubleValue(1e21)),
             kv("b", Value::IntValue(7)),
         ];
-        m.fill(&bodies(&kvs)).unwrap();
+        m.fill(&bodies(&kvs), proto::SPAN_VALUE_DEPTH).unwrap();
         let pairs: Vec<(&[u8], &[u8])> = m.iter().collect();
         let want: [(&[u8], &[u8]); 3] = [(b"b", b"true"), (b"a", b"1e+21"), (b"b", b"7")];
         assert_eq!(pairs, want);
-        m.fill(&[]).unwrap();
+        m.fill(&[], proto::SPAN_VALUE_DEPTH).unwrap();
         assert!(m.is_empty());
     }
 }

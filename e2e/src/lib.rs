@@ -6,6 +6,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub mod k8s;
+
 /// The value of a stack variable, or a panic explaining how to get it.
 pub fn stack_var(name: &str) -> String {
     match std::env::var(name) {

@@ -6,31 +6,20 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::FutureExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tracehouse_e2e::{stack_var, unique_name};
+use tracehouse_e2e::k8s::{client, http_get, pod_pid, pod_ready, wait_for, with_namespace};
+use tracehouse_e2e::stack_var;
 
 const HEALTH_PORT: u16 = 8080;
-
-async fn client() -> Client {
-    let path = stack_var("KUBECONFIG");
-    let kc = Kubeconfig::read_from(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .expect("kubeconfig of the local stack");
-    Client::try_from(config).expect("kube client")
-}
 
 /// Runs `body` in a fresh namespace, then deletes the namespace whatever happened.
 async fn in_namespace<F, Fut>(prefix: &str, body: F)
@@ -38,42 +27,7 @@ where
     F: FnOnce(Client, String) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let client = client().await;
-    let ns = unique_name(prefix).replace('_', "-").to_lowercase();
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let namespace: Namespace =
-        serde_json::from_value(json!({ "metadata": { "name": ns } })).unwrap();
-    namespaces
-        .create(&PostParams::default(), &namespace)
-        .await
-        .unwrap_or_else(|e| panic!("creating namespace {ns}: {e}"));
-    let outcome = AssertUnwindSafe(body(client.clone(), ns.clone()))
-        .catch_unwind()
-        .await;
-    if let Err(e) = namespaces.delete(&ns, &DeleteParams::default()).await {
-        eprintln!("cleanup: cannot delete namespace {ns}: {e}");
-    }
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
-}
-
-/// Polls `check` every 250 ms until it returns `Some`, or fails after `deadline` with the
-/// last state `check` described.
-async fn wait_for<T, Fut>(what: &str, deadline: Duration, mut check: impl FnMut() -> Fut) -> T
-where
-    Fut: Future<Output = Result<T, String>>,
-{
-    let start = Instant::now();
-    loop {
-        match check().await {
-            Ok(v) => return v,
-            Err(state) if start.elapsed() > deadline => {
-                panic!("timed out after {deadline:?} waiting for {what}; last state: {state}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
-        }
-    }
+    with_namespace(client().await, prefix, body).await;
 }
 
 /// A Deployment of `replicas` `serve-health` processes of the collector image.
@@ -109,27 +63,6 @@ fn health_deployment(name: &str, replicas: i32) -> Deployment {
     .unwrap()
 }
 
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// The process id behind a container: the node agent reports `process://<pid>`.
-fn container_pid(pod: &Pod) -> Option<i32> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .container_id
-        .as_deref()?
-        .strip_prefix("process://")?
-        .parse()
-        .ok()
-}
-
 fn pod_ip(pod: &Pod) -> Option<String> {
     pod.status.as_ref()?.pod_ip.clone()
 }
@@ -156,35 +89,6 @@ fn is_serve_health_process(pid: i32) -> bool {
             .first()
             .is_some_and(|a| a.ends_with("tracehouse-collector"))
         && args.iter().any(|a| a == "serve-health")
-}
-
-/// `GET http://ip:port/path` over a plain socket; the status code and body.
-async fn http_get(ip: &str, port: u16, path: &str) -> Result<(u16, String), String> {
-    let connect = tokio::net::TcpStream::connect((ip, port));
-    let mut stream = tokio::time::timeout(Duration::from_secs(2), connect)
-        .await
-        .map_err(|_| format!("connect {ip}:{port} timed out"))?
-        .map_err(|e| format!("connect {ip}:{port}: {e}"))?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {ip}:{port}\r\nConnection: close\r\n\r\n");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    tokio::time::timeout(Duration::from_secs(2), stream.read_to_string(&mut response))
-        .await
-        .map_err(|_| "read timed out".to_owned())?
-        .map_err(|e| e.to_string())?;
-    let code = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("malformed response {response:?}"))?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((code, body))
 }
 
 fn pod_log(ns: &str, pod: &str, container: &str) -> PathBuf {
@@ -216,8 +120,8 @@ async fn deployment_pods_run_as_processes_scale_down_gracefully_and_are_collecte
                 let list = pods_of(&pods, "health").await;
                 let ready: Vec<(String, String, i32)> = list
                     .iter()
-                    .filter(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none())
-                    .filter_map(|p| Some((name(p), pod_ip(p)?, container_pid(p)?)))
+                    .filter(|p| pod_ready(p) && p.metadata.deletion_timestamp.is_none())
+                    .filter_map(|p| Some((name(p), pod_ip(p)?, pod_pid(p)?)))
                     .collect();
                 if ready.len() == 3 {
                     Ok(ready)
@@ -392,7 +296,7 @@ async fn crashing_process_is_restarted_with_a_rising_restart_count() {
                     .and_then(|s| s.container_statuses.as_ref())
                     .and_then(|cs| cs.first().cloned())
                     .ok_or("no container status yet")?;
-                if let Some(pid) = container_pid(&pod) {
+                if let Some(pid) = pod_pid(&pod) {
                     pids.borrow_mut().insert(status.restart_count, pid);
                 }
                 if status.restart_count >= 2 { Ok(status) } else { Err(format!("{status:?}")) }
@@ -524,7 +428,7 @@ async fn pod_env_volumes_and_service_account_reach_the_process() {
         pods.create(&PostParams::default(), &pod).await.expect("creating the pod");
         let (pid, ip) = wait_for("the pod to run", Duration::from_secs(60), || async {
             let pod = pods.get("env").await.map_err(|e| e.to_string())?;
-            match (container_pid(&pod), pod_ip(&pod), is_ready(&pod)) {
+            match (pod_pid(&pod), pod_ip(&pod), pod_ready(&pod)) {
                 (Some(pid), Some(ip), true) => Ok((pid, ip)),
                 _ => Err(format!("{:?}", pod.status)),
             }
@@ -601,7 +505,7 @@ async fn init_container_completes_before_the_main_container_starts() {
         pods.create(&PostParams::default(), &pod).await.expect("creating the pod");
         let pod = wait_for("the pod to be Ready", Duration::from_secs(60), || async {
             let pod = pods.get("init").await.map_err(|e| e.to_string())?;
-            if is_ready(&pod) { Ok(pod) } else { Err(format!("{:?}", pod.status)) }
+            if pod_ready(&pod) { Ok(pod) } else { Err(format!("{:?}", pod.status)) }
         })
         .await;
         let status = pod.status.expect("status");

@@ -9,24 +9,22 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::FutureExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tracehouse_e2e::{stack_var, unique_name};
+use tracehouse_e2e::k8s::with_namespace;
+pub use tracehouse_e2e::k8s::{client, http_get, pod_pid, pod_ready, wait_for};
+use tracehouse_e2e::stack_var;
 use tracehouse_loadgen::{
     Expectation, GeneratorConfig, ProduceOptions, VerifyOptions, produce, verify,
 };
@@ -46,33 +44,6 @@ pub const SAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../config/samples/local/tracepipeline.yaml"
 );
-
-pub async fn client() -> Client {
-    let path = stack_var("KUBECONFIG");
-    let kc = Kubeconfig::read_from(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .expect("kubeconfig of the local stack");
-    Client::try_from(config).expect("kube client")
-}
-
-/// Polls `check` every 500 ms until it returns `Ok`, or fails after `deadline` with the last
-/// state `check` described.
-pub async fn wait_for<T, Fut>(what: &str, deadline: Duration, mut check: impl FnMut() -> Fut) -> T
-where
-    Fut: Future<Output = Result<T, String>>,
-{
-    let start = Instant::now();
-    loop {
-        match check().await {
-            Ok(v) => return v,
-            Err(state) if start.elapsed() > deadline => {
-                panic!("timed out after {deadline:?} waiting for {what}; last state: {state}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
-}
 
 /// The operator must be running on the stack: these tests exercise it, not a copy.
 pub async fn require_operator(client: &Client) {
@@ -99,23 +70,7 @@ where
 {
     let client = client().await;
     require_operator(&client).await;
-    let ns = unique_name(prefix).replace('_', "-").to_lowercase();
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let namespace: Namespace =
-        serde_json::from_value(json!({ "metadata": { "name": ns } })).unwrap();
-    namespaces
-        .create(&PostParams::default(), &namespace)
-        .await
-        .unwrap_or_else(|e| panic!("creating namespace {ns}: {e}"));
-    let outcome = AssertUnwindSafe(body(client.clone(), ns.clone()))
-        .catch_unwind()
-        .await;
-    if let Err(e) = namespaces.delete(&ns, &DeleteParams::default()).await {
-        eprintln!("cleanup: cannot delete namespace {ns}: {e}");
-    }
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+    with_namespace(client, prefix, body).await;
 }
 
 pub async fn create_clickhouse_secret(client: &Client, ns: &str) {
@@ -191,35 +146,6 @@ pub async fn clickhouse_query(sql: &str) -> String {
     let text = resp.text().await.unwrap_or_default();
     assert!(status.is_success(), "{sql}: {status} {text}");
     text.trim().to_owned()
-}
-
-/// `GET http://ip:port/path`: status and body.
-pub async fn http_get(ip: &str, port: u16, path: &str) -> Result<(u16, String), String> {
-    let connect = tokio::net::TcpStream::connect((ip, port));
-    let mut stream = tokio::time::timeout(Duration::from_secs(2), connect)
-        .await
-        .map_err(|_| format!("connect {ip}:{port} timed out"))?
-        .map_err(|e| format!("connect {ip}:{port}: {e}"))?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {ip}:{port}\r\nConnection: close\r\n\r\n");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut response))
-        .await
-        .map_err(|_| "read timed out".to_owned())?
-        .map_err(|e| e.to_string())?;
-    let code = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("malformed response {response:?}"))?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((code, body))
 }
 
 /// The local sample, pointed at this test's namespace, topic, group and database.
@@ -301,26 +227,6 @@ pub async fn wait_ready(
         },
     )
     .await
-}
-
-pub fn pod_pid(pod: &Pod) -> Option<i32> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .container_id
-        .as_deref()?
-        .strip_prefix("process://")?
-        .parse()
-        .ok()
-}
-
-pub fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 pub fn pod_hash(pod: &Pod) -> Option<String> {

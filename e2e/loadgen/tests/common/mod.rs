@@ -5,34 +5,10 @@
 
 #![allow(dead_code)] // Each test file uses its own subset.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use tracehouse_loadgen::{ATTR_ID, ATTR_SEQ, ExportTraceServiceRequest};
 
-/// The value of a stack variable, or a panic explaining how to get it.
-pub fn stack_var(name: &str) -> String {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => v,
-        _ => panic!(
-            "{name} is not set: start the local stack and load its environment with \
-             `e2e/stack up kafka clickhouse && eval \"$(e2e/stack env)\"`"
-        ),
-    }
-}
-
-/// A name unique to this test run, valid as a Kafka topic and a ClickHouse identifier.
-pub fn unique_name(prefix: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!(
-        "{prefix}_{}_{:x}",
-        std::process::id(),
-        nanos & 0xffff_ffff_ffff
-    )
-}
+pub use tracehouse_e2e::{stack_var, unique_name};
 
 /// `(loadgen.id, loadgen.seq)` of every span of a request.
 pub fn ids_and_seqs(req: &ExportTraceServiceRequest) -> Vec<(String, i64)> {

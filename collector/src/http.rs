@@ -65,10 +65,16 @@ pub async fn serve(
     }))
 }
 
-async fn metrics_handler(State(s): State<AppState>) -> impl IntoResponse {
+async fn metrics_handler(State(s): State<AppState>) -> axum::response::Response {
     s.metrics.refresh_process();
+    openmetrics(&s.registry)
+}
+
+/// `registry` in the OpenMetrics text format, as a `/metrics` response (the operator
+/// serves its own registry with this too).
+pub fn openmetrics(registry: &Registry) -> axum::response::Response {
     let mut out = String::new();
-    match prometheus_client::encoding::text::encode(&mut out, &s.registry) {
+    match prometheus_client::encoding::text::encode(&mut out, registry) {
         Ok(()) => (
             StatusCode::OK,
             [(
@@ -76,12 +82,14 @@ async fn metrics_handler(State(s): State<AppState>) -> impl IntoResponse {
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
             )],
             out,
-        ),
+        )
+            .into_response(),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
             e.to_string(),
-        ),
+        )
+            .into_response(),
     }
 }
 

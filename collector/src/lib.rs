@@ -22,3 +22,18 @@ pub mod rows;
 pub mod sink;
 pub mod source;
 pub mod workers;
+
+/// Logs to stderr, as text or (`format == "json"`) JSON lines; `RUST_LOG` filters, default
+/// `info` with librdkafka at `warn`. The operator binary logs the same way.
+pub fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,librdkafka=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

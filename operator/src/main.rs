@@ -80,7 +80,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Crd(args) => print_or_check_crd(&args),
         Command::Run(args) => {
-            init_logging(&args.log_format);
+            tracehouse_collector::init_logging(&args.log_format);
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
@@ -231,17 +231,4 @@ fn spawn_signal_handler(shutdown: CancellationToken) -> anyhow::Result<()> {
         shutdown.cancel();
     });
     Ok(())
-}
-
-fn init_logging(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,librdkafka=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
 }

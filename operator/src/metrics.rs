@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -149,23 +149,8 @@ pub async fn serve(
         .await
 }
 
-async fn metrics_handler(State(s): State<AppState>) -> impl IntoResponse {
-    let mut out = String::new();
-    match prometheus_client::encoding::text::encode(&mut out, &s.registry) {
-        Ok(()) => (
-            StatusCode::OK,
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            out,
-        ),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            e.to_string(),
-        ),
-    }
+async fn metrics_handler(State(s): State<AppState>) -> axum::response::Response {
+    tracehouse_collector::http::openmetrics(&s.registry)
 }
 
 async fn healthz(State(s): State<AppState>) -> impl IntoResponse {

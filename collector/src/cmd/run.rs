@@ -113,7 +113,7 @@ impl RunArgs {
 }
 
 pub fn run(args: RunArgs) -> ExitCode {
-    init_logging(&args.log_format);
+    tracehouse_collector::init_logging(&args.log_format);
     let mut cfg = match &args.config {
         Some(path) => match Config::load(path) {
             Ok(c) => c,
@@ -189,18 +189,5 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM received"),
         _ = int.recv() => tracing::info!("SIGINT received"),
-    }
-}
-
-fn init_logging(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,librdkafka=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
     }
 }

@@ -5,11 +5,9 @@
 
 mod common;
 
-use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use common::*;
-use futures::FutureExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::api::DeleteParams;
@@ -52,7 +50,7 @@ async fn missing_topic_and_secret_are_reported_in_status_and_retried_until_fixed
         let database = unique_name("tp_err");
         let api: Api<TracePipeline> = Api::namespaced(client.clone(), &ns);
         let name = "e2e";
-        let result = AssertUnwindSafe(async {
+        cleaning_up(&topic, &database, async {
             apply(&api, &sample(&ns, &topic, &database)).await;
 
             // 1. No topic: KafkaReachable=False/TopicNotFound, nothing rolled out or migrated.
@@ -121,13 +119,7 @@ async fn missing_topic_and_secret_are_reported_in_status_and_retried_until_fixed
             )
             .await;
         })
-        .catch_unwind()
         .await;
-        delete_topic(&topic).await;
-        clickhouse_query(&format!("DROP DATABASE IF EXISTS `{database}`")).await;
-        if let Err(panic) = result {
-            std::panic::resume_unwind(panic);
-        }
     })
     .await;
 }

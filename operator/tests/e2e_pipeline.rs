@@ -9,11 +9,9 @@
 
 mod common;
 
-use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use common::*;
-use futures::FutureExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -42,7 +40,7 @@ async fn pipeline_lifecycle_on_the_real_stack() {
         spec["spec"]["collector"]["resources"]["requests"]["cpu"] = json!("0.1");
         let name = "e2e";
 
-        let result = AssertUnwindSafe(async {
+        cleaning_up(&topic, &database, async {
             // 1. Create: schema, gateway of ceil(4 / 2) = 2 replicas, Ready.
             apply(&api, &spec).await;
             let tp = wait_ready(&api, name, 4, 2, Duration::from_secs(180)).await;
@@ -210,14 +208,7 @@ async fn pipeline_lifecycle_on_the_real_stack() {
             let rows_after = clickhouse_query(&format!("SELECT count() FROM `{database}`.otel_traces")).await;
             assert_eq!(rows_after, rows_before, "deleting the pipeline touched the data");
         })
-        .catch_unwind()
         .await;
-
-        delete_topic(&topic).await;
-        clickhouse_query(&format!("DROP DATABASE IF EXISTS `{database}`")).await;
-        if let Err(panic) = result {
-            std::panic::resume_unwind(panic);
-        }
     })
     .await;
 }

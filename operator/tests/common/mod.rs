@@ -9,6 +9,8 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+
+use futures::FutureExt;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -146,6 +148,17 @@ pub async fn clickhouse_query(sql: &str) -> String {
     let text = resp.text().await.unwrap_or_default();
     assert!(status.is_success(), "{sql}: {status} {text}");
     text.trim().to_owned()
+}
+
+/// Runs `body`, then deletes `topic` and `database` whatever happened, and re-raises a
+/// panic of `body`.
+pub async fn cleaning_up(topic: &str, database: &str, body: impl Future<Output = ()>) {
+    let result = std::panic::AssertUnwindSafe(body).catch_unwind().await;
+    delete_topic(topic).await;
+    clickhouse_query(&format!("DROP DATABASE IF EXISTS `{database}`")).await;
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
 }
 
 /// The local sample, pointed at this test's namespace, topic, group and database.

@@ -62,7 +62,8 @@ fn push_int(i: i64, out: &mut Vec<u8>) {
     out.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
 }
 
-fn push_base64(b: &[u8], out: &mut Vec<u8>) {
+/// Appends standard base64 of `b` (how Go marshals `[]byte`).
+pub(crate) fn push_base64(b: &[u8], out: &mut Vec<u8>) {
     let start = out.len();
     let n = base64::encoded_len(b.len(), true).unwrap_or(0);
     out.resize(start + n, 0);

@@ -32,7 +32,7 @@ use std::ops::Range;
 
 use crate::decode::proto::{self, Value};
 use crate::encode::wire::{put_f64, put_i64, put_str, put_varint};
-use crate::rows::as_string::{array_items, kvlist_items};
+use crate::rows::as_string::{array_items, kvlist_items, push_base64};
 
 /// Binary type tags of ClickHouse's data-type encoding (used inside `Dynamic`).
 pub mod tag {
@@ -345,10 +345,10 @@ fn put_scalar(v: Value<'_>, as_float: bool, out: &mut Vec<u8>) {
     }
 }
 
+/// A `String` value holding the base64 of `b`, written without a temporary string.
 fn put_base64(b: &[u8], out: &mut Vec<u8>) {
-    use base64::Engine as _;
-    let text = base64::engine::general_purpose::STANDARD.encode(b);
-    put_str(out, text.as_bytes());
+    put_varint(out, base64::encoded_len(b.len(), true).unwrap_or(0) as u64);
+    push_base64(b, out);
 }
 
 /// Appends one (non-empty) value as a binary `Dynamic`: its type, then the value;

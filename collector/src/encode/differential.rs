@@ -164,10 +164,16 @@ fn scramble(m: Msg, body: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn canonical_records_give_the_same_rows_both_ways() {
+fn loadgen_records_are_read_in_place_not_by_the_fallback() {
+    // For canonical bytes the two paths run the same code, so what matters is that the
+    // in-place reader takes the record at all (a silent fallback would cost the whole
+    // speed-up) and writes a row per span.
     for req in requests(4) {
         let bytes = req.encode_to_vec();
-        assert_eq!(in_place(&bytes), via_prost(&bytes));
+        let spans = decode::span_count(&req);
+        for mut e in encoders() {
+            assert_eq!(e.push_proto(&bytes), Ok(spans), "{}", e.insert_sql());
+        }
     }
 }
 

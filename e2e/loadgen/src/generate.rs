@@ -80,6 +80,9 @@ pub struct GeneratorConfig {
     pub max_events_per_span: usize,
     /// Each span has up to this many links (each present with probability 1/4). Default 1.
     pub max_links_per_span: usize,
+    /// What spans and resources carry besides ids, times and the verification keys.
+    /// Default [`Shape::Rich`].
+    pub shape: Shape,
     /// Start time of the first trace, ns since the epoch; later traces start about a
     /// millisecond apart. Default: the clock at the time `default()` is called.
     pub start_time_unix_nano: u64,
@@ -103,9 +106,25 @@ impl Default for GeneratorConfig {
             attribute_value_bytes: 32,
             max_events_per_span: 2,
             max_links_per_span: 1,
+            shape: Shape::Rich,
             start_time_unix_nano: now,
         }
     }
+}
+
+/// What a generated span and its resource carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Shape {
+    /// Every `AnyValue` kind, events, links, trace state, status messages, and resources
+    /// with about twenty attributes (the module docs); sized by the other knobs.
+    #[default]
+    Rich,
+    /// Shaped like the spans of the OpenTelemetry project's `telemetrygen traces`: two
+    /// short string attributes (`net.sock.peer.addr`, `peer.service`) besides the
+    /// verification keys, no events, links or trace state, status unset, and resources
+    /// carrying only `service.name`. The size knobs are ignored. For comparing with
+    /// figures published on such spans.
+    Minimal,
 }
 
 /// One service: its resource and scopes, built once and cloned into each request.
@@ -330,6 +349,34 @@ impl Generator {
         let text_len = cfg.attribute_value_bytes;
         let svc = &self.services[node.service];
         let name = OPERATIONS[(svc.name_offset + rng.index(6)) % OPERATIONS.len()].to_string();
+        if cfg.shape == Shape::Minimal {
+            let remote = matches!(node.kind, SpanKind::Server | SpanKind::Consumer);
+            return Span {
+                trace_id: self.trace.trace_id.to_vec(),
+                span_id: node.span_id.to_vec(),
+                parent_span_id,
+                flags: 0x1 | 0x100 | if remote { 0x200 } else { 0 },
+                name,
+                kind: node.kind as i32,
+                start_time_unix_nano: node.start,
+                end_time_unix_nano: node.end,
+                attributes: vec![
+                    kv(ATTR_ID, string(&cfg.generator_id)),
+                    kv(ATTR_SEQ, int(seq as i64)),
+                    kv("net.sock.peer.addr", string("1.2.3.4")),
+                    kv(
+                        "peer.service",
+                        string(if remote {
+                            "telemetrygen-client"
+                        } else {
+                            "telemetrygen-server"
+                        }),
+                    ),
+                ],
+                status: Some(Status::default()),
+                ..Span::default()
+            };
+        }
 
         let mut attributes = Vec::with_capacity(14 + self.extra_keys.len());
         attributes.push(kv(ATTR_ID, string(&cfg.generator_id)));
@@ -472,6 +519,22 @@ fn build_service(i: usize, cfg: &GeneratorConfig, rng: &mut SplitMix64) -> Servi
         .get(i)
         .map_or_else(|| format!("service-{i}"), |s| (*s).to_string());
     let language = *rng.pick(&["go", "java", "python", "rust", "nodejs", "dotnet"]);
+    if cfg.shape == Shape::Minimal {
+        return Service {
+            resource: Resource {
+                attributes: vec![kv("service.name", string(&name))],
+                dropped_attributes_count: 0,
+                entity_refs: Vec::new(),
+            },
+            scopes: (0..cfg.scopes_per_service)
+                .map(|j| InstrumentationScope {
+                    name: SCOPES[(i + j) % SCOPES.len()].to_string(),
+                    ..InstrumentationScope::default()
+                })
+                .collect(),
+            name_offset: (i * 5) % OPERATIONS.len(),
+        };
+    }
     let instance: [u8; 16] = rng.nonzero_id();
     let mut attributes = vec![
         kv("service.name", string(&name)),
@@ -928,5 +991,39 @@ mod tests {
         let s = Generator::new(small).next_request(100).encoded_len();
         let b = Generator::new(big).next_request(100).encoded_len();
         assert!(b > 4 * s, "small {s} B, big {b} B");
+    }
+
+    #[test]
+    fn minimal_spans_carry_the_keys_and_two_short_attributes() {
+        use prost::Message;
+        let minimal = GeneratorConfig {
+            shape: Shape::Minimal,
+            ..config(5)
+        };
+        let mut g = Generator::new(minimal);
+        let first = g.next_request(100);
+        let second = g.next_request(100);
+        let seqs: Vec<u64> = spans(&first).chain(spans(&second)).map(seq_of).collect();
+        let mut sorted = seqs.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..200).collect::<Vec<_>>());
+        for rs in &first.resource_spans {
+            let attrs = &rs.resource.as_ref().unwrap().attributes;
+            assert_eq!(attrs.len(), 1);
+            assert_eq!(attrs[0].key, "service.name");
+        }
+        for s in spans(&first) {
+            let keys: Vec<&str> = s.attributes.iter().map(|kv| kv.key.as_str()).collect();
+            assert_eq!(
+                keys,
+                [ATTR_ID, ATTR_SEQ, "net.sock.peer.addr", "peer.service"]
+            );
+            assert!(s.events.is_empty() && s.links.is_empty() && s.trace_state.is_empty());
+            assert!(s.start_time_unix_nano < s.end_time_unix_nano);
+        }
+        // A fraction of a rich span's size.
+        let rich = Generator::new(config(5)).next_request(100).encoded_len();
+        let small = first.encoded_len();
+        assert!(small * 4 < rich, "minimal {small} B, rich {rich} B");
     }
 }

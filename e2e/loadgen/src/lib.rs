@@ -39,7 +39,7 @@ mod rng;
 pub mod verify;
 
 pub use encode::{Encoding, encode, encode_into, to_otlp_json};
-pub use generate::{ATTR_ID, ATTR_SEQ, Generator, GeneratorConfig};
+pub use generate::{ATTR_ID, ATTR_SEQ, Generator, GeneratorConfig, Shape};
 pub use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 pub use produce::{
     Compression, Partitioning, ProduceError, ProduceOptions, ProduceReport, Progress, produce,

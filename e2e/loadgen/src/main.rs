@@ -23,10 +23,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracehouse_loadgen::{
     AttributesKind, Compression, Encoding, Expectation, GeneratorConfig, Partitioning,
-    ProduceOptions, Progress, VerifyOptions, VerifyReport, produce_with_progress, verify,
+    ProduceOptions, Progress, Shape, VerifyOptions, VerifyReport, produce_with_progress, verify,
 };
 
 #[derive(Debug, Parser)]
@@ -42,6 +42,13 @@ enum Command {
     Produce(ProduceArgs),
     /// Count found / missing / duplicated spans per generator in ClickHouse.
     Verify(VerifyArgs),
+}
+
+/// `--shape`: see [`Shape`].
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ShapeArg {
+    Rich,
+    Minimal,
 }
 
 #[derive(Debug, Args)]
@@ -97,6 +104,10 @@ struct ProduceArgs {
     /// At most this many links per span.
     #[arg(long, default_value_t = 1)]
     max_links: usize,
+    /// rich (every value kind, events, links; sized by the knobs above) or minimal
+    /// (spans shaped like `telemetrygen traces`: two short attributes, nothing else).
+    #[arg(long, value_enum, default_value_t = ShapeArg::Rich)]
+    shape: ShapeArg,
     /// Start time of the first trace in ns since the epoch (default: now). Pin it for
     /// byte-identical output across runs.
     #[arg(long)]
@@ -165,6 +176,10 @@ async fn run_produce(a: ProduceArgs) -> Result<()> {
         attribute_value_bytes: a.attribute_bytes,
         max_events_per_span: a.max_events,
         max_links_per_span: a.max_links,
+        shape: match a.shape {
+            ShapeArg::Rich => Shape::Rich,
+            ShapeArg::Minimal => Shape::Minimal,
+        },
         ..GeneratorConfig::default()
     };
     if let Some(t) = a.start_time_ns {

@@ -33,6 +33,65 @@ pub fn clickhouse() -> clickhouse::Client {
         .with_compression(clickhouse::Compression::Lz4)
 }
 
+/// An admin client for the local stack's Kafka.
+pub fn kafka_admin() -> rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> {
+    rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .create()
+        .expect("kafka admin client")
+}
+
+/// Deletes `topics` (those that exist) and reports, without failing, any it could not:
+/// cleanup after a test must not hide the test's own outcome.
+pub async fn delete_topics(topics: &[&str]) {
+    use rdkafka::types::RDKafkaErrorCode;
+    match kafka_admin()
+        .delete_topics(topics, &rdkafka::admin::AdminOptions::new())
+        .await
+    {
+        Ok(results) => {
+            for r in results {
+                if let Err((topic, code)) = r
+                    && code != RDKafkaErrorCode::UnknownTopicOrPartition
+                {
+                    eprintln!("cleanup: cannot delete topic {topic}: {code}");
+                }
+            }
+        }
+        Err(e) => eprintln!("cleanup: cannot delete topics {topics:?}: {e}"),
+    }
+}
+
+/// Drops `database` on the local stack's ClickHouse, reporting (not failing) an error.
+pub async fn drop_database(database: &str) {
+    if let Err(e) = clickhouse()
+        .query(&format!("DROP DATABASE IF EXISTS `{database}`"))
+        .execute()
+        .await
+    {
+        eprintln!("cleanup: cannot drop database {database}: {e}");
+    }
+}
+
+/// Runs `cleanup` to completion from synchronous code such as a `Drop`, also inside a
+/// Tokio runtime (on a thread of its own, with its own runtime).
+pub fn block_on_cleanup<F>(cleanup: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let done = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("cleanup runtime")
+            .block_on(cleanup);
+    })
+    .join();
+    if done.is_err() {
+        eprintln!("cleanup: panicked");
+    }
+}
+
 /// A name unique to this test run, safe as a ClickHouse identifier and a Kafka topic.
 pub fn unique_name(prefix: &str) -> String {
     let nanos = SystemTime::now()

@@ -65,6 +65,34 @@ pub struct JsonObject {
     /// The path being built while descending into kvlists.
     prefix: Vec<u8>,
     nulls: usize,
+    /// The last sort's outcome, reused while objects keep the same paths in the same
+    /// order (spans of one instrumentation usually do).
+    memo: SortMemo,
+    /// Scratch for reordering `entries`.
+    sorted: Vec<Entry>,
+}
+
+/// A path sequence and the order [`JsonObject::sort_and_dedup`] gave it: indexes into
+/// the entries as flattened, sorted by path, only the last of equal paths kept.
+#[derive(Debug, Default)]
+struct SortMemo {
+    paths: Vec<u8>,
+    /// End of each entry's path in `paths`: with equal `paths`, equal ends mean the same
+    /// sequence of paths.
+    ends: Vec<usize>,
+    order: Vec<u32>,
+}
+
+impl SortMemo {
+    fn matches(&self, paths: &[u8], entries: &[Entry]) -> bool {
+        self.ends.len() == entries.len()
+            && self.paths == paths
+            && self
+                .ends
+                .iter()
+                .zip(entries)
+                .all(|(&end, e)| end == e.path.end)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -112,25 +140,44 @@ impl JsonObject {
     }
 
     fn sort_and_dedup(&mut self) {
-        let paths = &self.paths;
-        // Stable: among equal paths the last one given stays last, and wins below.
-        self.entries.sort_by(|a, b| {
-            a.head
-                .cmp(&b.head)
-                .then_with(|| paths[a.path.clone()].cmp(&paths[b.path.clone()]))
-        });
-        let mut keep = 0;
-        for i in 0..self.entries.len() {
-            let last_of_its_path = self
-                .entries
-                .get(i + 1)
-                .is_none_or(|next| paths[next.path.clone()] != paths[self.entries[i].path.clone()]);
-            if last_of_its_path {
-                self.entries.swap(keep, i);
-                keep += 1;
+        if !self.memo.matches(&self.paths, &self.entries) {
+            self.memo.paths.clone_from(&self.paths);
+            self.memo.ends.clear();
+            self.memo
+                .ends
+                .extend(self.entries.iter().map(|e| e.path.end));
+            let order = &mut self.memo.order;
+            order.clear();
+            order.extend(0..u32::try_from(self.entries.len()).unwrap_or(u32::MAX));
+            let (paths, entries) = (&self.paths, &self.entries);
+            let path = |i: u32| &paths[entries[i as usize].path.clone()];
+            // Stable: among equal paths the last one given stays last, and wins below.
+            order.sort_by(|&a, &b| {
+                entries[a as usize]
+                    .head
+                    .cmp(&entries[b as usize].head)
+                    .then_with(|| path(a).cmp(path(b)))
+            });
+            let mut keep = 0;
+            for i in 0..order.len() {
+                let last_of_its_path = order
+                    .get(i + 1)
+                    .is_none_or(|&next| path(next) != path(order[i]));
+                if last_of_its_path {
+                    order[keep] = order[i];
+                    keep += 1;
+                }
             }
+            order.truncate(keep);
         }
-        self.entries.truncate(keep);
+        self.sorted.clear();
+        self.sorted.extend(
+            self.memo
+                .order
+                .iter()
+                .map(|&i| self.entries[i as usize].clone()),
+        );
+        std::mem::swap(&mut self.entries, &mut self.sorted);
         self.nulls = self.entries.iter().filter(|e| e.value.is_empty()).count();
     }
 
@@ -475,6 +522,57 @@ mod tests {
         let mut want_x = vec![tag::STRING, 6];
         want_x.extend_from_slice(b"second");
         assert_eq!(stored, [("a.b", want_b), ("x", want_x)]);
+    }
+
+    /// One object filled with each of `sets` in turn: what it holds after each fill.
+    fn refill(sets: &[Vec<KeyValue>]) -> Vec<(Vec<Vec<u8>>, Vec<u8>)> {
+        let mut o = JsonObject::default();
+        sets.iter()
+            .map(|attrs| {
+                let bodies: Vec<Vec<u8>> = attrs.iter().map(Message::encode_to_vec).collect();
+                let refs: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
+                o.fill(&refs, proto::SPAN_VALUE_DEPTH).unwrap();
+                let mut binary = Vec::new();
+                o.write_binary(&mut binary);
+                (o.keys().map(<[u8]>::to_vec).collect(), binary)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_reused_object_sorts_each_fill_as_a_fresh_one() {
+        // The same paths in the same order (the sort is reused, the values differ), a
+        // sequence of the same bytes cut differently, another order, a repeated path,
+        // and the first sequence again.
+        let sets = vec![
+            vec![kv("z", i(1)), kv("a.b", s("x")), kv("m", i(3))],
+            vec![kv("z", i(7)), kv("a.b", s("yy")), kv("m", i(9))],
+            vec![kv("za", i(1)), kv(".b", s("x")), kv("m", i(3))],
+            vec![kv("m", i(3)), kv("z", i(1)), kv("a.b", s("x"))],
+            vec![
+                kv("z", i(1)),
+                kv("a", kvl(vec![kv("b", i(5))])),
+                kv("z", i(2)),
+            ],
+            vec![
+                kv("z", i(1)),
+                kv("a", kvl(vec![kv("b", i(6))])),
+                kv("z", i(4)),
+            ],
+            vec![kv("z", i(2)), kv("a.b", s("w")), kv("m", i(0))],
+        ];
+        let reused = refill(&sets);
+        for (set, got) in sets.iter().zip(&reused) {
+            let fresh = obj(set);
+            let mut binary = Vec::new();
+            fresh.write_binary(&mut binary);
+            let keys: Vec<Vec<u8>> = fresh.keys().map(<[u8]>::to_vec).collect();
+            assert_eq!(got, &(keys, binary), "{set:?}");
+        }
+        // The repeated path keeps its last value also when the sort is reused.
+        let mut want = vec![tag::INT64];
+        want.extend_from_slice(&4i64.to_le_bytes());
+        assert!(reused[5].1.ends_with(&want));
     }
 
     #[test]

@@ -65,7 +65,9 @@ pub fn create_table(database: &str, table: &str, attributes: &str) {
     );
 }
 
-/// One test's world: its topic, group, database and table.
+/// One test's world: its topic, group, database and table. Dropped after a passing test,
+/// it deletes its topics (the topic, and `<topic>_dlq` if a test made one) and its
+/// database; after a failing test it keeps them for a look.
 pub struct World {
     pub topic: String,
     pub group: String,
@@ -181,6 +183,25 @@ impl World {
     /// Start the collector on this world's topic.
     pub fn start_collector(&self, extra: &[&str]) -> Collector {
         Collector::start(self, extra)
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "kept for a look: topic {}, database {}",
+                self.topic, self.database
+            );
+            return;
+        }
+        let topic = self.topic.clone();
+        let dlq = format!("{topic}_dlq");
+        let database = self.database.clone();
+        tracehouse_e2e::block_on_cleanup(async move {
+            tracehouse_e2e::delete_topics(&[&topic, &dlq]).await;
+            tracehouse_e2e::drop_database(&database).await;
+        });
     }
 }
 

@@ -20,13 +20,11 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
-use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::admin::{AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use serde_json::{Value, json};
 use tracehouse_e2e::k8s::with_namespace;
 pub use tracehouse_e2e::k8s::{client, http_get, pod_pid, pod_ready, wait_for};
-use tracehouse_e2e::stack_var;
+use tracehouse_e2e::{kafka_admin, stack_var};
 use tracehouse_loadgen::{
     Expectation, GeneratorConfig, ProduceOptions, VerifyOptions, produce, verify,
 };
@@ -91,13 +89,6 @@ pub async fn create_clickhouse_secret(client: &Client, ns: &str) {
         .expect("creating the ClickHouse Secret");
 }
 
-pub fn kafka_admin() -> AdminClient<DefaultClientContext> {
-    ClientConfig::new()
-        .set("bootstrap.servers", stack_var("KAFKA_BROKERS"))
-        .create()
-        .expect("kafka admin client")
-}
-
 pub async fn create_topic(topic: &str, partitions: i32) {
     let result = kafka_admin()
         .create_topics(
@@ -124,15 +115,6 @@ pub async fn grow_topic(topic: &str, partitions: usize) {
     }
 }
 
-pub async fn delete_topic(topic: &str) {
-    if let Err(e) = kafka_admin()
-        .delete_topics(&[topic], &AdminOptions::new())
-        .await
-    {
-        eprintln!("cleanup: cannot delete topic {topic}: {e}");
-    }
-}
-
 /// Runs a query as the stack's ClickHouse user; the TSV body, trimmed.
 pub async fn clickhouse_query(sql: &str) -> String {
     let resp = reqwest::Client::new()
@@ -154,8 +136,8 @@ pub async fn clickhouse_query(sql: &str) -> String {
 /// panic of `body`.
 pub async fn cleaning_up(topic: &str, database: &str, body: impl Future<Output = ()>) {
     let result = std::panic::AssertUnwindSafe(body).catch_unwind().await;
-    delete_topic(topic).await;
-    clickhouse_query(&format!("DROP DATABASE IF EXISTS `{database}`")).await;
+    tracehouse_e2e::delete_topics(&[topic]).await;
+    tracehouse_e2e::drop_database(database).await;
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }

@@ -126,6 +126,7 @@ async fn json_map_datetime64_nested_roundtrip_lz4() {
         .await
         .unwrap();
     assert_eq!(b, (0..1000).sum::<u64>());
+    tracehouse_e2e::drop_database(&db).await;
 }
 
 #[tokio::test]
@@ -155,6 +156,7 @@ async fn null_engine_accepts_inserts_and_stores_nothing() {
         .await
         .unwrap();
     assert_eq!(n, 0);
+    tracehouse_e2e::drop_database(&db).await;
 }
 
 /// POST raw bytes to the HTTP interface the way any client would, returning status, error
@@ -278,6 +280,7 @@ async fn malformed_rowbinary_is_refused_with_its_code_and_changes_nothing() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("Code: 60"), "{err}");
+    tracehouse_e2e::drop_database(&db).await;
 }
 
 #[tokio::test]
@@ -378,6 +381,7 @@ async fn corrupted_block_checksum_is_refused_with_code_40_and_changes_nothing() 
             (3, "three".to_string())
         ]
     );
+    tracehouse_e2e::drop_database(&db).await;
 }
 
 #[derive(Debug, PartialEq, Row, Deserialize)]

@@ -32,4 +32,5 @@ async fn clickhouse_restart_keeps_data() {
         .await
         .unwrap();
     assert_eq!((n, sum), (12345, (0..12345).sum()));
+    tracehouse_e2e::drop_database(&db).await;
 }

@@ -76,4 +76,5 @@ async fn produce_and_consume_through_the_real_broker() {
     }
     received.sort();
     assert_eq!(received, sent);
+    tracehouse_e2e::delete_topics(&[&topic]).await;
 }

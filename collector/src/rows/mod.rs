@@ -78,10 +78,15 @@ pub fn push_hex_id(id: &[u8], out: &mut Vec<u8>) {
     if is_empty_id(id) {
         return;
     }
-    out.reserve(id.len() * 2);
-    for &b in id {
-        out.push(HEX[usize::from(b >> 4)]);
-        out.push(HEX[usize::from(b & 0xf)]);
+    // Through a stack buffer: one copy into `out` per 32 bytes of id instead of a
+    // capacity check per hex digit.
+    let mut buf = [0u8; 64];
+    for chunk in id.chunks(32) {
+        for (pair, &b) in buf.chunks_exact_mut(2).zip(chunk) {
+            pair[0] = HEX[usize::from(b >> 4)];
+            pair[1] = HEX[usize::from(b & 0xf)];
+        }
+        out.extend_from_slice(&buf[..chunk.len() * 2]);
     }
 }
 
@@ -212,6 +217,10 @@ mod tests {
         assert_eq!(hex_id_len(&[1; 8]), 16);
         // Odd lengths are kept rather than dropped.
         assert_eq!(hex_id(&[0, 0, 1]), "000001");
+        // Longer than one stack buffer of digits.
+        let long: Vec<u8> = (1..=40).collect();
+        let want: String = long.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex_id(&long), want);
     }
 
     #[test]

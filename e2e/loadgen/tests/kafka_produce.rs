@@ -127,6 +127,7 @@ async fn proto_lz4_round_robin_every_span_exactly_once() {
         "spans per record"
     );
     assert_every_seq_once(&decoded, "proto-test", spans);
+    tracehouse_e2e::delete_topics(&[&topic]).await;
 }
 
 #[tokio::test]
@@ -161,4 +162,5 @@ async fn json_zstd_keyless_every_span_exactly_once() {
         })
         .collect();
     assert_every_seq_once(&decoded, "json-test", spans);
+    tracehouse_e2e::delete_topics(&[&topic]).await;
 }

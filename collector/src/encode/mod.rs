@@ -65,7 +65,7 @@ pub struct EncoderOptions {
 }
 
 impl EncoderOptions {
-    pub const DEFAULT_NATIVE_BLOCK_BYTES: usize = 8 << 20;
+    pub const DEFAULT_NATIVE_BLOCK_BYTES: usize = 4 << 20;
 
     pub fn new(format: Format) -> Self {
         Self {
@@ -271,10 +271,10 @@ impl Encoder {
         let mark = self.mark();
         match self.push_proto_inner(payload) {
             Ok(n) => {
-                if let Rows::Native(block) = &mut self.rows
+                if let Rows::Native(block) = &self.rows
                     && block.data_len() >= self.options.native_block_bytes
                 {
-                    block.cut(&mut self.raw);
+                    self.cut_block();
                 }
                 self.compress_full_frames();
                 Ok(n)
@@ -356,21 +356,34 @@ impl Encoder {
     /// Compresses whole 1 MiB frames as soon as they are available, so the raw buffer
     /// stays small and only the (smaller) compressed body grows with the batch.
     fn compress_full_frames(&mut self) {
-        if self.options.compression == Compression::None || self.raw.len() < compress::MAX_BLOCK {
+        compress_full_frames(
+            self.options.compression,
+            &mut self.compressor,
+            &mut self.raw,
+            &mut self.body,
+        );
+    }
+
+    /// Writes the Native block being built into the raw buffer, compressing whole frames
+    /// column by column.
+    fn cut_block(&mut self) {
+        let Rows::Native(block) = &mut self.rows else {
             return;
-        }
-        let whole = self.raw.len() - self.raw.len() % compress::MAX_BLOCK;
-        self.compressor
-            .compress_into(&self.raw[..whole], self.body.vec_mut());
-        self.raw.drain(..whole);
+        };
+        let (compression, compressor, body) = (
+            self.options.compression,
+            &mut self.compressor,
+            &mut self.body,
+        );
+        block.cut(&mut self.raw, &mut |raw: &mut Vec<u8>| {
+            compress_full_frames(compression, compressor, raw, body);
+        });
     }
 
     /// Takes the body of everything appended since the last call and starts a new one.
     /// Empty when no row was appended.
     pub fn finish(&mut self) -> Bytes {
-        if let Rows::Native(block) = &mut self.rows {
-            block.cut(&mut self.raw);
-        }
+        self.cut_block();
         self.row_count = 0;
         match self.options.compression {
             Compression::None => {
@@ -395,6 +408,22 @@ impl Encoder {
             }
         }
     }
+}
+
+/// Compresses the whole 1 MiB frames at the front of `raw` into `body` and drains them
+/// (nothing without compression: the raw buffer is then the body).
+fn compress_full_frames(
+    compression: Compression,
+    compressor: &mut compress::Compressor,
+    raw: &mut Vec<u8>,
+    body: &mut PooledBuf,
+) {
+    if compression == Compression::None || raw.len() < compress::MAX_BLOCK {
+        return;
+    }
+    let whole = raw.len() - raw.len() % compress::MAX_BLOCK;
+    compressor.compress_into(&raw[..whole], body.vec_mut());
+    raw.drain(..whole);
 }
 
 #[cfg(test)]

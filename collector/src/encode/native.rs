@@ -581,11 +581,13 @@ impl NativeBlock {
 
     /// Appends the block (if it has rows) to `out` and empties the columns, keeping
     /// their buffers for the next block.
-    pub(super) fn cut(&mut self, out: &mut Vec<u8>) {
+    /// Appends the block to `out` and starts a new one. `flush` is called on `out` after
+    /// each column, so the caller can compress and drain what is there: `out` then holds
+    /// about one column at a time, not a copy of the whole block.
+    pub(super) fn cut(&mut self, out: &mut Vec<u8>, flush: &mut dyn FnMut(&mut Vec<u8>)) {
         if self.rows == 0 {
             return;
         }
-        out.reserve(self.data_len() + 64 * self.columns.len());
         put_varint(out, self.columns.len() as u64);
         put_varint(out, self.rows as u64);
         for ((name, ty), (_, b)) in self.names.iter().zip(&mut self.columns) {
@@ -594,6 +596,7 @@ impl NativeBlock {
             b.write_prefix(out);
             b.write_data(out);
             b.clear();
+            flush(out);
         }
         self.rows = 0;
     }

@@ -352,14 +352,6 @@ impl Generator {
         if cfg.shape == Shape::Minimal {
             let remote = matches!(node.kind, SpanKind::Server | SpanKind::Consumer);
             return Span {
-                trace_id: self.trace.trace_id.to_vec(),
-                span_id: node.span_id.to_vec(),
-                parent_span_id,
-                flags: 0x1 | 0x100 | if remote { 0x200 } else { 0 },
-                name,
-                kind: node.kind as i32,
-                start_time_unix_nano: node.start,
-                end_time_unix_nano: node.end,
                 attributes: vec![
                     kv(ATTR_ID, string(&cfg.generator_id)),
                     kv(ATTR_SEQ, int(seq as i64)),
@@ -374,7 +366,7 @@ impl Generator {
                     ),
                 ],
                 status: Some(Status::default()),
-                ..Span::default()
+                ..span_base(self.trace.trace_id, node, parent_span_id, name)
             };
         }
 
@@ -487,30 +479,35 @@ impl Generator {
                 code: StatusCode::Error as i32,
             },
         };
-        let remote = matches!(node.kind, SpanKind::Server | SpanKind::Consumer);
         Span {
-            trace_id: self.trace.trace_id.to_vec(),
-            span_id: node.span_id.to_vec(),
             trace_state: if rng.chance(20) {
                 "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE".into()
             } else {
                 String::new()
             },
-            parent_span_id,
-            // W3C sampled bit; "has is_remote" bit; "is_remote" on entry spans.
-            flags: 0x1 | 0x100 | if remote { 0x200 } else { 0 },
-            name,
-            kind: node.kind as i32,
-            start_time_unix_nano: node.start,
-            end_time_unix_nano: node.end,
             attributes,
-            dropped_attributes_count: 0,
             events,
-            dropped_events_count: 0,
             links,
-            dropped_links_count: 0,
             status: Some(status),
+            ..span_base(self.trace.trace_id, node, parent_span_id, name)
         }
+    }
+}
+
+/// The fields every [`Shape`] fills the same way: ids, name, kind, flags and times.
+fn span_base(trace_id: [u8; 16], node: Node, parent_span_id: Vec<u8>, name: String) -> Span {
+    let remote = matches!(node.kind, SpanKind::Server | SpanKind::Consumer);
+    Span {
+        trace_id: trace_id.to_vec(),
+        span_id: node.span_id.to_vec(),
+        parent_span_id,
+        // W3C sampled bit; "has is_remote" bit; "is_remote" on entry spans.
+        flags: 0x1 | 0x100 | if remote { 0x200 } else { 0 },
+        name,
+        kind: node.kind as i32,
+        start_time_unix_nano: node.start,
+        end_time_unix_nano: node.end,
+        ..Span::default()
     }
 }
 

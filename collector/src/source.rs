@@ -30,6 +30,41 @@ use crate::pool::BufPool;
 /// partly filled chunk per open batch.
 const BATCH_POOL_SLACK_CHUNKS: usize = 8;
 
+/// How long a batch replaying a previous owner's recorded cut waits for the records up to
+/// that cut before the linger timer closes it anyway (and a replay of it may then insert
+/// rows a second time, under another token).
+const REPLAY_LINGER: Duration = Duration::from_secs(30);
+
+/// The recorded cut the open batch replays (the offset it must end at), if any.
+fn recorded_end(builder: &BatchBuilder, ledger: Option<&mut PartitionLedger>) -> Option<i64> {
+    builder
+        .first_offset()
+        .zip(ledger)
+        .and_then(|(first, l)| l.forced_end(first))
+}
+
+/// Whether the linger timer closes `builder`'s open batch at `now`. A batch that replays a
+/// recorded cut (the ledger knows where it must end) is not cut early: its rows went out
+/// under the token of that exact range before, and only the same range deduplicates. The
+/// records up to the recorded end exist (the previous owner read them), so they arrive; a
+/// batch waits for them up to [`REPLAY_LINGER`] (for instance while its partition is paused).
+fn linger_due(
+    builder: &BatchBuilder,
+    ledger: Option<&mut PartitionLedger>,
+    linger: Duration,
+    now: Instant,
+) -> bool {
+    let Some(opened) = builder.opened_at() else {
+        return false;
+    };
+    let age = now.saturating_duration_since(opened);
+    if recorded_end(builder, ledger).is_some() {
+        age >= REPLAY_LINGER.max(linger)
+    } else {
+        age >= linger
+    }
+}
+
 /// Shared accounting of record bytes between Kafka and ClickHouse.
 #[derive(Debug)]
 pub struct Budget {
@@ -611,13 +646,27 @@ impl SourceLoop {
 
     fn flush_lingering(&self) {
         let linger = self.cfg.linger;
+        let now = Instant::now();
         let due: Vec<RecordBatch> = {
             let mut state = self.consumer.context().state.lock().expect("state lock");
             state
                 .partitions
                 .iter_mut()
-                .filter(|p| p.builder.opened_at().is_some_and(|t| t.elapsed() >= linger))
-                .filter_map(|p| p.builder.take())
+                .filter_map(|p| {
+                    if !linger_due(&p.builder, p.ledger.as_mut(), linger, now) {
+                        return None;
+                    }
+                    if let Some(end) = recorded_end(&p.builder, p.ledger.as_mut()) {
+                        tracing::warn!(
+                            topic = %p.topic,
+                            partition = p.partition,
+                            recorded_end = end,
+                            "a replayed batch did not reach its recorded end in {REPLAY_LINGER:?}; \
+                             closing it early, its rows may be inserted twice"
+                        );
+                    }
+                    p.builder.take()
+                })
                 .collect()
         };
         for batch in due {
@@ -685,8 +734,12 @@ impl SourceLoop {
                     tpl.add_partition(&p.topic, p.partition);
                     p.paused = true;
                     pausing = true;
-                    // Send what is open, so memory can drain even at low traffic.
-                    to_flush.extend(p.builder.take());
+                    // Send what is open, so memory can drain even at low traffic; except a
+                    // batch replaying a recorded cut, which must reach that cut to keep its
+                    // token (the linger timer closes it if it cannot, see `linger_due`).
+                    if recorded_end(&p.builder, p.ledger.as_mut()).is_none() {
+                        to_flush.extend(p.builder.take());
+                    }
                 } else if under && p.paused {
                     tpl.add_partition(&p.topic, p.partition);
                     p.paused = false;
@@ -846,5 +899,75 @@ impl RateLimit {
             self.suppressed += 1;
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_linger_timer_waits_for_a_recorded_cut() {
+        let linger = Duration::from_millis(200);
+        let mut b = BatchBuilder::new("spans".into(), 0, 1);
+        b.push(20, 0, b"record 20");
+        let opened = b.opened_at().expect("a pushed record opens the batch");
+        let later = |d: Duration| opened + d;
+
+        // No recorded cut: the timer closes the batch after `linger`.
+        let mut fresh = PartitionLedger::new(20, None);
+        assert!(!linger_due(
+            &b,
+            Some(&mut fresh),
+            linger,
+            later(Duration::from_millis(100))
+        ));
+        assert!(linger_due(
+            &b,
+            Some(&mut fresh),
+            linger,
+            later(Duration::from_secs(1))
+        ));
+        assert!(linger_due(&b, None, linger, later(Duration::from_secs(1))));
+
+        // The previous owner cut at 19, 29 and 37 and was committed up to 10: a batch
+        // opened at 20 must reach 29, whatever the timer says, for a while.
+        let mut replay = PartitionLedger::new(10, Some("th1:19,29,37"));
+        assert!(!linger_due(
+            &b,
+            Some(&mut replay),
+            linger,
+            later(Duration::from_secs(1))
+        ));
+        assert!(!linger_due(
+            &b,
+            Some(&mut replay),
+            linger,
+            later(REPLAY_LINGER / 2)
+        ));
+        assert!(linger_due(
+            &b,
+            Some(&mut replay),
+            linger,
+            later(REPLAY_LINGER)
+        ));
+
+        // Past the recorded cuts the timer is back to `linger`.
+        let mut past = PartitionLedger::new(10, Some("th1:19"));
+        assert!(linger_due(
+            &b,
+            Some(&mut past),
+            linger,
+            later(Duration::from_secs(1))
+        ));
+
+        // An empty builder is never due.
+        let empty = BatchBuilder::new("spans".into(), 0, 1);
+        assert!(!linger_due(
+            &empty,
+            Some(&mut replay),
+            linger,
+            later(REPLAY_LINGER * 2)
+        ));
     }
 }

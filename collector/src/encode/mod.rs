@@ -172,6 +172,8 @@ pub struct Encoder {
     /// Reused by [`Self::mark`].
     mark_scratch: Vec<usize>,
     resource: Rendered,
+    /// RowBinary only: `resource` serialized, once per resource.
+    resource_bytes: rowbinary::ResourceBytes,
     span_attrs: Rendered,
     nested_attrs: Rendered,
 }
@@ -205,6 +207,7 @@ impl Encoder {
             service_name: Vec::new(),
             mark_scratch: Vec::new(),
             resource: Rendered::new(table.attributes),
+            resource_bytes: rowbinary::ResourceBytes::default(),
             span_attrs: Rendered::new(table.attributes),
             nested_attrs: Rendered::new(table.attributes),
         })
@@ -322,6 +325,9 @@ impl Encoder {
             rows::service_name(&resource.attrs, &mut self.service_name)?;
             self.resource
                 .fill(&resource.attrs, proto::RESOURCE_VALUE_DEPTH)?;
+            if matches!(self.rows, Rows::RowBinary) {
+                self.resource_bytes.fill(&self.resource);
+            }
             for ss in &scopes {
                 proto::scope_spans(ss, &mut scope)?;
                 for body in &scope.spans {
@@ -342,6 +348,7 @@ impl Encoder {
                             &mut self.raw,
                             &self.plan,
                             &row,
+                            &self.resource_bytes,
                             &mut self.nested_attrs,
                         )?,
                         Rows::Native(block) => block.push_row(&row, &mut self.nested_attrs)?,

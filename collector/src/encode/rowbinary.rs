@@ -13,11 +13,30 @@ use super::{Rendered, SpanRow};
 use crate::decode::proto;
 use crate::rows;
 
-/// Appends one span's row.
+/// The resource's two attribute columns, serialized once per resource: every span of
+/// the resource copies the same bytes.
+#[derive(Debug, Default)]
+pub(super) struct ResourceBytes {
+    attrs: Vec<u8>,
+    keys: Vec<u8>,
+}
+
+impl ResourceBytes {
+    pub(super) fn fill(&mut self, resource: &Rendered) {
+        self.attrs.clear();
+        put_attrs(&mut self.attrs, resource);
+        self.keys.clear();
+        put_keys(&mut self.keys, resource);
+    }
+}
+
+/// Appends one span's row. `resource` holds `row.resource` serialized
+/// ([`ResourceBytes::fill`]).
 pub(super) fn write_row(
     out: &mut Vec<u8>,
     plan: &[PlannedColumn],
     row: &SpanRow<'_>,
+    resource: &ResourceBytes,
     scratch: &mut Rendered,
 ) -> proto::Result<()> {
     let span = row.span;
@@ -34,8 +53,8 @@ pub(super) fn write_row(
             C::SpanName => put_str(out, span.name),
             C::SpanKind => put_str(out, rows::span_kind(span.kind).as_bytes()),
             C::ServiceName => put_str(out, row.service_name),
-            C::ResourceAttributes => put_attrs(out, row.resource),
-            C::ResourceAttributesKeys => put_keys(out, row.resource),
+            C::ResourceAttributes => out.extend_from_slice(&resource.attrs),
+            C::ResourceAttributesKeys => out.extend_from_slice(&resource.keys),
             C::ScopeName => put_str(out, row.scope_name),
             C::ScopeVersion => put_str(out, row.scope_version),
             C::SpanAttributes => put_attrs(out, row.attrs),

@@ -43,14 +43,14 @@ fn recorded_end(builder: &BatchBuilder, ledger: Option<&mut PartitionLedger>) ->
         .and_then(|(first, l)| l.forced_end(first))
 }
 
-/// Whether the linger timer closes `builder`'s open batch at `now`. A batch that replays a
-/// recorded cut (the ledger knows where it must end) is not cut early: its rows went out
+/// Whether the linger timer closes `builder`'s open batch at `now`; `replay_end` is its
+/// [`recorded_end`]. A batch that replays a recorded cut is not cut early: its rows went out
 /// under the token of that exact range before, and only the same range deduplicates. The
 /// records up to the recorded end exist (the previous owner read them), so they arrive; a
 /// batch waits for them up to [`REPLAY_LINGER`] (for instance while its partition is paused).
 fn linger_due(
     builder: &BatchBuilder,
-    ledger: Option<&mut PartitionLedger>,
+    replay_end: Option<i64>,
     linger: Duration,
     now: Instant,
 ) -> bool {
@@ -58,7 +58,7 @@ fn linger_due(
         return false;
     };
     let age = now.saturating_duration_since(opened);
-    if recorded_end(builder, ledger).is_some() {
+    if replay_end.is_some() {
         age >= REPLAY_LINGER.max(linger)
     } else {
         age >= linger
@@ -653,10 +653,11 @@ impl SourceLoop {
                 .partitions
                 .iter_mut()
                 .filter_map(|p| {
-                    if !linger_due(&p.builder, p.ledger.as_mut(), linger, now) {
+                    let replay_end = recorded_end(&p.builder, p.ledger.as_mut());
+                    if !linger_due(&p.builder, replay_end, linger, now) {
                         return None;
                     }
-                    if let Some(end) = recorded_end(&p.builder, p.ledger.as_mut()) {
+                    if let Some(end) = replay_end {
                         tracing::warn!(
                             topic = %p.topic,
                             partition = p.partition,
@@ -912,62 +913,39 @@ mod tests {
         let mut b = BatchBuilder::new("spans".into(), 0, 1);
         b.push(20, 0, b"record 20");
         let opened = b.opened_at().expect("a pushed record opens the batch");
-        let later = |d: Duration| opened + d;
+        let due = |end: Option<i64>, after: Duration| linger_due(&b, end, linger, opened + after);
 
         // No recorded cut: the timer closes the batch after `linger`.
         let mut fresh = PartitionLedger::new(20, None);
-        assert!(!linger_due(
-            &b,
-            Some(&mut fresh),
-            linger,
-            later(Duration::from_millis(100))
-        ));
-        assert!(linger_due(
-            &b,
-            Some(&mut fresh),
-            linger,
-            later(Duration::from_secs(1))
-        ));
-        assert!(linger_due(&b, None, linger, later(Duration::from_secs(1))));
+        let end = recorded_end(&b, Some(&mut fresh));
+        assert_eq!(end, None);
+        assert!(!due(end, Duration::from_millis(100)));
+        assert!(due(end, Duration::from_secs(1)));
+        assert_eq!(recorded_end(&b, None), None);
 
         // The previous owner cut at 19, 29 and 37 and was committed up to 10: a batch
         // opened at 20 must reach 29, whatever the timer says, for a while.
         let mut replay = PartitionLedger::new(10, Some("th1:19,29,37"));
-        assert!(!linger_due(
-            &b,
-            Some(&mut replay),
-            linger,
-            later(Duration::from_secs(1))
-        ));
-        assert!(!linger_due(
-            &b,
-            Some(&mut replay),
-            linger,
-            later(REPLAY_LINGER / 2)
-        ));
-        assert!(linger_due(
-            &b,
-            Some(&mut replay),
-            linger,
-            later(REPLAY_LINGER)
-        ));
+        let end = recorded_end(&b, Some(&mut replay));
+        assert_eq!(end, Some(29));
+        assert!(!due(end, Duration::from_secs(1)));
+        assert!(!due(end, REPLAY_LINGER / 2));
+        assert!(due(end, REPLAY_LINGER));
 
         // Past the recorded cuts the timer is back to `linger`.
         let mut past = PartitionLedger::new(10, Some("th1:19"));
-        assert!(linger_due(
-            &b,
-            Some(&mut past),
-            linger,
-            later(Duration::from_secs(1))
-        ));
+        let end = recorded_end(&b, Some(&mut past));
+        assert_eq!(end, None);
+        assert!(due(end, Duration::from_secs(1)));
 
-        // An empty builder is never due.
+        // An empty builder replays nothing and is never due.
         let empty = BatchBuilder::new("spans".into(), 0, 1);
+        assert_eq!(recorded_end(&empty, Some(&mut replay)), None);
         assert!(!linger_due(
             &empty,
-            Some(&mut replay),
+            Some(29),
             linger,
-            later(REPLAY_LINGER * 2)
+            opened + REPLAY_LINGER * 2
         ));
     }
 }

@@ -8,26 +8,16 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use tracehouse_e2e::unique_name;
 use tracehouse_loadgen::{
     AttributesKind, Expectation, GeneratorConfig, ProduceOptions, VerifyOptions, VerifyReport,
 };
 
+/// A stack variable (`tracehouse_e2e::stack_var`), with rustls' crypto provider installed
+/// first for the collector library's HTTP clients.
 pub fn var(name: &str) -> String {
     tracehouse_collector::sink::install_crypto_provider();
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => v,
-        _ => panic!(
-            "{name} is not set: run `e2e/stack up && eval \"$(e2e/stack env)\"` (or `e2e/test`)"
-        ),
-    }
-}
-
-pub fn unique(prefix: &str) -> String {
-    let n = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{prefix}_{}_{:x}", std::process::id(), n & 0xffff_ffff_ffff)
+    tracehouse_e2e::stack_var(name)
 }
 
 /// A free loopback port for the collector's metrics endpoint.
@@ -79,14 +69,14 @@ pub struct World {
 
 impl World {
     pub fn new(name: &str, attributes: &'static str) -> Self {
-        let database = unique(&format!("e2e_{name}"));
+        let database = unique_name(&format!("e2e_{name}"));
         let w = Self {
-            topic: unique(&format!("spans_{name}")),
-            group: unique(&format!("group_{name}")),
+            topic: unique_name(&format!("spans_{name}")),
+            group: unique_name(&format!("group_{name}")),
             table: "otel_traces".into(),
             database,
             attributes,
-            generator: unique(name),
+            generator: unique_name(name),
         };
         create_table(&w.database, &w.table, attributes);
         w

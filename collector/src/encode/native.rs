@@ -213,35 +213,31 @@ impl Builder {
     }
 
     fn push_attrs(&mut self, attrs: &Rendered) {
-        if let (
-            Builder::Map {
-                offsets,
-                keys,
-                values,
-            },
-            Rendered::Map(m),
-        ) = (self, attrs)
-        {
+        if let (Some((offsets, keys, values)), Rendered::Map(m)) = (self.map_parts(), attrs) {
             for (k, v) in m.iter() {
                 keys.push_str(k);
                 values.push_str(v);
             }
-            let end = offsets.last().copied().unwrap_or(0) + m.len() as u64;
-            offsets.push(end);
+            close_row(offsets, m.len());
+        }
+    }
+
+    /// The offsets, keys and values of a `Map` column.
+    fn map_parts(&mut self) -> Option<(&mut Vec<u64>, &mut Builder, &mut Builder)> {
+        match self {
+            Builder::Map {
+                offsets,
+                keys,
+                values,
+            } => Some((offsets, &mut **keys, &mut **values)),
+            _ => None,
         }
     }
 
     /// [`Self::push_attrs`] for a map that repeats row after row (the resource's).
     fn push_repeated_attrs(&mut self, attrs: &Rendered, cache: &mut RepeatCache) {
-        if let (
-            Builder::Map {
-                offsets,
-                keys,
-                values,
-            },
-            Rendered::Map(m),
-        ) = (&mut *self, attrs)
-            && let (Builder::Lc(lc), Builder::Str { data, rows }) = (&mut **keys, &mut **values)
+        if let (Some((offsets, keys, values)), Rendered::Map(m)) = (self.map_parts(), attrs)
+            && let (Builder::Lc(lc), Builder::Str { data, rows }) = (keys, values)
         {
             let key = (m.generation(), lc.epoch);
             if cache.key != Some(key) {
@@ -256,8 +252,7 @@ impl Builder {
             lc.indexes.extend_from_slice(&cache.key_indexes);
             data.extend_from_slice(&cache.values);
             *rows += m.len();
-            let end = offsets.last().copied().unwrap_or(0) + m.len() as u64;
-            offsets.push(end);
+            close_row(offsets, m.len());
             return;
         }
         self.push_attrs(attrs);
@@ -266,8 +261,7 @@ impl Builder {
     /// Closes the current row of an `Array` after `n` elements were pushed to `inner`.
     fn end_array(&mut self, n: usize) {
         if let Builder::Array { offsets, .. } = self {
-            let end = offsets.last().copied().unwrap_or(0) + n as u64;
-            offsets.push(end);
+            close_row(offsets, n);
         }
     }
 
@@ -401,6 +395,12 @@ impl Builder {
             } => offsets.len() * 8 + keys.data_len() + values.data_len(),
         }
     }
+}
+
+/// Closes a row of an `Array` or `Map` column that has `n` more elements than the last.
+fn close_row(offsets: &mut Vec<u64>, n: usize) {
+    let end = offsets.last().copied().unwrap_or(0) + n as u64;
+    offsets.push(end);
 }
 
 fn put_offsets(offsets: &[u64], out: &mut Vec<u8>) {

@@ -128,6 +128,25 @@ struct PartitionState {
     bytes_consumed: Counter,
 }
 
+impl PartitionState {
+    /// The recorded cut the open batch replays, if any ([`recorded_end`]).
+    fn replay_end(&mut self) -> Option<i64> {
+        recorded_end(&self.builder, self.ledger.as_mut())
+    }
+
+    /// The open batch, closed before its size says so (a budget pause, shutdown), unless
+    /// it replays a recorded cut: only that cut may close it, because its rows may have
+    /// gone out before under that exact range's token. Such a batch waits for its records
+    /// (the linger timer gives up after [`REPLAY_LINGER`]), or at shutdown stays unsent
+    /// and uncommitted for the next owner, whom the final commit still tells the cut.
+    fn close_early(&mut self) -> Option<RecordBatch> {
+        if self.replay_end().is_some() {
+            return None;
+        }
+        self.builder.take()
+    }
+}
+
 #[derive(Default)]
 struct State {
     partitions: Vec<PartitionState>,
@@ -653,7 +672,7 @@ impl SourceLoop {
                 .partitions
                 .iter_mut()
                 .filter_map(|p| {
-                    let replay_end = recorded_end(&p.builder, p.ledger.as_mut());
+                    let replay_end = p.replay_end();
                     if !linger_due(&p.builder, replay_end, linger, now) {
                         return None;
                     }
@@ -735,12 +754,8 @@ impl SourceLoop {
                     tpl.add_partition(&p.topic, p.partition);
                     p.paused = true;
                     pausing = true;
-                    // Send what is open, so memory can drain even at low traffic; except a
-                    // batch replaying a recorded cut, which must reach that cut to keep its
-                    // token (the linger timer closes it if it cannot, see `linger_due`).
-                    if recorded_end(&p.builder, p.ledger.as_mut()).is_none() {
-                        to_flush.extend(p.builder.take());
-                    }
+                    // Send what is open, so memory can drain even at low traffic.
+                    to_flush.extend(p.close_early());
                 } else if under && p.paused {
                     tpl.add_partition(&p.topic, p.partition);
                     p.paused = false;
@@ -814,7 +829,7 @@ impl SourceLoop {
             state
                 .partitions
                 .iter_mut()
-                .filter_map(|p| p.builder.take())
+                .filter_map(PartitionState::close_early)
                 .collect()
         };
         for batch in open {

@@ -1,5 +1,6 @@
 //! End-to-end delivery on the real stack: spans from Kafka reach ClickHouse exactly once —
 //! across crashes, poison records and graceful shutdowns.
+#![cfg(feature = "stack-tests")]
 
 mod common;
 

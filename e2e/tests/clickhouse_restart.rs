@@ -1,5 +1,6 @@
 //! The ClickHouse server keeps its data on disk: rows written before a restart are there after.
 //! (Its own test binary: it restarts the server, which must not race other tests.)
+#![cfg(feature = "stack-tests")]
 
 use tracehouse_e2e::{clickhouse, run_repo_command, unique_name};
 

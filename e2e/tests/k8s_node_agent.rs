@@ -3,6 +3,7 @@
 //!
 //! Needs `e2e/stack up && eval "$(e2e/stack env)"` (KUBECONFIG, TRACEHOUSE_POD_LOGS). Each
 //! test works in a namespace of its own and deletes it at the end, pass or fail.
+#![cfg(feature = "stack-tests")]
 
 use std::collections::BTreeMap;
 use std::future::Future;

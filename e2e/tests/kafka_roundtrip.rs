@@ -1,4 +1,5 @@
 //! The local Kafka broker is real: rdkafka creates a topic, produces and consumes through it.
+#![cfg(feature = "stack-tests")]
 
 use std::time::Duration;
 

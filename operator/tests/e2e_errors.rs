@@ -2,6 +2,7 @@
 //! not exist yet reports each problem (condition, reason, `lastError`, a Warning Event), rolls
 //! nothing out meanwhile, and converges once they appear — through the operator's retries with
 //! backoff, with no edit of the pipeline. Real local stack, no mocks (see `common`).
+#![cfg(feature = "stack-tests")]
 
 mod common;
 

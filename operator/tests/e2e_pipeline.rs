@@ -6,6 +6,7 @@
 //! Needs `e2e/stack up && eval "$(e2e/stack env)"` (KUBECONFIG, KAFKA_BROKERS,
 //! CLICKHOUSE_URL/USER/PASSWORD); a missing variable fails the test. Each test works in a
 //! namespace, topic and database of its own, and every wait has a deadline.
+#![cfg(feature = "stack-tests")]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Adoption on the real engine: tables the OTel Collector ClickHouse exporter (or
 //! ClickStack) created are recognised and recorded without DDL, and their data is
 //! kept; tables of another shape are refused and left exactly as they were.
+#![cfg(feature = "stack-tests")]
 
 mod common;
 

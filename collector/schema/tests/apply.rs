@@ -1,6 +1,7 @@
 //! `apply` on the real engine: fresh install, idempotence, the table matches the
 //! model, inserts of the collector's columns work, additive migrations keep data,
 //! and changed migrations are refused.
+#![cfg(feature = "stack-tests")]
 
 mod common;
 

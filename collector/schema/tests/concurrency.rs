@@ -1,6 +1,7 @@
 //! The schema lock and concurrent appliers on the real engine: tasks and processes
 //! racing `apply` end with every migration applied exactly once; the lock excludes,
 //! expires, times out and reports loss as designed.
+#![cfg(feature = "stack-tests")]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Hostile and unusual identifiers on the real engine: legal-but-weird names work end
 //! to end and come back byte for byte; names built to inject SQL only ever become
 //! the literal name of an object.
+#![cfg(feature = "stack-tests")]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! `produce` against the real local Kafka: every span arrives exactly once, in records of
 //! the configured size, spread as asked; read back with an independent rdkafka consumer.
+#![cfg(feature = "stack-tests")]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! `verify` against the real ClickHouse engine: tables of both attribute variants with
 //! known holes, extra copies and stray rows; the report must name each exactly.
+#![cfg(feature = "stack-tests")]
 
 mod common;
 

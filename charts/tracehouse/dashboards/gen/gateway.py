@@ -1,0 +1,207 @@
+"""The Gateway dashboard: the collectors of every pipeline, per pipeline and per pod.
+
+Collector series come from the pods' /metrics (collector/src/metrics.rs); the pipeline's
+partitions, replicas and limits from the operator's per-pipeline series
+(operator/src/metrics.rs), which carry the pipeline's `namespace` and `pipeline` labels.
+"""
+
+from grafana_foundation_sdk.builders import dashboard
+
+from common import PIPE_SEL, RATE, SEL, base, prom, prometheus_variables, stat_panel, thresholds, ts
+
+BY_PIPE = "namespace, pipeline"
+BY_POD = "namespace, pipeline, pod"
+
+
+def build() -> dashboard.Dashboard:
+    d = base(
+        "tracehouse / Gateway",
+        "tracehouse-gateway",
+        "Gateway collectors: Kafka → ClickHouse throughput, lag, back-pressure, inserts, memory and CPU.",
+        ["gateway"],
+    )
+    for v in prometheus_variables("tracehouse_inserts_total"):
+        d = d.with_variable(v)
+
+    d = d.with_row(dashboard.Row("Overview"))
+    d = d.with_panel(stat_panel(
+        "Spans inserted /s", "cps",
+        [prom(f"sum(rate(tracehouse_rows_inserted_total{{{SEL}}}[{RATE}]))", "inserted")],
+        description="Rows ClickHouse acknowledged per second, all selected pods.",
+    ))
+    d = d.with_panel(stat_panel(
+        "Max time lag", "s",
+        [prom(f"max(tracehouse_consumer_lag_seconds{{{SEL}}})", "lag")],
+        description="Age of the oldest record not yet acknowledged by ClickHouse, worst partition.",
+        steps=thresholds((None, "green"), (30, "yellow"), (120, "red")),
+    ))
+    d = d.with_panel(stat_panel(
+        "Paused partitions", "short",
+        [prom(f"sum(tracehouse_paused_partitions{{{SEL}}})", "paused")],
+        description="Partitions paused because the in-flight budget is used up (back-pressure).",
+        steps=thresholds((None, "green"), (1, "yellow")),
+    ))
+    d = d.with_panel(stat_panel(
+        "Insert errors /s", "cps",
+        [prom(f"sum(rate(tracehouse_insert_errors_total{{{SEL}}}[{RATE}]))", "errors")],
+        description="Failed insert attempts per second, every reason.",
+        steps=thresholds((None, "green"), (0.01, "red")),
+    ))
+    d = d.with_panel(ts(
+        "Spans consumed and inserted /s", "cps",
+        [
+            prom(f"sum by ({BY_PIPE}) (rate(tracehouse_spans_decoded_total{{{SEL}}}[{RATE}]))",
+                 "{{namespace}}/{{pipeline}} decoded", "A"),
+            prom(f"sum by ({BY_PIPE}) (rate(tracehouse_rows_inserted_total{{{SEL}}}[{RATE}]))",
+                 "{{namespace}}/{{pipeline}} inserted", "B"),
+        ],
+        description="Spans decoded from Kafka records and rows acknowledged by ClickHouse, per pipeline.",
+    ))
+    d = d.with_panel(ts(
+        "Spans inserted /s per pod", "cps",
+        [prom(f"sum by ({BY_POD}) (rate(tracehouse_rows_inserted_total{{{SEL}}}[{RATE}]))", "{{pod}}")],
+        description="Rows acknowledged by ClickHouse per second, per collector pod.",
+    ))
+    d = d.with_panel(ts(
+        "Records consumed /s per topic", "cps",
+        [prom(f"sum by ({BY_PIPE}, topic) (rate(tracehouse_records_consumed_total{{{SEL}}}[{RATE}]))",
+              "{{pipeline}} {{topic}}")],
+        description="Kafka records consumed per second.",
+    ))
+    d = d.with_panel(ts(
+        "Bytes from Kafka and to ClickHouse /s", "Bps",
+        [
+            prom(f"sum by ({BY_PIPE}) (rate(tracehouse_bytes_consumed_total{{{SEL}}}[{RATE}]))",
+                 "{{pipeline}} from Kafka", "A"),
+            prom(f"sum by ({BY_PIPE}) (rate(tracehouse_bytes_inserted_total{{{SEL}}}[{RATE}]))",
+                 "{{pipeline}} to ClickHouse (compressed)", "B"),
+        ],
+        description="Record payload bytes consumed and compressed insert bytes ClickHouse acknowledged.",
+    ))
+
+    d = d.with_row(dashboard.Row("Lag and scaling"))
+    d = d.with_panel(ts(
+        "Lag (records) per partition", "short",
+        [prom(f"max by ({BY_PIPE}, topic, partition) (tracehouse_consumer_lag_records{{{SEL}}})",
+              "{{pipeline}} {{topic}}/{{partition}}")],
+        description="High watermark − committed offset, per partition (the autoscaler's input).",
+        steps=thresholds((None, "green"), (100000, "yellow"), (1000000, "red")),
+    ))
+    d = d.with_panel(ts(
+        "Lag (seconds) per partition", "s",
+        [prom(f"max by ({BY_PIPE}, topic, partition) (tracehouse_consumer_lag_seconds{{{SEL}}})",
+              "{{pipeline}} {{topic}}/{{partition}}")],
+        description="Age of the oldest record not yet acknowledged by ClickHouse, per partition.",
+        steps=thresholds((None, "green"), (30, "yellow"), (120, "red")),
+    ))
+    d = d.with_panel(ts(
+        "Replicas vs partitions", "short",
+        [
+            prom(f"max by ({BY_PIPE}) (tracehouse_operator_pipeline_partitions{{{PIPE_SEL}}})",
+                 "{{pipeline}} topic partitions", "A"),
+            prom(f"max by ({BY_PIPE}) (tracehouse_operator_pipeline_desired_replicas{{{PIPE_SEL}}})",
+                 "{{pipeline}} desired replicas", "B"),
+            prom(f"count by ({BY_PIPE}) (tracehouse_assigned_partitions{{{SEL}}})",
+                 "{{pipeline}} running collectors", "C"),
+            prom(f"sum by ({BY_PIPE}) (tracehouse_assigned_partitions{{{SEL}}})",
+                 "{{pipeline}} partitions assigned", "D"),
+        ],
+        description="The topic's partitions and the replicas the operator wants (operator), against the "
+                    "collectors that run and the partitions they hold (collectors).",
+    ))
+    d = d.with_panel(ts(
+        "Paused partitions per pod", "short",
+        [prom(f"sum by ({BY_POD}) (tracehouse_paused_partitions{{{SEL}}})", "{{pod}}")],
+        description="Partitions paused for back-pressure: the pod's in-flight budget is full, "
+                    "usually because ClickHouse inserts are slow or failing.",
+        steps=thresholds((None, "green"), (1, "yellow")),
+    ))
+
+    d = d.with_row(dashboard.Row("Inserts"))
+    d = d.with_panel(ts(
+        "Insert latency p50 / p99", "s",
+        [
+            prom(f"histogram_quantile(0.5, sum by ({BY_PIPE}, le) "
+                 f"(rate(tracehouse_insert_duration_seconds_bucket{{{SEL}}}[{RATE}])))", "{{pipeline}} p50", "A"),
+            prom(f"histogram_quantile(0.99, sum by ({BY_PIPE}, le) "
+                 f"(rate(tracehouse_insert_duration_seconds_bucket{{{SEL}}}[{RATE}])))", "{{pipeline}} p99", "B"),
+        ],
+        description="Latency of successful inserts into ClickHouse.",
+        steps=thresholds((None, "green"), (5, "yellow"), (30, "red")),
+    ))
+    d = d.with_panel(ts(
+        "Batch size (rows) p50 / p99", "short",
+        [
+            prom(f"histogram_quantile(0.5, sum by ({BY_PIPE}, le) "
+                 f"(rate(tracehouse_batch_rows_bucket{{{SEL}}}[{RATE}])))", "{{pipeline}} p50", "A"),
+            prom(f"histogram_quantile(0.99, sum by ({BY_PIPE}, le) "
+                 f"(rate(tracehouse_batch_rows_bucket{{{SEL}}}[{RATE}])))", "{{pipeline}} p99", "B"),
+        ],
+        description="Rows per insert. Small batches mean many parts for ClickHouse to merge.",
+    ))
+    d = d.with_panel(ts(
+        "Batch size (bytes) average", "bytes",
+        [prom(f"sum by ({BY_PIPE}) (rate(tracehouse_batch_bytes_sum{{{SEL}}}[{RATE}])) / "
+              f"sum by ({BY_PIPE}) (rate(tracehouse_batch_bytes_count{{{SEL}}}[{RATE}]))", "{{pipeline}}")],
+        description="Compressed bytes per insert.",
+    ))
+    d = d.with_panel(ts(
+        "Inserts /s and in flight", "short",
+        [
+            prom(f"sum by ({BY_PIPE}) (rate(tracehouse_inserts_total{{{SEL}}}[{RATE}]))", "{{pipeline}} inserts/s", "A"),
+            prom(f"sum by ({BY_PIPE}) (tracehouse_inflight_inserts{{{SEL}}})", "{{pipeline}} in flight", "B"),
+        ],
+        description="Inserts acknowledged per second, and inserts in flight now.",
+    ))
+    d = d.with_panel(ts(
+        "Insert retries and errors by reason /s", "cps",
+        [
+            prom(f"sum by ({BY_PIPE}, reason) (rate(tracehouse_insert_retries_total{{{SEL}}}[{RATE}]))",
+                 "{{pipeline}} retry {{reason}}", "A"),
+            prom(f"sum by ({BY_PIPE}, reason) (rate(tracehouse_insert_errors_total{{{SEL}}}[{RATE}]))",
+                 "{{pipeline}} error {{reason}}", "B"),
+            prom(f"sum by ({BY_PIPE}) (rate(tracehouse_commit_errors_total{{{SEL}}}[{RATE}]))",
+                 "{{pipeline}} offset commit errors", "C"),
+        ],
+        description="unreachable: network; server_busy: retried (timeouts, memory, too many parts); "
+                    "rejected_data: split and retried; config_or_access: table, database, user or grants.",
+        steps=thresholds((None, "green"), (0.01, "red")),
+    ))
+    d = d.with_panel(ts(
+        "Poison and dead-lettered records /s", "cps",
+        [
+            prom(f"sum by ({BY_PIPE}, reason) (rate(tracehouse_records_skipped_total{{{SEL}}}[{RATE}]))",
+                 "{{pipeline}} skipped {{reason}}", "A"),
+            prom(f"sum by ({BY_PIPE}) (rate(tracehouse_records_dead_lettered_total{{{SEL}}}[{RATE}]))",
+                 "{{pipeline}} dead-lettered", "B"),
+        ],
+        description="Records that could not be decoded or inserted and were committed past; with a "
+                    "dead-letter topic they are copied there first.",
+        steps=thresholds((None, "green"), (0.01, "yellow")),
+    ))
+
+    d = d.with_row(dashboard.Row("Memory and CPU"))
+    d = d.with_panel(ts(
+        "RSS vs memory limit", "bytes",
+        [
+            prom(f"max by ({BY_POD}) (tracehouse_process_resident_memory_bytes{{{SEL}}})", "{{pod}} RSS", "A"),
+            prom(f"max by ({BY_PIPE}) (tracehouse_operator_pipeline_memory_limit_bytes{{{PIPE_SEL}}})",
+                 "{{pipeline}} limit", "B"),
+        ],
+        description="Resident memory of each collector against the container memory limit of its pipeline.",
+    ))
+    d = d.with_panel(ts(
+        "In-flight bytes vs budget", "bytes",
+        [
+            prom(f"max by ({BY_POD}) (tracehouse_inflight_bytes{{{SEL}}})", "{{pod}} in flight", "A"),
+            prom(f"max by ({BY_PIPE}) (tracehouse_operator_pipeline_inflight_budget_bytes{{{PIPE_SEL}}})",
+                 "{{pipeline}} budget", "B"),
+        ],
+        description="Record bytes held between Kafka and ClickHouse; at the budget, partitions pause.",
+    ))
+    d = d.with_panel(ts(
+        "CPU per pod", "percentunit",
+        [prom(f"sum by ({BY_POD}) (rate(tracehouse_process_cpu_seconds_total{{{SEL}}}[{RATE}]))", "{{pod}}")],
+        description="CPU-seconds per second used by each collector process (1 = one core).",
+    ))
+    return d

@@ -9,6 +9,7 @@ requirements.txt into a venv of its own under ~/.cache/tracehouse).
 
 Outputs (committed, "generated — do not edit"):
     charts/tracehouse/dashboards/tracehouse-*.json        the dashboards (Grafana JSON model)
+    charts/tracehouse/dashboards/README.md                their panels and the alerts, listed
     charts/tracehouse/rules/tracehouse-alerts.yaml        the alert rules (Prometheus rules file)
     charts/tracehouse/rules/tracehouse-alerts.test.yaml   their promtool unit tests (alert_tests.py)
     charts/tracehouse/dashboards/gen/alert-signals.json   the PromQL each alert is built from,
@@ -41,6 +42,46 @@ def dashboard_json(builder) -> str:
     return json.dumps(model, indent=2, sort_keys=False) + "\n"
 
 
+def panel_list(dashboards: dict[Path, str]) -> str:
+    """The README of the dashboards folder: every dashboard's panels and every alert."""
+    lines = [
+        f"<!-- {NOTE} -->",
+        "# Dashboards and alerts",
+        "",
+        "Import the JSON files into Grafana (Dashboards → New → Import), or let the chart ship them",
+        "(`dashboards.enabled`: ConfigMaps labelled `grafana_dashboard: \"1\"` for the Grafana",
+        "sidecar). The Gateway and Operator dashboards need a Prometheus data source; the Traces",
+        "dashboards the ClickHouse data source (grafana-clickhouse-datasource, v4), one for each",
+        "table variant. Series labels they expect: `namespace`, `pod`, `pipeline` (see the chart's",
+        "PodMonitor or e2e/lib/prometheus.sh). Source: `gen/` (run `gen/generate`).",
+        "",
+    ]
+    for path, text in dashboards.items():
+        model = json.loads(text)
+        lines += [f"## {model['title']} (`{path.name}`)", "", model.get("description", ""), ""]
+        variables = ", ".join(f"`{v['name']}`" for v in model.get("templating", {}).get("list", []))
+        lines += [f"Variables: {variables}.", "", "| row | panel | unit | what it shows |", "|---|---|---|---|"]
+        row = ""
+        for p in model.get("panels", []):
+            if p.get("type") == "row":
+                row = p["title"]
+                continue
+            unit = p.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
+            lines.append(f"| {row} | {p['title']} | {unit} | {p.get('description', '')} |")
+        lines.append("")
+    lines += [
+        "## Alerts (`../rules/tracehouse-alerts.yaml`)",
+        "",
+        "Each has a `runbook` annotation; promtool unit tests: `../rules/tracehouse-alerts.test.yaml`.",
+        "",
+        "| alert | severity | for | fires when | runbook |",
+        "|---|---|---|---|---|",
+    ]
+    for a in alerts.ALERTS:
+        lines.append(f"| {a.name} | {a.severity} | {a.duration} | {a.description} | {a.runbook} |")
+    return "\n".join(lines) + "\n"
+
+
 def outputs() -> dict[Path, str]:
     files = {
         CHART / "dashboards" / "tracehouse-gateway.json": dashboard_json(gateway.build()),
@@ -48,6 +89,7 @@ def outputs() -> dict[Path, str]:
         CHART / "dashboards" / "tracehouse-traces-map.json": dashboard_json(traces.build("map")),
         CHART / "dashboards" / "tracehouse-traces-json.json": dashboard_json(traces.build("json")),
     }
+    files[CHART / "dashboards" / "README.md"] = panel_list(dict(files))
     rules = yaml.safe_dump(alerts.rules(), sort_keys=False, width=4096, allow_unicode=True)
     files[CHART / "rules" / "tracehouse-alerts.yaml"] = f"# {NOTE}\n{rules}"
     tests = yaml.safe_dump(alert_tests.tests("tracehouse-alerts.yaml"), sort_keys=False, width=4096, allow_unicode=True)

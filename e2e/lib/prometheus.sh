@@ -2,13 +2,14 @@
 # A real Prometheus (Debian's `prometheus` package: server + promtool) that scrapes the
 # tracehouse pods of the local cluster and evaluates the shipped alert rules.
 #
-# Discovery: Prometheus' own `kubernetes_sd_configs` (role: pod) against the stack's
-# kube-apiserver — the way it finds pods in a real cluster — with a ServiceAccount token of
-# its own (get/list/watch pods, nothing else). Pod IPs are the node agent's 127.0.0.x
-# addresses, so the discovered `podIP:port` targets are reachable as they are. Relabelling
-# gives every series the labels the dashboards and rules expect: `namespace`, `pod`, and
-# `pipeline` (from the pod label `tracehouse.dev/pipeline`). The chart's PodMonitor
-# (charts/tracehouse/templates/podmonitor.yaml) applies the same relabelling.
+# Discovery: Debian's build of Prometheus leaves out `kubernetes_sd_configs` ("field
+# kubernetes_sd_configs not found"), so pods are found the way that discovery would find
+# them, by a process of the stack (`prometheus-pods`, e2e/lib/prometheus-pods.py): it lists the
+# pods of the API server every 2 s with a ServiceAccount token of its own (get/list/watch pods,
+# nothing else) and writes file_sd target files that Prometheus watches. Pod IPs are the node
+# agent's 127.0.0.x addresses, so `podIP:port` targets are reachable as they are. Every series
+# gets the labels the dashboards and rules expect: `namespace`, `pod`, and `pipeline` (from the
+# pod label `tracehouse.dev/pipeline`), as the chart's PodMonitors give them in a cluster.
 
 PROMETHEUS_PORT="${TRACEHOUSE_PROMETHEUS_PORT:-19090}"
 PROMETHEUS_DATA="$TRACEHOUSE_STATE/prometheus"
@@ -73,6 +74,19 @@ EOF
   (umask 077; base64 -d <<<"$token" >"$PROMETHEUS_DATA/token")
 }
 
+# prometheus_job JOB HONOR_LABELS: one file_sd job over the target file of pods of app JOB.
+# The operator's per-pipeline series carry their pipeline's `namespace`, which must win over
+# the operator pod's own (honor_labels).
+prometheus_job() {
+  cat <<EOF
+  - job_name: $1
+    honor_labels: $2
+    file_sd_configs:
+      - files: ["$PROMETHEUS_DATA/targets/$1.json"]
+        refresh_interval: 5s
+EOF
+}
+
 prometheus_configure() {
   local rules=""
   [[ -f "$PROMETHEUS_RULES" ]] && rules="$PROMETHEUS_RULES"
@@ -85,55 +99,42 @@ global:
   evaluation_interval: 5s
 rule_files: [${rules:+"$rules"}]
 scrape_configs:
-$(prometheus_job tracehouse-collector tracehouse-collector false)
-$(prometheus_job tracehouse-operator tracehouse-operator true)
-EOF
-}
-
-# prometheus_job JOB APP_NAME HONOR_LABELS: one pod-discovery job keeping the `metrics` port of
-# pods labelled app.kubernetes.io/name=APP_NAME. The operator's per-pipeline series carry their
-# pipeline's `namespace`, which must win over the operator pod's own (honor_labels).
-prometheus_job() {
-  cat <<EOF
-  - job_name: $1
-    honor_labels: $3
-    kubernetes_sd_configs:
-      - role: pod
-        api_server: https://127.0.0.1:$APISERVER_PORT
-        tls_config: { ca_file: "$K8S_PKI/ca.crt" }
-        authorization: { credentials_file: "$PROMETHEUS_DATA/token" }
-    relabel_configs:
-      - { source_labels: [__meta_kubernetes_pod_label_app_kubernetes_io_name], regex: "$2", action: keep }
-      - { source_labels: [__meta_kubernetes_pod_container_port_name], regex: metrics, action: keep }
-      - { source_labels: [__meta_kubernetes_pod_phase], regex: Running, action: keep }
-      - { source_labels: [__meta_kubernetes_namespace], target_label: namespace }
-      - { source_labels: [__meta_kubernetes_pod_name], target_label: pod }
-      - { source_labels: [__meta_kubernetes_pod_label_tracehouse_dev_pipeline], target_label: pipeline }
+$(prometheus_job tracehouse-collector false)
+$(prometheus_job tracehouse-operator true)
 EOF
 }
 
 prometheus_up() {
   prometheus_install
-  if pid_alive prometheus; then say "prometheus already running"; return 0; fi
+  command -v python3 >/dev/null || apt_ensure python3
   [[ -s "$K8S_PKI/ca.crt" ]] && k8s_api_ready || die "prometheus: the k8s component must be up first (e2e/stack up k8s)"
-  mkdir -p "$PROMETHEUS_DATA/tsdb"
-  prometheus_credentials
+  mkdir -p "$PROMETHEUS_DATA/tsdb" "$PROMETHEUS_DATA/targets"
+  if ! pid_alive prometheus-pods; then
+    prometheus_credentials
+    start_bg prometheus-pods "" python3 -u "$E2E_DIR/lib/prometheus-pods.py" \
+      --api-server "https://127.0.0.1:$APISERVER_PORT" --ca-file "$K8S_PKI/ca.crt" \
+      --token-file "$PROMETHEUS_DATA/token" --out-dir "$PROMETHEUS_DATA/targets"
+  fi
+  wait_until prometheus-pods 30 test -f "$PROMETHEUS_DATA/targets/tracehouse-operator.json"
+  if pid_alive prometheus; then say "prometheus already running"; return 0; fi
   prometheus_configure
   promtool check config "$PROMETHEUS_DATA/prometheus.yml" >"$LOG_DIR/prometheus-check.log" 2>&1 \
     || { cat "$LOG_DIR/prometheus-check.log" >&2; die "prometheus: invalid configuration; log: $LOG_DIR/prometheus-check.log"; }
-  # Two hours of data is plenty for the stack; --web.enable-lifecycle lets tests reload rules.
+  # Two hours of data is plenty for the stack.
   start_bg prometheus "$PROMETHEUS_PORT" prometheus \
     --config.file "$PROMETHEUS_DATA/prometheus.yml" \
     --storage.tsdb.path "$PROMETHEUS_DATA/tsdb" --storage.tsdb.retention.time 2h \
-    --web.listen-address "127.0.0.1:$PROMETHEUS_PORT" --web.enable-lifecycle
+    --web.listen-address "127.0.0.1:$PROMETHEUS_PORT"
   wait_until prometheus 60 prometheus_ready
 }
 
-prometheus_down() { stop_bg prometheus 20; }
+prometheus_down() { stop_bg prometheus 20; stop_bg prometheus-pods 5; }
 
 prometheus_status() {
   if pid_alive prometheus; then echo "prometheus  running  pid $(cat "$PID_DIR/prometheus.pid")  http://127.0.0.1:$PROMETHEUS_PORT  log $LOG_DIR/prometheus.log"
   else echo "prometheus  stopped"; fi
+  if pid_alive prometheus-pods; then echo "prometheus-pods  running  pid $(cat "$PID_DIR/prometheus-pods.pid")  targets $PROMETHEUS_DATA/targets  log $LOG_DIR/prometheus-pods.log"
+  else echo "prometheus-pods  stopped"; fi
 }
 
 prometheus_env() { echo "export PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT"; }

@@ -16,6 +16,16 @@ pub const CONSUMER_LAG_RECORDS: &str = "consumer_lag_records";
 /// Per-partition lag in seconds: age of the oldest record not yet acknowledged by ClickHouse.
 pub const CONSUMER_LAG_SECONDS: &str = "consumer_lag_seconds";
 
+/// Every `reason` of `insert_errors`/`insert_retries` (`sink::InsertError::reason`). Both
+/// families start with these at zero, so dashboards and alerts see the series before the
+/// first failure (a rate of a series that does not exist is no series at all).
+pub const INSERT_FAILURE_REASONS: [&str; 4] = [
+    "unreachable",
+    "server_busy",
+    "rejected_data",
+    "config_or_access",
+];
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TopicLabels {
     pub topic: String,
@@ -56,6 +66,10 @@ pub struct Metrics {
     pub paused_partitions: Gauge,
     pub assigned_partitions: Gauge,
     pub resident_memory_bytes: Gauge,
+    /// User + system CPU time of the process, refreshed at each scrape.
+    pub cpu_seconds: Counter<f64, AtomicU64>,
+    /// Unix time the metrics were created (≈ process start): a change means a restart.
+    pub start_time_seconds: Gauge<f64, AtomicU64>,
 }
 
 impl Metrics {
@@ -83,7 +97,23 @@ impl Metrics {
             paused_partitions: Gauge::default(),
             assigned_partitions: Gauge::default(),
             resident_memory_bytes: Gauge::default(),
+            cpu_seconds: Counter::default(),
+            start_time_seconds: Gauge::default(),
         };
+        for reason in INSERT_FAILURE_REASONS {
+            m.insert_errors
+                .get_or_create(&ReasonLabels { reason })
+                .inc_by(0);
+            m.insert_retries
+                .get_or_create(&ReasonLabels { reason })
+                .inc_by(0);
+        }
+        m.start_time_seconds.set(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or_default(),
+        );
         let r = registry.sub_registry_with_prefix(PREFIX);
         r.register(
             "records_consumed",
@@ -187,6 +217,16 @@ impl Metrics {
             "Resident set size of the process",
             m.resident_memory_bytes.clone(),
         );
+        r.register(
+            "process_cpu_seconds",
+            "User and system CPU time of the process",
+            m.cpu_seconds.clone(),
+        );
+        r.register(
+            "process_start_time_seconds",
+            "Unix time the process started",
+            m.start_time_seconds.clone(),
+        );
         m
     }
 
@@ -195,7 +235,25 @@ impl Metrics {
         if let Some(rss) = resident_memory_bytes() {
             self.resident_memory_bytes.set(rss as i64);
         }
+        // A counter only goes up: add what was used since the last refresh.
+        if let Some(cpu) = cpu_seconds() {
+            let seen = self.cpu_seconds.get();
+            if cpu > seen {
+                self.cpu_seconds.inc_by(cpu - seen);
+            }
+        }
     }
+}
+
+/// User + system CPU seconds from `/proc/self/stat` (Linux): fields 14 and 15, in USER_HZ
+/// ticks, which the kernel reports as 100 per second whatever its own tick rate.
+pub fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may hold spaces; the fields after it follow its ')'.
+    let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+    let utime: u64 = rest.nth(11)?.parse().ok()?;
+    let stime: u64 = rest.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
 }
 
 /// Resident set size from `/proc/self/statm` (Linux).
@@ -249,5 +307,19 @@ mod tests {
             out.contains("tracehouse_process_resident_memory_bytes "),
             "{out}"
         );
+        assert!(
+            out.contains("tracehouse_process_cpu_seconds_total "),
+            "{out}"
+        );
+        assert!(
+            out.contains("tracehouse_process_start_time_seconds "),
+            "{out}"
+        );
+        for reason in INSERT_FAILURE_REASONS {
+            for family in ["insert_errors", "insert_retries"] {
+                let line = format!("tracehouse_{family}_total{{reason=\"{reason}\"}} 0");
+                assert!(out.contains(&line), "{line} missing from:\n{out}");
+            }
+        }
     }
 }

@@ -6,6 +6,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub mod grafana;
 pub mod k8s;
 
 /// The value of a stack variable, or a panic explaining how to get it.

@@ -17,6 +17,7 @@ pub mod leader;
 pub mod metrics;
 pub mod migrations;
 pub mod objects;
+pub mod pipeline_metrics;
 pub mod reconcile;
 pub mod secrets;
 pub mod status;

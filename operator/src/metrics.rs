@@ -20,6 +20,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+use crate::pipeline_metrics::PipelineMetrics;
+
 /// Metric names without the `tracehouse_operator_` prefix (counters get `_total`).
 pub const RECONCILIATIONS: &str = "reconciliations";
 pub const RECONCILE_ERRORS: &str = "reconcile_errors";
@@ -41,6 +43,8 @@ pub struct Metrics {
     /// nothing changes.
     pub writes: Family<KindLabels, Counter>,
     pub leader: Gauge,
+    /// Per-pipeline conditions, schema version, partitions and limits (pipeline_metrics.rs).
+    pub pipelines: PipelineMetrics,
     /// The controller loop is running (as leader) or waiting for the Lease.
     pub alive: AtomicBool,
 }
@@ -53,9 +57,11 @@ impl Metrics {
             duration: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
             writes: Family::default(),
             leader: Gauge::default(),
+            pipelines: PipelineMetrics::default(),
             alive: AtomicBool::new(true),
         };
         let r = registry.sub_registry_with_prefix("tracehouse_operator");
+        m.pipelines.register(r);
         r.register(
             RECONCILIATIONS,
             "Reconciliations started",

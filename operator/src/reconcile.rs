@@ -181,6 +181,7 @@ async fn cleanup(tp: &TracePipeline, ctx: &Context) -> Result<Action, Error> {
         ch.database, ch.table
     );
     tracing::info!(pipeline = %key(tp), "{note}");
+    ctx.metrics.pipelines.forget(tp);
     publish_event(tp, ctx, EventType::Normal, "Deleting", note).await;
     Ok(Action::await_change())
 }
@@ -344,6 +345,8 @@ async fn publish(
     obs: &Observation,
 ) -> Result<(), Error> {
     let next = status::next(prev, obs, &Time(Timestamp::now()));
+    // Every reconcile, changed or not: a restarted operator fills its gauges again.
+    ctx.metrics.pipelines.observe(tp, &next);
     if next == *prev {
         return Ok(());
     }

@@ -1,0 +1,319 @@
+//! Per-pipeline gauges for the dashboards and alerts (charts/tracehouse/dashboards): each
+//! TracePipeline's conditions, schema version, partitions and desired replicas, and the
+//! gateway's memory limit and in-flight budget — what the collectors' own metrics cannot say.
+//!
+//! Labelled `namespace` (the pipeline's) and `pipeline`: one small set of series per
+//! TracePipeline, removed when it is deleted, so cardinality follows the pipelines that exist.
+//! Scrape the operator with `honor_labels: true` so the pipeline's `namespace` is kept over
+//! the operator pod's (e2e/lib/prometheus.sh and the chart's PodMonitor do).
+//!
+//! [`gauges`] is pure (spec + status → values); [`PipelineMetrics`] only stores them.
+
+use kube::ResourceExt;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::builders;
+use crate::crd::{TracePipeline, TracePipelineStatus};
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PipelineLabels {
+    pub namespace: String,
+    pub pipeline: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionLabels {
+    pub namespace: String,
+    pub pipeline: String,
+    pub condition: String,
+}
+
+/// The values of one pipeline's gauges.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gauges {
+    /// Condition type → 1 when `True`, else 0.
+    pub conditions: Vec<(String, i64)>,
+    pub schema_version: Option<i64>,
+    pub partitions: Option<i64>,
+    pub desired_replicas: Option<i64>,
+    /// The collector container's memory limit, as the gateway Deployment sets it.
+    pub memory_limit_bytes: Option<i64>,
+    pub inflight_budget_bytes: i64,
+}
+
+/// What the gauges of `tp` should read, given the status just computed for it.
+pub fn gauges(tp: &TracePipeline, status: &TracePipelineStatus) -> Gauges {
+    let memory_limit_bytes = builders::desired(tp, status.partitions.unwrap_or(1).max(1))
+        .ok()
+        .and_then(|d| {
+            let spec = d.deployment.spec?.template.spec?;
+            let limits = spec
+                .containers
+                .first()?
+                .resources
+                .as_ref()?
+                .limits
+                .clone()?;
+            quantity_bytes(&limits.get("memory")?.0)
+        });
+    Gauges {
+        conditions: status
+            .conditions
+            .iter()
+            .map(|c| (c.type_.clone(), i64::from(c.status == "True")))
+            .collect(),
+        schema_version: status.schema_version,
+        partitions: status.partitions.map(i64::from),
+        desired_replicas: status.desired_replicas.map(i64::from),
+        memory_limit_bytes,
+        inflight_budget_bytes: tp.spec.collector.max_inflight_bytes,
+    }
+}
+
+/// A Kubernetes memory quantity in bytes: plain, decimal (`k`, `M`, `G`, `T`, `P`, `E`) or
+/// binary (`Ki` … `Ei`) suffixes, and exponents (`1e9`). `None` when it is not one.
+pub fn quantity_bytes(q: &str) -> Option<i64> {
+    let q = q.trim();
+    let split = q
+        .find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
+        .unwrap_or(q.len());
+    let (number, suffix) = q.split_at(split);
+    let factor: f64 = match suffix {
+        "" => 1.0,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024f64,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        _ => return None,
+    };
+    let value: f64 = number.parse().ok()?;
+    let bytes = (value * factor).ceil();
+    (bytes.is_finite() && bytes >= 0.0 && bytes <= i64::MAX as f64).then_some(bytes as i64)
+}
+
+/// The per-pipeline gauge families, registered under the operator's prefix.
+#[derive(Default)]
+pub struct PipelineMetrics {
+    condition: Family<ConditionLabels, Gauge>,
+    schema_version: Family<PipelineLabels, Gauge>,
+    partitions: Family<PipelineLabels, Gauge>,
+    desired_replicas: Family<PipelineLabels, Gauge>,
+    memory_limit_bytes: Family<PipelineLabels, Gauge>,
+    inflight_budget_bytes: Family<PipelineLabels, Gauge>,
+}
+
+impl PipelineMetrics {
+    /// Registers the families in `registry` (already prefixed `tracehouse_operator`).
+    pub fn register(&self, registry: &mut Registry) {
+        let m = self;
+        registry.register(
+            "pipeline_condition",
+            "1 when the TracePipeline condition is True, else 0",
+            m.condition.clone(),
+        );
+        registry.register(
+            "pipeline_schema_version",
+            "Latest schema migration recorded for the pipeline's traces table",
+            m.schema_version.clone(),
+        );
+        registry.register(
+            "pipeline_partitions",
+            "Partitions of the pipeline's topics",
+            m.partitions.clone(),
+        );
+        registry.register(
+            "pipeline_desired_replicas",
+            "Gateway replicas the operator wants for the pipeline",
+            m.desired_replicas.clone(),
+        );
+        registry.register(
+            "pipeline_memory_limit_bytes",
+            "Memory limit of each gateway collector container",
+            m.memory_limit_bytes.clone(),
+        );
+        registry.register(
+            "pipeline_inflight_budget_bytes",
+            "In-flight record bytes each collector holds before pausing partitions",
+            m.inflight_budget_bytes.clone(),
+        );
+    }
+
+    /// Sets the gauges of `tp` from the status just computed for it.
+    pub fn observe(&self, tp: &TracePipeline, status: &TracePipelineStatus) {
+        let g = gauges(tp, status);
+        let labels = labels(tp);
+        for (condition, value) in g.conditions {
+            self.condition
+                .get_or_create(&ConditionLabels {
+                    namespace: labels.namespace.clone(),
+                    pipeline: labels.pipeline.clone(),
+                    condition,
+                })
+                .set(value);
+        }
+        let set = |family: &Family<PipelineLabels, Gauge>, value: Option<i64>| match value {
+            Some(v) => {
+                family.get_or_create(&labels).set(v);
+            }
+            None => {
+                family.remove(&labels);
+            }
+        };
+        set(&self.schema_version, g.schema_version);
+        set(&self.partitions, g.partitions);
+        set(&self.desired_replicas, g.desired_replicas);
+        set(&self.memory_limit_bytes, g.memory_limit_bytes);
+        self.inflight_budget_bytes
+            .get_or_create(&labels)
+            .set(g.inflight_budget_bytes);
+    }
+
+    /// Removes every series of `tp` (it is being deleted).
+    pub fn forget(&self, tp: &TracePipeline) {
+        let labels = labels(tp);
+        for c in tp.status.iter().flat_map(|s| s.conditions.iter()) {
+            self.condition.remove(&ConditionLabels {
+                namespace: labels.namespace.clone(),
+                pipeline: labels.pipeline.clone(),
+                condition: c.type_.clone(),
+            });
+        }
+        for family in [
+            &self.schema_version,
+            &self.partitions,
+            &self.desired_replicas,
+            &self.memory_limit_bytes,
+            &self.inflight_budget_bytes,
+        ] {
+            family.remove(&labels);
+        }
+    }
+}
+
+fn labels(tp: &TracePipeline) -> PipelineLabels {
+    PipelineLabels {
+        namespace: tp.namespace().unwrap_or_default(),
+        pipeline: tp.name_any(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use k8s_openapi::jiff::Timestamp;
+
+    fn pipeline(collector: serde_json::Value) -> TracePipeline {
+        let spec = serde_json::from_value(serde_json::json!({
+            "kafka": { "bootstrapServers": "k:9092", "topics": ["t"] },
+            "clickhouse": { "endpoint": "http://c:8123" },
+            "collector": collector,
+        }))
+        .unwrap();
+        let mut tp = TracePipeline::new("orders", spec);
+        tp.metadata.namespace = Some("shop".into());
+        tp.metadata.uid = Some("0b7c0c3e-3c1d-4a8e-9a57-1f5f2f4c6d10".into());
+        tp
+    }
+
+    fn condition(type_: &str, status: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: "R".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        }
+    }
+
+    #[test]
+    fn quantities_in_bytes() {
+        for (q, bytes) in [
+            ("512Mi", 512 << 20),
+            ("1Gi", 1 << 30),
+            ("1G", 1_000_000_000),
+            ("500M", 500_000_000),
+            ("128974848", 128_974_848),
+            ("1e9", 1_000_000_000),
+            ("1.5Gi", 3 << 29),
+            ("100k", 100_000),
+        ] {
+            assert_eq!(quantity_bytes(q), Some(bytes), "{q}");
+        }
+        for bad in ["", "Mi", "12x", "-1", "1.5.2Gi"] {
+            assert_eq!(quantity_bytes(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn gauges_follow_the_status_and_the_gateway_spec() {
+        let tp = pipeline(serde_json::json!({
+            "maxInflightBytes": 67108864,
+            "resources": { "limits": { "memory": "512Mi" } }
+        }));
+        let status = TracePipelineStatus {
+            conditions: vec![
+                condition("Ready", "True"),
+                condition("SchemaReady", "False"),
+            ],
+            schema_version: Some(5),
+            partitions: Some(8),
+            desired_replicas: Some(2),
+            ..Default::default()
+        };
+        let g = gauges(&tp, &status);
+        assert_eq!(
+            g.conditions,
+            [("Ready".to_owned(), 1), ("SchemaReady".to_owned(), 0)]
+        );
+        assert_eq!(g.schema_version, Some(5));
+        assert_eq!(g.partitions, Some(8));
+        assert_eq!(g.desired_replicas, Some(2));
+        assert_eq!(g.memory_limit_bytes, Some(512 << 20));
+        assert_eq!(g.inflight_budget_bytes, 67_108_864);
+    }
+
+    #[test]
+    fn series_are_set_and_removed_with_the_pipeline() {
+        let mut registry = Registry::default();
+        let m = PipelineMetrics::default();
+        m.register(registry.sub_registry_with_prefix("tracehouse_operator"));
+        let mut tp = pipeline(serde_json::json!({}));
+        let status = TracePipelineStatus {
+            conditions: vec![condition("Ready", "True")],
+            schema_version: Some(5),
+            ..Default::default()
+        };
+        m.observe(&tp, &status);
+        let text = |r: &Registry| {
+            let mut out = String::new();
+            prometheus_client::encoding::text::encode(&mut out, r).unwrap();
+            out
+        };
+        let out = text(&registry);
+        for line in [
+            r#"tracehouse_operator_pipeline_condition{namespace="shop",pipeline="orders",condition="Ready"} 1"#,
+            r#"tracehouse_operator_pipeline_schema_version{namespace="shop",pipeline="orders"} 5"#,
+            // The operator's default collector resources: a 1 GiB limit.
+            r#"tracehouse_operator_pipeline_memory_limit_bytes{namespace="shop",pipeline="orders"} 1073741824"#,
+        ] {
+            assert!(out.contains(line), "{line} missing from:\n{out}");
+        }
+        tp.status = Some(status);
+        m.forget(&tp);
+        let out = text(&registry);
+        assert!(!out.contains(r#"pipeline="orders""#), "{out}");
+    }
+}

@@ -1,8 +1,13 @@
 # shellcheck shell=bash
 # A real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) on loopback,
-# plus tracehouse-node-agent, the local "kubelet" that runs pods of our images as processes.
+# plus tracehouse-node-agent, the local "kubelet" that runs pods from the images in local image
+# storage (e2e/lib/images.sh builds them from the current build), and the operator installed
+# with `helm upgrade --install` of charts/tracehouse, as users install it.
 # kube-apiserver and kube-controller-manager are built from k8s.io/kubernetes by the Go tool
 # module in e2e/k8s (see e2e/k8s/README.md); etcd is Debian's etcd-server, run by us.
+
+source "$E2E_DIR/lib/images.sh"
+source "$E2E_DIR/lib/helm.sh"
 
 K8S_VERSION=1.36.3
 K8S_DATA="$TRACEHOUSE_STATE/k8s"
@@ -16,8 +21,12 @@ KCM_PORT="${TRACEHOUSE_KCM_PORT:-16444}"
 NODE_AGENT_PORT="${TRACEHOUSE_NODE_AGENT_PORT:-16445}"
 # The Service network exists only as API objects: nothing routes it on this machine.
 K8S_SERVICE_CIDR="${TRACEHOUSE_SERVICE_CIDR:-10.96.0.0/16}"
-# Where `cargo build` leaves the collector, operator and node agent binaries.
+# Where `cargo build` leaves the node agent (and the binaries the images are built from).
 CARGO_BIN_DIR="${CARGO_TARGET_DIR:-$REPO_DIR/target}/debug"
+# The operator's Helm release on the stack, and the stack's values on top of the chart's.
+OPERATOR_RELEASE=tracehouse
+OPERATOR_NAMESPACE=tracehouse-system
+OPERATOR_VALUES="$REPO_DIR/config/local/values.yaml"
 # Process groups of pod containers, one file each, written by the node agent (see k8s_kill_pods).
 K8S_POD_PIDS="$K8S_DATA/node/pids"
 
@@ -33,6 +42,9 @@ k8s_install() {
   command -v etcd >/dev/null || apt_ensure etcd-server
   command -v openssl >/dev/null || apt_ensure openssl
   command -v curl >/dev/null || apt_ensure curl
+  command -v unshare >/dev/null || apt_ensure util-linux
+  images_install
+  helm_install
   local dir; dir="$(k8s_bin_dir)"
   [[ -x "$dir/kube-apiserver" && -x "$dir/kube-controller-manager" ]] && return 0
   command -v go >/dev/null || die "k8s: Go (>= 1.26) is needed to build kube-apiserver; install it first"
@@ -47,15 +59,18 @@ k8s_install() {
   say "k8s: built in $((SECONDS - start))s"
 }
 
-# The collector and operator binaries are what the node agent runs for our images, so they are
-# built together with it (incremental: seconds when nothing changed). TRACEHOUSE_SKIP_CARGO_BUILD=1
-# skips this when the caller has just built them.
+# The node agent, and the collector and operator binaries the images are built from, are built
+# together (incremental: seconds when nothing changed), then the images (skipped when they hold
+# these binaries already). TRACEHOUSE_SKIP_CARGO_BUILD=1 skips the cargo build when the caller
+# has just built them.
 k8s_build_agents() {
-  [[ "${TRACEHOUSE_SKIP_CARGO_BUILD:-0}" == 1 ]] && return 0
-  say "k8s: cargo build of tracehouse-node-agent, -collector and -operator"
-  (cd "$REPO_DIR" && cargo build -q -p tracehouse-node-agent -p tracehouse-collector -p tracehouse-operator) \
-    >"$LOG_DIR/node-agent-build.log" 2>&1 \
-    || { tail -n 30 "$LOG_DIR/node-agent-build.log" >&2; die "k8s: cargo build failed; log: $LOG_DIR/node-agent-build.log"; }
+  if [[ "${TRACEHOUSE_SKIP_CARGO_BUILD:-0}" != 1 ]]; then
+    say "k8s: cargo build of tracehouse-node-agent, -collector and -operator"
+    (cd "$REPO_DIR" && cargo build -q -p tracehouse-node-agent -p tracehouse-collector -p tracehouse-operator) \
+      >"$LOG_DIR/node-agent-build.log" 2>&1 \
+      || { tail -n 30 "$LOG_DIR/node-agent-build.log" >&2; die "k8s: cargo build failed; log: $LOG_DIR/node-agent-build.log"; }
+  fi
+  images_build debug
 }
 
 # k8s_token NAME: a random bearer token, generated once per state directory.
@@ -203,40 +218,57 @@ k8s_up() {
       --kubeconfig "$K8S_DATA/node-agent.kubeconfig" \
       --node-name "$K8S_NODE_NAME" \
       --state-dir "$K8S_DATA/node" --log-dir "$LOG_DIR/pods" \
-      --cluster-ca-file "$K8S_PKI/ca.crt" \
-      --health-addr "127.0.0.1:$NODE_AGENT_PORT" \
-      --image "tracehouse/collector=$CARGO_BIN_DIR/tracehouse-collector" \
-      --image "tracehouse/operator=$CARGO_BIN_DIR/tracehouse-operator"
+      --image-store "$IMAGES_STORE" \
+      --health-addr "127.0.0.1:$NODE_AGENT_PORT"
   fi
   wait_until node-agent 60 k8s_agent_ready
   k8s_operator_up
 }
 
-# The tracehouse operator, as users run it: the CRD from crds/, the RBAC and two-replica
-# Deployment of config/manager (through the config/local overlay), its pods run by the node
-# agent from the current build of tracehouse-operator. Plus the Secret the local sample
-# (config/samples/local/tracepipeline.yaml) references: the stack's ClickHouse credentials.
+# The tracehouse operator, as users install it: `helm upgrade --install` of charts/tracehouse
+# (CRD, RBAC, the two-replica Deployment) with the stack's values (config/local/values.yaml),
+# its pods run by the node agent from the image tracehouse/operator:<version> built from the
+# current build. Plus the Secret the local sample (config/samples/local/tracepipeline.yaml)
+# references: the stack's ClickHouse credentials.
 k8s_operator_up() {
-  command -v kubectl >/dev/null || die "k8s: kubectl is needed to install the operator (CRD, RBAC, Deployment)"
-  local kc="$K8S_DATA/admin.kubeconfig" log="$LOG_DIR/operator-install.log" stamp="$K8S_DATA/operator.sha256"
-  local sum; sum="$(sha256sum "$CARGO_BIN_DIR/tracehouse-operator" 2>/dev/null | cut -c1-64)"
-  [[ -n "$sum" ]] || die "k8s: $CARGO_BIN_DIR/tracehouse-operator is missing (cargo build -p tracehouse-operator)"
+  command -v kubectl >/dev/null || die "k8s: kubectl is needed (the Secret of the local sample, rollout status)"
+  local kc="$K8S_DATA/admin.kubeconfig" log="$LOG_DIR/operator-install.log"
+  # The image id goes into a pod annotation, so a rebuilt image rolls the operator (same tag).
+  local image_id; image_id="$(th_podman image inspect --format '{{.Id}}' "$IMAGES_OPERATOR" | cut -c1-16)"
   (
     set -e
     k() { kubectl --kubeconfig "$kc" "$@"; }
-    k apply --server-side --force-conflicts -f "$REPO_DIR/crds/tracepipelines.yaml"
-    k wait --for condition=established --timeout=60s crd/tracepipelines.tracehouse.dev
     k create secret generic tracehouse-clickhouse -n default --from-literal=username="$CLICKHOUSE_USER_NAME" \
       --from-literal=password="$(clickhouse_password)" --dry-run=client -o yaml | k apply --server-side -f -
-    k apply --server-side --force-conflicts -k "$REPO_DIR/config/local"
-    # Pods keep running the binary they started with: restart them after a rebuild.
-    if [[ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]]; then
-      k -n tracehouse-system rollout restart deployment/tracehouse-operator
-      echo "$sum" >"$stamp"
-    fi
-    k -n tracehouse-system rollout status deployment/tracehouse-operator --timeout=120s
-  ) >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "k8s: installing the operator failed; log: $log"; }
-  say "operator ready (tracehouse-system/tracehouse-operator, current build)"
+    k8s_adopt_kubectl_install
+    helm_ upgrade --install "$OPERATOR_RELEASE" "$CHART_DIR" --namespace "$OPERATOR_NAMESPACE" --create-namespace \
+      -f "$OPERATOR_VALUES" --set-string "podAnnotations.tracehouse\.dev/image-id=$image_id" \
+      --wait --timeout 180s
+    k -n "$OPERATOR_NAMESPACE" rollout status deployment/tracehouse-operator --timeout=120s
+  ) >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "k8s: installing the operator (helm) failed; log: $log"; }
+  say "operator ready (helm release $OPERATOR_NAMESPACE/$OPERATOR_RELEASE, image $IMAGES_OPERATOR ${image_id})"
+}
+
+# Stacks made before the chart had the operator from `kubectl apply` of config/: the CRD is
+# handed over to the release (labels and annotations Helm adopts by; never deleted, it holds
+# every TracePipeline), the rest is deleted for the release to create.
+k8s_adopt_kubectl_install() {
+  local kc="$K8S_DATA/admin.kubeconfig"
+  k() { kubectl --kubeconfig "$kc" "$@"; }
+  if k get crd tracepipelines.tracehouse.dev >/dev/null 2>&1 \
+     && [[ -z "$(k get crd tracepipelines.tracehouse.dev -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-name}')" ]]; then
+    say "k8s: handing the CRD installed by kubectl over to the helm release"
+    k label --overwrite crd tracepipelines.tracehouse.dev app.kubernetes.io/managed-by=Helm
+    k annotate --overwrite crd tracepipelines.tracehouse.dev meta.helm.sh/release-name="$OPERATOR_RELEASE" \
+      meta.helm.sh/release-namespace="$OPERATOR_NAMESPACE"
+  fi
+  if k -n "$OPERATOR_NAMESPACE" get deployment tracehouse-operator >/dev/null 2>&1 \
+     && [[ -z "$(k -n "$OPERATOR_NAMESPACE" get deployment tracehouse-operator -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-name}')" ]]; then
+    say "k8s: replacing the operator installed by kubectl apply with the helm release"
+    k -n "$OPERATOR_NAMESPACE" delete deployment/tracehouse-operator serviceaccount/tracehouse-operator \
+      role/tracehouse-operator-leader-election rolebinding/tracehouse-operator-leader-election --ignore-not-found --wait
+    k delete clusterrole/tracehouse-operator clusterrolebinding/tracehouse-operator --ignore-not-found
+  fi
 }
 
 # k8s_kill_pods: kill pod processes a node agent left behind (it was SIGKILLed or crashed).
@@ -291,4 +323,8 @@ k8s_env() {
   echo "export KUBECONFIG=$K8S_DATA/admin.kubeconfig"
   # Container logs of pods run by the node agent: <namespace>_<pod>_<container>.log
   echo "export TRACEHOUSE_POD_LOGS=$LOG_DIR/pods"
+  # The images pods run (built from the current build into the node's image storage).
+  echo "export TRACEHOUSE_COLLECTOR_IMAGE=$IMAGES_COLLECTOR"
+  echo "export TRACEHOUSE_OPERATOR_IMAGE=$IMAGES_OPERATOR"
+  echo "export TRACEHOUSE_HELM=$HELM"
 }

@@ -70,6 +70,16 @@ where
     }
 }
 
+/// The collector image the stack built from the current build (`tracehouse/collector:<version>`).
+pub fn collector_image() -> String {
+    stack_var("TRACEHOUSE_COLLECTOR_IMAGE")
+}
+
+/// The operator image the stack built from the current build (`tracehouse/operator:<version>`).
+pub fn operator_image() -> String {
+    stack_var("TRACEHOUSE_OPERATOR_IMAGE")
+}
+
 /// Whether the pod's `Ready` condition is true.
 pub fn pod_ready(pod: &Pod) -> bool {
     pod.status
@@ -79,7 +89,7 @@ pub fn pod_ready(pod: &Pod) -> bool {
 }
 
 /// The process id behind the pod's first container: the node agent reports
-/// `process://<pid>`.
+/// `process://<pid>`, the pid (as this machine sees it) of the container's own program.
 pub fn pod_pid(pod: &Pod) -> Option<i32> {
     pod.status
         .as_ref()?

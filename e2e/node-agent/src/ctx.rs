@@ -1,5 +1,5 @@
 //! What every part of the node agent shares: the API client, the node's identity, the image
-//! map, the pod IP pool, directories and timing settings.
+//! store, the pod IP pool, directories and timing settings.
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -11,16 +11,8 @@ use kube::Client;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
 
-use crate::images::ImageMap;
+use crate::images::ImageStore;
 use crate::ips::IpPool;
-
-/// How pods reach the API server: written into a kubeconfig for containers that mount the
-/// service-account volume.
-#[derive(Debug, Clone)]
-pub struct ClusterAccess {
-    pub server: String,
-    pub ca_file: PathBuf,
-}
 
 /// Exponential backoff: `initial`, doubled per attempt, capped at `max`.
 #[derive(Debug, Clone, Copy)]
@@ -44,7 +36,9 @@ pub struct Ctx {
     pub kubelet_version: String,
     /// The node's address (`status.hostIP` of its pods).
     pub host_ip: Ipv4Addr,
-    pub images: ImageMap,
+    pub images: ImageStore,
+    /// The agent's own executable, which `unshare` runs as a container's init (see `sandbox`).
+    pub agent_exe: PathBuf,
     pub ips: Mutex<IpPool>,
     pub pod_capacity: u32,
     /// Per-pod working directories (`<uid>/volumes/...`).
@@ -53,7 +47,8 @@ pub struct Ctx {
     pub pids_dir: PathBuf,
     /// Container logs, `<namespace>_<pod>_<container>.log`; kept after the pod is gone.
     pub log_dir: PathBuf,
-    pub cluster: Option<ClusterAccess>,
+    /// The API server's URL, given to pods as `KUBERNETES_SERVICE_HOST`/`_PORT`.
+    pub api_server: String,
     pub restart_backoff: Backoff,
     /// Upper bound of a pod's grace period when the node agent itself shuts down.
     pub shutdown_grace: Duration,

@@ -1,7 +1,8 @@
 //! `tracehouse-node-agent`: the kubelet (and scheduler) of the e2e stack.
 //!
 //! It registers one Ready Node, binds pending pods to it, and runs each container of those
-//! pods as a local process of the binary its image maps to. See `e2e/node-agent/README.md`.
+//! pods from its image in local image storage: the image's root filesystem, chrooted in new
+//! PID, mount and UTS namespaces. See `e2e/node-agent/README.md`.
 
 mod binder;
 mod ctx;
@@ -13,6 +14,8 @@ mod node;
 mod pods;
 mod probe;
 mod process;
+mod runspec;
+mod sandbox;
 mod sources;
 mod status;
 mod volumes;
@@ -29,12 +32,12 @@ use kube::runtime::events::{Recorder, Reporter};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-use crate::ctx::{Backoff, ClusterAccess, Ctx};
-use crate::images::ImageMap;
+use crate::ctx::{Backoff, Ctx};
+use crate::images::ImageStore;
 use crate::ips::IpPool;
 use crate::node::NodeHealth;
 
-/// Runs pods of the tracehouse images as local processes on a Node of its own.
+/// Runs pods from the images in local image storage on a Node of its own.
 #[derive(Debug, Parser)]
 #[command(name = "tracehouse-node-agent", version, about)]
 struct Args {
@@ -44,19 +47,15 @@ struct Args {
     /// Name of the Node this agent registers.
     #[arg(long, env = "TRACEHOUSE_NODE_NAME", default_value = "tracehouse-node")]
     node_name: String,
-    /// `REPOSITORY=BINARY`: containers of that image (any tag, any registry) run BINARY.
-    #[arg(long = "image", value_name = "REPOSITORY=BINARY", required = true)]
-    images: Vec<String>,
-    /// Pod working directories and process records live here.
+    /// The podman image storage pods run from (`storage/` and `run/` inside, vfs driver).
+    #[arg(long)]
+    image_store: PathBuf,
+    /// Pod working directories, unpacked images and process records live here.
     #[arg(long)]
     state_dir: PathBuf,
     /// Container logs (`<namespace>_<pod>_<container>.log`) go here.
     #[arg(long)]
     log_dir: PathBuf,
-    /// CA certificate of the API server, written into the kubeconfig of pods that mount their
-    /// service-account token. Without it, pods get no kubeconfig.
-    #[arg(long)]
-    cluster_ca_file: Option<PathBuf>,
     /// Loopback addresses handed out as pod IPs, FIRST-LAST.
     #[arg(long, default_value = "127.0.0.2-127.0.0.254")]
     pod_ip_range: String,
@@ -77,8 +76,17 @@ struct Args {
     kubelet_version: String,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // `unshare` runs this binary again as a container's init (see `sandbox`): no runtime, no
+    // threads, then exec.
+    let mut argv = std::env::args();
+    if argv.nth(1).as_deref() == Some(sandbox::INIT_ARG) {
+        sandbox::init(&argv.next().unwrap_or_default());
+    }
+    tokio::runtime::Runtime::new()?.block_on(agent())
+}
+
+async fn agent() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -97,12 +105,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let server = config.cluster_url.to_string();
     let client = kube::Client::try_from(config)?;
-    let images = ImageMap::parse(&args.images)?;
-    for (repo, bin) in images.iter() {
-        if !bin.is_file() {
-            tracing::warn!(image = repo, binary = %bin.display(), "binary does not exist (yet); pods of this image will fail to start");
-        }
-    }
+    let images = ImageStore::new(&args.image_store, args.state_dir.join("images"));
     let pool: IpPool = args.pod_ip_range.parse()?;
     let pods_dir = args.state_dir.join("pods");
     let pids_dir = args.state_dir.join("pids");
@@ -132,15 +135,13 @@ async fn main() -> anyhow::Result<()> {
         kubelet_version: args.kubelet_version.clone(),
         host_ip: Ipv4Addr::LOCALHOST,
         images,
+        agent_exe: PathBuf::from(format!("/proc/{}/exe", std::process::id())),
         ips: Mutex::new(pool),
         pod_capacity: capacity,
         pods_dir,
         pids_dir,
         log_dir: args.log_dir.clone(),
-        cluster: args.cluster_ca_file.clone().map(|ca_file| ClusterAccess {
-            server: server.trim_end_matches('/').to_owned(),
-            ca_file,
-        }),
+        api_server: server.trim_end_matches('/').to_owned(),
         restart_backoff: Backoff {
             initial: Duration::from_secs(args.restart_backoff_secs.max(1)),
             max: Duration::from_secs(args.restart_backoff_max_secs.max(1)),

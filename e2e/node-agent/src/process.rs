@@ -97,6 +97,28 @@ impl Running {
         self.pid
     }
 
+    /// The pid of the process's first child, as the host sees it: with the sandbox, the
+    /// container's own program (PID 1 of its namespace) under `unshare`. Waits up to `within`
+    /// for the fork; `None` when there is none (the process exited, or runs no child).
+    pub async fn first_child(&self, within: Duration) -> Option<i32> {
+        let path = format!("/proc/{0}/task/{0}/children", self.pid);
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let children = std::fs::read_to_string(&path).unwrap_or_default();
+            if let Some(pid) = children
+                .split_whitespace()
+                .next()
+                .and_then(|p| p.parse().ok())
+            {
+                return Some(pid);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Waits for the process to exit; cancel-safe.
     pub async fn wait(&mut self) -> Result<ExitStatus, ProcessError> {
         let status = self
@@ -224,6 +246,29 @@ mod tests {
             std::fs::read_to_string(dir.path().join("log")).unwrap(),
             "==== start 1 ====\nhi\n"
         );
+    }
+
+    #[tokio::test]
+    async fn first_child_is_the_forked_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p =
+            Running::spawn(&spec(dir.path(), "sleep 300 & echo $! > child; wait"), "s").unwrap();
+        let child = p
+            .first_child(Duration::from_secs(5))
+            .await
+            .expect("a child");
+        let mut tries = 0;
+        while !dir.path().join("child").exists() && tries < 100 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            tries += 1;
+        }
+        let recorded: i32 = std::fs::read_to_string(dir.path().join("child"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(child, recorded);
+        p.stop(Duration::from_millis(100)).await.unwrap();
     }
 
     #[tokio::test]

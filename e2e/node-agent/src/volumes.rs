@@ -1,10 +1,9 @@
-//! Pod volumes as plain directories, and the path mapping that stands in for mounts.
+//! Pod volumes as directories on the host, and each container's mount table.
 //!
-//! A process here shares the host's filesystem, so nothing can appear at a container path such
-//! as `/etc/tracehouse`. Instead each volume is a directory `<pod dir>/volumes/<volume>` and
-//! every container gets a [`Mounts`] table (mountPath → host directory). The node agent applies
-//! it to the container's command, args and literal env values: a word that is a mounted path,
-//! or a `--flag=<mounted path>`, is rewritten to the host path. See `e2e/node-agent/README.md`.
+//! Each volume is a directory `<pod dir>/volumes/<volume>` (a hostPath volume is the host path
+//! itself). A container gets a [`Mounts`] table (mountPath → host directory, `readOnly`), which
+//! `tracehouse-pod-init` binds into the container's root filesystem at the mount paths. See
+//! `e2e/node-agent/README.md`.
 
 use std::collections::BTreeSet;
 use std::io;
@@ -14,9 +13,6 @@ use std::path::{Component, Path, PathBuf};
 use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod, Volume};
 
 use crate::sources::{Placement, Sources, UnsupportedField, field_value, token_key};
-
-/// Where the kubelet mounts the service-account token, CA and namespace.
-pub const SERVICE_ACCOUNT_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 #[derive(Debug, thiserror::Error)]
 pub enum VolumeError {
@@ -362,10 +358,19 @@ fn remove_unwanted(dir: &Path, wanted: &BTreeSet<PathBuf>) -> io::Result<()> {
     Ok(())
 }
 
-/// A container's mounts: container path → host path, longest container path first so the
-/// most specific mount wins.
+/// One volume mount of a container: the host directory (or file) bound at `path` inside the
+/// container's root filesystem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub path: String,
+    pub host: PathBuf,
+    pub read_only: bool,
+}
+
+/// A container's mounts, shortest container path first: a mount inside another one's path
+/// (`/etc/tracehouse/cache` under `/etc/tracehouse`) is bound after it, so it stays visible.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Mounts(Vec<(String, PathBuf)>);
+pub struct Mounts(Vec<Mount>);
 
 impl Mounts {
     /// The mounts of `container`, with volume directories under `volumes_dir`.
@@ -392,36 +397,30 @@ impl Mounts {
             }
             let path = m.mount_path.trim_end_matches('/');
             if !path.is_empty() {
-                table.push((path.to_owned(), host));
+                table.push(Mount {
+                    path: path.to_owned(),
+                    host,
+                    read_only: m.read_only.unwrap_or(false),
+                });
             }
         }
-        table.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+        table.sort_by(|a, b| {
+            a.path
+                .len()
+                .cmp(&b.path.len())
+                .then_with(|| a.path.cmp(&b.path))
+        });
         Ok(Self(table))
     }
 
-    /// The host path for a container path under one of the mounts.
-    pub fn host_path(&self, path: &str) -> Option<PathBuf> {
-        self.0.iter().find_map(|(mount, host)| {
-            let rest = path.strip_prefix(mount.as_str())?;
-            if rest.is_empty() {
-                Some(host.clone())
-            } else {
-                rest.strip_prefix('/').map(|r| host.join(r))
-            }
-        })
+    /// The mounts in binding order.
+    pub fn iter(&self) -> impl Iterator<Item = &Mount> {
+        self.0.iter()
     }
 
-    /// Rewrites a command word: a mounted path, or the value of `--flag=<mounted path>`.
-    pub fn rewrite(&self, word: &str) -> String {
-        if let Some(p) = self.host_path(word) {
-            return p.display().to_string();
-        }
-        if let Some((flag, value)) = word.split_once('=')
-            && let Some(p) = self.host_path(value)
-        {
-            return format!("{flag}={}", p.display());
-        }
-        word.to_owned()
+    /// Whether a volume is mounted exactly at `path`.
+    pub fn has(&self, path: &str) -> bool {
+        self.0.iter().any(|m| m.path == path)
     }
 }
 
@@ -673,7 +672,7 @@ mod tests {
     }
 
     #[test]
-    fn mounts_rewrite_mounted_paths_in_words_and_flag_values() {
+    fn mounts_bind_parents_first_with_subpath_and_read_only() {
         let p = pod(vec![
             cm_volume("config", "cfg", None),
             Volume {
@@ -686,13 +685,14 @@ mod tests {
             name: "c".into(),
             volume_mounts: Some(vec![
                 VolumeMount {
-                    name: "config".into(),
-                    mount_path: "/etc/tracehouse/".into(),
+                    name: "scratch".into(),
+                    mount_path: "/etc/tracehouse/cache".into(),
                     ..Default::default()
                 },
                 VolumeMount {
-                    name: "scratch".into(),
-                    mount_path: "/etc/tracehouse/cache".into(),
+                    name: "config".into(),
+                    mount_path: "/etc/tracehouse/".into(),
+                    read_only: Some(true),
                     ..Default::default()
                 },
                 VolumeMount {
@@ -705,26 +705,27 @@ mod tests {
             ..Default::default()
         };
         let m = Mounts::of(&p, &c, Path::new("/pod/volumes")).unwrap();
+        let got: Vec<(&str, &Path, bool)> = m
+            .iter()
+            .map(|m| (m.path.as_str(), m.host.as_path(), m.read_only))
+            .collect();
         assert_eq!(
-            m.rewrite("/etc/tracehouse/config.yaml"),
-            "/pod/volumes/config/config.yaml"
+            got,
+            [
+                (
+                    "/config.yaml",
+                    Path::new("/pod/volumes/config/config.yaml"),
+                    false
+                ),
+                ("/etc/tracehouse", Path::new("/pod/volumes/config"), true),
+                (
+                    "/etc/tracehouse/cache",
+                    Path::new("/pod/volumes/scratch"),
+                    false
+                ),
+            ]
         );
-        assert_eq!(m.rewrite("/etc/tracehouse"), "/pod/volumes/config");
-        assert_eq!(
-            m.rewrite("/etc/tracehouse/cache/x"),
-            "/pod/volumes/scratch/x",
-            "longest mount wins"
-        );
-        assert_eq!(
-            m.rewrite("--config=/config.yaml"),
-            "--config=/pod/volumes/config/config.yaml"
-        );
-        assert_eq!(
-            m.rewrite("/etc/tracehouse-other"),
-            "/etc/tracehouse-other",
-            "prefix of a name is no match"
-        );
-        assert_eq!(m.rewrite("serve"), "serve");
+        assert!(m.has("/etc/tracehouse") && !m.has("/etc"));
         let bad = Container {
             volume_mounts: Some(vec![VolumeMount {
                 name: "missing".into(),

@@ -1,8 +1,9 @@
-//! One container of a pod: prepare (env, mounts, command), run the process, probe it, restart
-//! it with exponential backoff according to the pod's `restartPolicy`, and stop it on request.
+//! One container of a pod: prepare (env, mounts, what to run from its image), run the process
+//! in its sandbox, probe it, restart it with exponential backoff according to the pod's
+//! `restartPolicy`, and stop it on request.
 
 use std::ops::ControlFlow;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,11 +15,14 @@ use tokio::sync::{Notify, mpsc, watch};
 use super::fetch;
 use crate::ctx::Ctx;
 use crate::env::{self, EnvError};
+use crate::images::Image;
 use crate::probe::{Action, Prober, Timing, Verdict};
 use crate::process::{ProcessError, ProcessSpec, Running, exit_code};
+use crate::runspec::{self, Accounts, RunSpecError};
+use crate::sandbox::{self, Bind, InitSpec};
 use crate::sources::{Placement, Refs, referenced};
 use crate::status::{ContainerView, RunState, Terminated};
-use crate::volumes::{Mounts, SERVICE_ACCOUNT_MOUNT, VolumeError};
+use crate::volumes::{Mounts, VolumeError};
 
 /// A container that ran at least this long starts its restart backoff from the beginning again.
 const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(120);
@@ -38,16 +42,10 @@ pub enum PrepareError {
     Env(#[from] EnvError),
     #[error(transparent)]
     Volume(#[from] VolumeError),
-    #[error(
-        "command {command:?} is not provided by image {image:?}: only its own binary ({binary}) can run"
-    )]
-    Command {
-        command: String,
-        image: String,
-        binary: String,
-    },
-    #[error("writing the pod kubeconfig {path}: {source}")]
-    Kubeconfig {
+    #[error(transparent)]
+    RunSpec(#[from] RunSpecError),
+    #[error("preparing the container's files {path}: {source}")]
+    Files {
         path: PathBuf,
         source: std::io::Error,
     },
@@ -59,9 +57,11 @@ impl PrepareError {
     /// The container's `Waiting` reason, following the kubelet's vocabulary.
     fn reason(&self) -> &'static str {
         match self {
-            Self::Fetch(_) | Self::Env(_) | Self::Kubeconfig { .. } => "CreateContainerConfigError",
-            Self::Volume(_) => "CreateContainerError",
-            Self::Command { .. } | Self::Start(_) => "RunContainerError",
+            Self::Fetch(_) | Self::Env(_) => "CreateContainerConfigError",
+            Self::RunSpec(RunSpecError::NoCommand) => "CreateContainerError",
+            Self::RunSpec(_) => "CreateContainerConfigError",
+            Self::Volume(_) | Self::Files { .. } => "CreateContainerError",
+            Self::Start(_) => "RunContainerError",
         }
     }
 }
@@ -70,7 +70,8 @@ pub struct ContainerRun {
     pub ctx: Arc<Ctx>,
     pub pod: Arc<Pod>,
     pub container: Container,
-    pub binary: PathBuf,
+    /// The container's image, unpacked (resolved by the pod worker before the first start).
+    pub image: Arc<Image>,
     pub placement: Placement,
     pub pod_dir: PathBuf,
     pub view: Arc<watch::Sender<ContainerView>>,
@@ -248,24 +249,26 @@ impl ContainerRun {
         let mut process = Running::spawn(&spec, &banner)?;
         let started_at = Timestamp::now();
         let started = Instant::now();
-        let container_id = format!("process://{}", process.pid());
-        tracing::info!(pod = %self.pod_name(), container = %self.container.name, pid = process.pid(), program = %spec.program.display(), "container started");
+        // The container's own program (under `unshare`) is what `process://` names, so a pid
+        // from the status is the program itself, as tests and users expect.
+        let main_pid = process
+            .first_child(Duration::from_secs(2))
+            .await
+            .unwrap_or_else(|| process.pid());
+        let container_id = format!("process://{main_pid}");
+        tracing::info!(pod = %self.pod_name(), container = %self.container.name, pid = main_pid, image = %self.image.reference, "container started");
         self.ctx
             .event(
                 &self.pod,
                 EventType::Normal,
                 "Started",
-                format!(
-                    "Started container {} (pid {})",
-                    self.container.name,
-                    process.pid()
-                ),
+                format!("Started container {} (pid {main_pid})", self.container.name,),
             )
             .await;
         let has_startup = self.container.startup_probe.is_some();
         let has_readiness = self.container.readiness_probe.is_some();
         self.update(|v| {
-            v.image_id = format!("file://{}", spec.program.display());
+            v.image_id = format!("sha256:{}", self.image.id);
             v.started = !has_startup;
             v.ready = !has_startup && !has_readiness;
             v.state = RunState::Running {
@@ -330,67 +333,68 @@ impl ContainerRun {
         let mounts = Mounts::of(&self.pod, &self.container, &self.pod_dir.join("volumes"))?;
 
         let mut env_vars = self.base_env();
-        if let (Some(sa_dir), Some(cluster)) =
-            (mounts.host_path(SERVICE_ACCOUNT_MOUNT), &self.ctx.cluster)
-        {
-            let path = self
-                .pod_dir
-                .join(format!("{}.kubeconfig", self.container.name));
-            let ns = self.pod.metadata.namespace.as_deref().unwrap_or("default");
-            std::fs::write(
-                &path,
-                pod_kubeconfig(&cluster.server, &cluster.ca_file, &sa_dir, ns),
-            )
-            .map_err(|source| PrepareError::Kubeconfig {
-                path: path.clone(),
-                source,
-            })?;
-            env_vars.push(("KUBECONFIG".into(), path.display().to_string()));
-        }
         for (k, v) in resolved {
-            let v = mounts.rewrite(&v);
             match env_vars.iter_mut().find(|(name, _)| *name == k) {
                 Some(slot) => slot.1 = v,
                 None => env_vars.push((k, v)),
             }
         }
-
-        let image = self.container.image.clone().unwrap_or_default();
-        let words = |list: &Option<Vec<String>>| -> Vec<String> {
-            list.iter()
-                .flatten()
-                .map(|w| mounts.rewrite(&env::expand_with(w, &env_vars)))
-                .collect()
+        let words = |list: &Option<Vec<String>>| -> Option<Vec<String>> {
+            list.as_ref()
+                .map(|l| l.iter().map(|w| env::expand_with(w, &env_vars)).collect())
         };
         let command = words(&self.container.command);
-        let mut args = words(&self.container.args);
-        if let Some(first) = self.container.command.as_ref().and_then(|c| c.first()) {
-            if !is_entrypoint(first, &self.binary) {
-                return Err(PrepareError::Command {
-                    command: first.clone(),
-                    image,
-                    binary: self.binary.display().to_string(),
-                });
-            }
-            let mut all: Vec<String> = command.into_iter().skip(1).collect();
-            all.append(&mut args);
-            args = all;
-        }
-        let cwd = self
-            .container
-            .working_dir
-            .as_deref()
-            .and_then(|w| mounts.host_path(w))
-            .filter(|p| p.is_dir())
-            .unwrap_or_else(|| self.pod_dir.clone());
-        let ns = self.pod.metadata.namespace.as_deref().unwrap_or("default");
+        let args = words(&self.container.args);
+        let etc = |name: &str| -> String {
+            std::fs::read_to_string(self.image.rootfs.join("etc").join(name)).unwrap_or_default()
+        };
+        let (passwd, group) = (etc("passwd"), etc("group"));
+        let run = runspec::resolve(
+            &self.image.config,
+            &self.container,
+            command,
+            args,
+            self.pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref()),
+            Accounts {
+                passwd: &passwd,
+                group: &group,
+            },
+        )?;
+
         let pod_name = self.pod.metadata.name.as_deref().unwrap_or("");
+        let mut binds = self.pod_files(pod_name, &mounts)?;
+        binds.extend(mounts.iter().map(|m| Bind {
+            host: m.host.clone(),
+            path: m.path.clone(),
+            read_only: m.read_only,
+        }));
+        let layer = self.pod_dir.join("containers").join(&self.container.name);
+        sandbox::reset_layer(&layer).map_err(|source| PrepareError::Files {
+            path: layer.clone(),
+            source,
+        })?;
+        let init = InitSpec {
+            rootfs: self.image.rootfs.clone(),
+            layer,
+            binds,
+            read_only_root: run.read_only_root,
+            hostname: pod_name.to_owned(),
+            uid: run.uid,
+            gid: run.gid,
+            working_dir: run.working_dir,
+            argv: run.argv,
+        };
+        let (program, args) = sandbox::command(&self.ctx.agent_exe, &init);
+        let ns = self.pod.metadata.namespace.as_deref().unwrap_or("default");
         let uid = self.pod.metadata.uid.as_deref().unwrap_or("");
         Ok(ProcessSpec {
-            program: self.binary.clone(),
+            program,
             args,
             env: env_vars,
-            cwd,
+            cwd: self.pod_dir.clone(),
             log: self
                 .ctx
                 .log_dir
@@ -402,23 +406,66 @@ impl ContainerRun {
         })
     }
 
-    /// What every container gets before its own env: PATH, HOSTNAME, HOME (the pod directory,
-    /// so nothing writes into the real home) and the API server's address, as the kubelet's
-    /// `KUBERNETES_SERVICE_*` variables.
-    fn base_env(&self) -> Vec<(String, String)> {
-        let mut env = vec![
-            ("PATH".to_owned(), PATH.to_owned()),
+    /// `/etc/hosts`, `/etc/hostname` and `/etc/resolv.conf` of the pod, as the kubelet writes
+    /// them (unless the container mounts a volume there itself).
+    fn pod_files(&self, pod_name: &str, mounts: &Mounts) -> Result<Vec<Bind>, PrepareError> {
+        let dir = self.pod_dir.join("etc");
+        let io = |path: &std::path::Path| {
+            let path = path.to_path_buf();
+            move |source| PrepareError::Files { path, source }
+        };
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+        let files = [
             (
-                "HOSTNAME".to_owned(),
-                self.pod.metadata.name.clone().unwrap_or_default(),
+                "hosts",
+                format!(
+                    "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n{}\t{pod_name}\n",
+                    self.placement.pod_ip
+                ),
             ),
-            ("HOME".to_owned(), self.pod_dir.display().to_string()),
+            ("hostname", format!("{pod_name}\n")),
+            ("resolv.conf", resolv),
         ];
+        let mut binds = Vec::new();
+        for (name, content) in files {
+            let path = format!("/etc/{name}");
+            if mounts.has(&path) {
+                continue;
+            }
+            let host = dir.join(name);
+            std::fs::write(&host, content).map_err(io(&host))?;
+            binds.push(Bind {
+                host,
+                path,
+                read_only: false,
+            });
+        }
+        Ok(binds)
+    }
+
+    /// What every container gets before its own env: the image's env (with a standard PATH
+    /// when it sets none), HOSTNAME, HOME (`/` unless the image sets it) and the API server's
+    /// address as the kubelet's `KUBERNETES_SERVICE_*` variables, which with the mounted
+    /// service-account token make in-cluster configuration work.
+    fn base_env(&self) -> Vec<(String, String)> {
+        let mut env = self.image.config.env.clone();
+        let mut default = |k: &str, v: String| {
+            if !env.iter().any(|(name, _)| name == k) {
+                env.push((k.to_owned(), v));
+            }
+        };
+        default("PATH", PATH.to_owned());
+        default("HOME", "/".to_owned());
+        env.retain(|(k, _)| k != "HOSTNAME");
+        env.push((
+            "HOSTNAME".to_owned(),
+            self.pod.metadata.name.clone().unwrap_or_default(),
+        ));
         if let Some((host, port)) = self
             .ctx
-            .cluster
-            .as_ref()
-            .and_then(|c| c.server.strip_prefix("https://"))
+            .api_server
+            .strip_prefix("https://")
             .and_then(|hp| hp.trim_end_matches('/').rsplit_once(':'))
         {
             env.push(("KUBERNETES_SERVICE_HOST".into(), host.to_owned()));
@@ -440,24 +487,6 @@ fn never_started() -> Terminated {
         finished_at: Timestamp::now(),
         container_id: None,
     }
-}
-
-/// `command[0]` may name the image's own entrypoint (by path or file name); anything else
-/// would be a different program than the image provides.
-fn is_entrypoint(command: &str, binary: &Path) -> bool {
-    let base = |p: &Path| p.file_name().map(|n| n.to_os_string());
-    Path::new(command) == binary
-        || (base(Path::new(command)).is_some() && base(Path::new(command)) == base(binary))
-}
-
-/// A kubeconfig that authenticates as the pod's service account with the projected token
-/// (re-read by clients when it rotates) and trusts the cluster CA.
-fn pod_kubeconfig(server: &str, ca_file: &Path, sa_dir: &Path, namespace: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: cluster\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: pod\n  user:\n    tokenFile: {token}\ncontexts:\n- name: pod\n  context:\n    cluster: cluster\n    user: pod\n    namespace: {namespace}\ncurrent-context: pod\n",
-        ca = ca_file.display(),
-        token = sa_dir.join("token").display(),
-    )
 }
 
 /// Startup probe first; then readiness and liveness side by side. A failed startup or
@@ -532,45 +561,4 @@ async fn probe_container(
         }
     };
     tokio::join!(readiness, liveness);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn command_may_only_name_the_images_own_binary() {
-        let bin = Path::new("/work/target/debug/tracehouse-collector");
-        assert!(is_entrypoint(
-            "/work/target/debug/tracehouse-collector",
-            bin
-        ));
-        assert!(is_entrypoint("tracehouse-collector", bin));
-        assert!(is_entrypoint("/usr/local/bin/tracehouse-collector", bin));
-        assert!(!is_entrypoint("/bin/sh", bin));
-        assert!(!is_entrypoint("", bin));
-    }
-
-    #[test]
-    fn pod_kubeconfig_points_at_the_projected_token() {
-        let k = pod_kubeconfig(
-            "https://127.0.0.1:16443",
-            Path::new("/pki/ca.crt"),
-            Path::new("/pod/volumes/sa"),
-            "team",
-        );
-        let v: serde_yaml::Value = serde_yaml::from_str(&k).unwrap();
-        assert_eq!(
-            v["users"][0]["user"]["tokenFile"].as_str(),
-            Some("/pod/volumes/sa/token")
-        );
-        assert_eq!(
-            v["clusters"][0]["cluster"]["server"].as_str(),
-            Some("https://127.0.0.1:16443")
-        );
-        assert_eq!(
-            v["contexts"][0]["context"]["namespace"].as_str(),
-            Some("team")
-        );
-    }
 }

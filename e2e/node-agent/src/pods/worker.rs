@@ -1,5 +1,5 @@
-//! One pod's life on this node: IP, volumes, one supervisor per container, status reports,
-//! and the end — graceful stop on deletion followed by the final `delete` with grace 0.
+//! One pod's life on this node: IP, volumes, images, one supervisor per container, status
+//! reports, and the end — graceful stop on deletion followed by the final `delete` with grace 0.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -18,6 +18,7 @@ use tracing::Instrument;
 use super::container::{ContainerRun, Stop};
 use super::fetch::{self, TokenCache};
 use crate::ctx::Ctx;
+use crate::images::Image;
 use crate::sources::{Placement, referenced};
 use crate::status::{ContainerView, PHASE_FAILED, PHASE_SUCCEEDED, PodFacts, RunState, pod_status};
 use crate::volumes::{self, VolumeContent};
@@ -218,22 +219,16 @@ async fn run_pod(
         "PodInitializing"
     };
     let previous = pod.status.as_ref();
-    let (init_binaries, init_views) = views_of(
-        ctx,
-        pod,
+    let init_views = views_of(
         &init_containers,
         "ContainerCreating",
         previous.and_then(|s| s.init_container_statuses.as_deref()),
-    )
-    .await;
-    let (binaries, views) = views_of(
-        ctx,
-        pod,
+    );
+    let views = views_of(
         &spec.containers,
         first_reason,
         previous.and_then(|s| s.container_statuses.as_deref()),
-    )
-    .await;
+    );
     reporter.main = views.clone();
     reporter.init = init_views.clone();
     reporter.report().await;
@@ -272,15 +267,39 @@ async fn run_pod(
         }
     }
 
+    // Images next: every container's image from local storage, unpacked.
+    let all: Vec<(&Container, &Arc<watch::Sender<ContainerView>>)> = init_containers
+        .iter()
+        .zip(&init_views)
+        .chain(spec.containers.iter().zip(&views))
+        .collect();
+    let mut images = match pull_images(
+        ctx,
+        pod,
+        &all,
+        &mut reporter,
+        updates,
+        gone,
+        shutdown,
+        grace,
+    )
+    .await
+    {
+        Ok(images) => images.into_iter(),
+        Err(end) => return end,
+    };
+    let init_images: Vec<Arc<Image>> = images.by_ref().take(init_containers.len()).collect();
+    let main_images: Vec<Arc<Image>> = images.collect();
+
     let changed = Arc::new(Notify::new());
     let (stop_tx, stop_rx) = watch::channel(None::<Stop>);
     let container_run =
-        |c: &Container, binary: PathBuf, view: &Arc<watch::Sender<ContainerView>>, init: bool| {
+        |c: &Container, image: Arc<Image>, view: &Arc<watch::Sender<ContainerView>>, init: bool| {
             ContainerRun {
                 ctx: ctx.clone(),
                 pod: pod.clone(),
                 container: c.clone(),
-                binary,
+                image,
                 placement,
                 pod_dir: pod_dir.clone(),
                 view: view.clone(),
@@ -292,12 +311,8 @@ async fn run_pod(
         };
 
     // Init containers, one after the other, each to successful completion.
-    for ((c, bin), view) in init_containers.iter().zip(init_binaries).zip(&init_views) {
-        // Unknown image: reported Waiting already; the pod stays Pending until it ends.
-        let Some(binary) = bin else {
-            return ending(updates, gone, shutdown, grace).await;
-        };
-        let mut task = tokio::spawn(container_run(c, binary, view, true).supervise());
+    for ((c, image), view) in init_containers.iter().zip(init_images).zip(&init_views) {
+        let mut task = tokio::spawn(container_run(c, image, view, true).supervise());
         let interrupted = loop {
             tokio::select! {
                 _ = &mut task => break None,
@@ -318,10 +333,9 @@ async fn run_pod(
     }
 
     let mut tasks = Vec::new();
-    for ((c, bin), view) in spec.containers.iter().zip(binaries).zip(&views) {
-        let Some(binary) = bin else { continue };
+    for ((c, image), view) in spec.containers.iter().zip(main_images).zip(&views) {
         tasks.push(tokio::spawn(
-            container_run(c, binary, view, false).supervise(),
+            container_run(c, image, view, false).supervise(),
         ));
     }
 
@@ -342,40 +356,108 @@ async fn run_pod(
     finish(ctx, end, grace, &stop_tx, tasks, &mut reporter).await
 }
 
-/// The views of `containers` before they start, and the binaries of their images (`None`:
-/// unknown image, reported Waiting with reason `UnknownImage`). Restart counts carry over
-/// from `previous` statuses: the API remembers them across agent restarts.
-async fn views_of(
-    ctx: &Ctx,
-    pod: &Pod,
+/// The views of `containers` before they start. Restart counts carry over from `previous`
+/// statuses: the API remembers them across agent restarts.
+fn views_of(
     containers: &[Container],
     waiting_reason: &str,
     previous: Option<&[ContainerStatus]>,
-) -> (Vec<Option<PathBuf>>, Vec<Arc<watch::Sender<ContainerView>>>) {
-    let mut binaries = Vec::new();
-    let mut views = Vec::new();
-    for c in containers {
-        let image = c.image.clone().unwrap_or_default();
-        let mut view = ContainerView::waiting(&c.name, &image, waiting_reason, None);
-        view.restart_count = previous
-            .and_then(|cs| cs.iter().find(|s| s.name == c.name))
-            .map_or(0, |s| s.restart_count);
-        match ctx.images.resolve(&image) {
-            Ok(bin) => binaries.push(Some(bin.to_path_buf())),
-            Err(e) => {
-                tracing::warn!(container = %c.name, error = %e, "container cannot run");
-                let note = format!("container {}: {e}", c.name);
-                ctx.event(pod, EventType::Warning, e.reason(), note).await;
-                view.state = RunState::Waiting {
-                    reason: e.reason().to_owned(),
-                    message: Some(e.to_string()),
-                };
-                binaries.push(None);
+) -> Vec<Arc<watch::Sender<ContainerView>>> {
+    containers
+        .iter()
+        .map(|c| {
+            let image = c.image.clone().unwrap_or_default();
+            let mut view = ContainerView::waiting(&c.name, &image, waiting_reason, None);
+            view.restart_count = previous
+                .and_then(|cs| cs.iter().find(|s| s.name == c.name))
+                .map_or(0, |s| s.restart_count);
+            Arc::new(watch::channel(view).0)
+        })
+        .collect()
+}
+
+/// Every container's image from local storage, in order, as a kubelet pulls them before the
+/// containers start. An image that is not there leaves its container `Waiting` with
+/// `ErrImagePull` (first failure) then `ImagePullBackOff`, retried with backoff until the
+/// image appears or the pod ends.
+#[allow(clippy::too_many_arguments)]
+async fn pull_images(
+    ctx: &Ctx,
+    pod: &Pod,
+    containers: &[(&Container, &Arc<watch::Sender<ContainerView>>)],
+    reporter: &mut Reporter,
+    updates: &mut watch::Receiver<Arc<Pod>>,
+    gone: &CancellationToken,
+    shutdown: &CancellationToken,
+    grace: Duration,
+) -> Result<Vec<Arc<Image>>, Ending> {
+    let mut pulled: Vec<Option<Arc<Image>>> = vec![None; containers.len()];
+    let mut attempt: u32 = 0;
+    loop {
+        let mut failed = false;
+        for ((c, view), slot) in containers.iter().zip(pulled.iter_mut()) {
+            if slot.is_some() {
+                continue;
+            }
+            let image = c.image.clone().unwrap_or_default();
+            match ctx.images.pull(&image).await {
+                Ok(img) => {
+                    ctx.event(
+                        pod,
+                        EventType::Normal,
+                        "Pulled",
+                        format!("Container image \"{image}\" already present on machine"),
+                    )
+                    .await;
+                    *slot = Some(Arc::new(img));
+                }
+                Err(e) => {
+                    failed = true;
+                    tracing::warn!(container = %c.name, error = %e, "image pull failed");
+                    let reason = if attempt == 0 {
+                        "ErrImagePull"
+                    } else {
+                        "ImagePullBackOff"
+                    };
+                    if attempt == 0 {
+                        ctx.event(
+                            pod,
+                            EventType::Warning,
+                            "Failed",
+                            format!("Failed to pull image \"{image}\": {e}"),
+                        )
+                        .await;
+                    }
+                    view.send_modify(|v| {
+                        v.state = RunState::Waiting {
+                            reason: reason.to_owned(),
+                            message: Some(e.to_string()),
+                        };
+                    });
+                }
             }
         }
-        views.push(Arc::new(watch::channel(view).0));
+        if !failed {
+            return Ok(pulled.into_iter().flatten().collect());
+        }
+        reporter.report().await;
+        let delay = ctx.restart_backoff.delay(attempt);
+        attempt = attempt.saturating_add(1);
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            e = ending(updates, gone, shutdown, grace) => return Err(e),
+        }
+        // Back off: a retry that fails again reports ImagePullBackOff.
+        for ((_, view), slot) in containers.iter().zip(&pulled) {
+            if slot.is_none() {
+                view.send_modify(|v| {
+                    if let RunState::Waiting { reason, .. } = &mut v.state {
+                        "ImagePullBackOff".clone_into(reason);
+                    }
+                });
+            }
+        }
     }
-    (binaries, views)
 }
 
 /// Stops the running containers within the grace period that fits `end`.

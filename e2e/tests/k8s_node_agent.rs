@@ -1,8 +1,10 @@
 //! The local Kubernetes control plane and the node agent, end to end: real kube-apiserver,
-//! kube-controller-manager and etcd from `e2e/stack`, pods run as real local processes.
+//! kube-controller-manager and etcd from `e2e/stack`, pods run from the collector image built
+//! into the node's image storage (chrooted in their own PID and mount namespaces).
 //!
-//! Needs `e2e/stack up && eval "$(e2e/stack env)"` (KUBECONFIG, TRACEHOUSE_POD_LOGS). Each
-//! test works in a namespace of its own and deletes it at the end, pass or fail.
+//! Needs `e2e/stack up && eval "$(e2e/stack env)"` (KUBECONFIG, TRACEHOUSE_POD_LOGS,
+//! TRACEHOUSE_COLLECTOR_IMAGE). Each test works in a namespace of its own and deletes it at
+//! the end, pass or fail.
 #![cfg(feature = "stack-tests")]
 
 use std::collections::BTreeMap;
@@ -17,6 +19,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use serde_json::json;
+use tracehouse_e2e::k8s::collector_image;
 use tracehouse_e2e::k8s::{client, http_get, pod_pid, pod_ready, wait_for, with_namespace};
 use tracehouse_e2e::stack_var;
 
@@ -33,6 +36,7 @@ where
 
 /// A Deployment of `replicas` `serve-health` processes of the collector image.
 fn health_deployment(name: &str, replicas: i32) -> Deployment {
+    let image = collector_image();
     serde_json::from_value(json!({
         "metadata": { "name": name },
         "spec": {
@@ -44,7 +48,7 @@ fn health_deployment(name: &str, replicas: i32) -> Deployment {
                     "terminationGracePeriodSeconds": 10,
                     "containers": [{
                         "name": "collector",
-                        "image": "tracehouse/collector:e2e",
+                        "image": image,
                         "args": ["serve-health"],
                         "env": [{ "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } }],
                         "ports": [{ "name": "health", "containerPort": HEALTH_PORT }],
@@ -270,12 +274,13 @@ async fn crashing_process_is_restarted_with_a_rising_restart_count() {
     in_namespace("th-crash", |client, ns| async move {
         wait_for_default_service_account(&client, &ns).await;
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let image = collector_image();
         let pod: Pod = serde_json::from_value(json!({
             "metadata": { "name": "crasher" },
             "spec": {
                 "containers": [{
                     "name": "collector",
-                    "image": "tracehouse/collector",
+                    "image": image,
                     "args": ["serve-health", "--exit-after-secs", "1", "--exit-code", "3"],
                     "env": [{ "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } }]
                 }]
@@ -323,7 +328,7 @@ async fn crashing_process_is_restarted_with_a_rising_restart_count() {
 }
 
 #[tokio::test]
-async fn pod_of_an_unknown_image_is_reported_with_the_image_named() {
+async fn pod_of_an_image_not_in_local_storage_waits_in_image_pull_backoff() {
     in_namespace("th-image", |client, ns| async move {
         wait_for_default_service_account(&client, &ns).await;
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -335,29 +340,31 @@ async fn pod_of_an_unknown_image_is_reported_with_the_image_named() {
         pods.create(&PostParams::default(), &pod)
             .await
             .expect("creating the pod");
+        // ErrImagePull at the first attempt, ImagePullBackOff while it waits to retry.
         let waiting = wait_for(
-            "the container to be Waiting with a reason",
+            "the container to wait in ImagePullBackOff",
             Duration::from_secs(30),
             || async {
                 let pod = pods.get("web").await.map_err(|e| e.to_string())?;
-                pod.status
+                let w = pod
+                    .status
                     .as_ref()
                     .and_then(|s| s.container_statuses.as_ref())
                     .and_then(|cs| cs.first())
                     .and_then(|c| c.state.as_ref()?.waiting.clone())
-                    .filter(|w| w.reason.as_deref() == Some("UnknownImage"))
-                    .ok_or_else(|| format!("{:?}", pod.status))
+                    .ok_or_else(|| format!("{:?}", pod.status))?;
+                match w.reason.as_deref() {
+                    Some("ImagePullBackOff") => Ok(w),
+                    other => Err(format!("{other:?}: {:?}", w.message)),
+                }
             },
         )
         .await;
         let message = waiting.message.unwrap_or_default();
         assert!(
-            message.contains("\"nginx:1.27\""),
-            "message names the image: {message}"
-        );
-        assert!(
-            message.contains("tracehouse/collector"),
-            "message lists the known images: {message}"
+            message.contains("\"nginx:1.27\"")
+                && message.contains("not in this node's image storage"),
+            "message names the image and why: {message}"
         );
         let pod = pods.get("web").await.expect("pod");
         assert_eq!(pod.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
@@ -397,12 +404,13 @@ async fn pod_env_volumes_and_service_account_reach_the_process() {
         secrets.create(&PostParams::default(), &secret).await.expect("secret");
 
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let image = collector_image();
         let pod: Pod = serde_json::from_value(json!({
             "metadata": { "name": "env" },
             "spec": {
                 "containers": [{
                     "name": "collector",
-                    "image": "tracehouse/collector",
+                    "image": image,
                     "args": ["serve-health"],
                     "envFrom": [{ "prefix": "CM_", "configMapRef": { "name": "demo" } }],
                     "env": [
@@ -446,18 +454,48 @@ async fn pod_env_volumes_and_service_account_reach_the_process() {
         assert_eq!(var("CM_level"), "debug", "envFrom with prefix");
         assert_eq!(var("PASSWORD"), "s3cret");
         assert_eq!(var("URL"), format!("http://{ip}:8080"), "$(VAR) expansion");
-        // The mounted path is rewritten to the pod's volume directory, which holds the ConfigMap.
-        let config_file = PathBuf::from(var("CONFIG_FILE"));
-        assert!(config_file.ends_with("volumes/config/config.yaml"), "rewritten: {}", config_file.display());
+        // The process runs chrooted in the image's root: the ConfigMap and Secret are files at
+        // their mount paths there, as in a container.
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        assert_eq!(var("CONFIG_FILE"), "/etc/demo/config.yaml", "paths are not rewritten");
+        let config_file = root.join("etc/demo/config.yaml");
         assert_eq!(std::fs::read_to_string(&config_file).unwrap(), "version: 1\n");
-        let secret_file = config_file.parent().unwrap().parent().unwrap().join("secret/password");
-        assert_eq!(std::fs::read_to_string(&secret_file).unwrap(), "s3cret");
+        assert_eq!(
+            std::fs::read_to_string(root.join("etc/secret/password")).unwrap(),
+            "s3cret"
+        );
+        assert!(
+            root.join("usr/local/bin/tracehouse-collector").is_file(),
+            "the root is the image's"
+        );
+        assert!(!root.join("root/.cache").exists(), "not the host's root");
+        // PID 1 of its own PID namespace, as the image's user (65532, distroless nonroot).
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        assert_eq!(field("NSpid:").last().map(String::as_str), Some("1"), "{status}");
+        assert_eq!(field("Uid:").first().map(String::as_str), Some("65532"), "{status}");
 
-        // The process's KUBECONFIG authenticates as the pod's service account.
-        let kc = Kubeconfig::read_from(var("KUBECONFIG")).expect("pod kubeconfig");
+        // In-cluster configuration works: the service-account token, CA and namespace at the
+        // standard path, the API server in KUBERNETES_SERVICE_HOST/PORT.
+        let sa = root.join("var/run/secrets/kubernetes.io/serviceaccount");
+        assert_eq!(std::fs::read_to_string(sa.join("namespace")).unwrap(), ns);
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://{}:{}\n    certificate-authority: {}\nusers:\n- name: u\n  user:\n    tokenFile: {}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n",
+            var("KUBERNETES_SERVICE_HOST"),
+            var("KUBERNETES_SERVICE_PORT"),
+            sa.join("ca.crt").display(),
+            sa.join("token").display(),
+        );
+        let kc = Kubeconfig::from_yaml(&kubeconfig).expect("kubeconfig from the pod's files");
         let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
             .await
-            .expect("pod kubeconfig loads");
+            .expect("pod credentials load");
         let as_pod = Client::try_from(config).expect("client");
         let review = Api::<SelfSubjectReview>::all(as_pod)
             .create(&PostParams::default(), &SelfSubjectReview::default())
@@ -485,18 +523,19 @@ async fn init_container_completes_before_the_main_container_starts() {
     in_namespace("th-init", |client, ns| async move {
         wait_for_default_service_account(&client, &ns).await;
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let image = collector_image();
         let pod: Pod = serde_json::from_value(json!({
             "metadata": { "name": "init" },
             "spec": {
                 "initContainers": [{
                     "name": "prepare",
-                    "image": "tracehouse/collector",
+                    "image": image,
                     "args": ["serve-health", "--port", "8081", "--exit-after-secs", "1", "--exit-code", "0"],
                     "env": [{ "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } }]
                 }],
                 "containers": [{
                     "name": "collector",
-                    "image": "tracehouse/collector",
+                    "image": image,
                     "args": ["serve-health"],
                     "env": [{ "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } }]
                 }]

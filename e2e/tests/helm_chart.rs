@@ -1,0 +1,528 @@
+//! The Helm chart on the local cluster, end to end, with the images built from the current
+//! build: `helm lint` and the `helm template` goldens; `helm uninstall` (operator gone, CRD,
+//! pipelines and ClickHouse data kept); `helm install` with the sample TracePipeline →
+//! operator pods from the operator image → collector pods from the collector image → spans
+//! delivered exactly once; `helm upgrade` with a changed value rolls the operator; a CRD change
+//! reaches the cluster on upgrade.
+//!
+//! The release is the stack's own (`tracehouse` in `tracehouse-system`: the CRD belongs to one
+//! release), so the operator is briefly down while this runs; the test leaves the stack's
+//! release installed as `e2e/stack up` makes it (k8s_operator_up), pass or fail.
+//! Needs `e2e/stack up && eval "$(e2e/stack env)"`.
+#![cfg(feature = "stack-tests")]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::FutureExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams};
+use kube::core::{DynamicObject, GroupVersionKind};
+use kube::discovery::ApiResource;
+use kube::{Api, Client, ResourceExt};
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+use serde_json::json;
+use tracehouse_e2e::k8s::{client, collector_image, operator_image, pod_ready, wait_for};
+use tracehouse_e2e::{kafka_admin, run_repo_command, stack_var, unique_name};
+
+const RELEASE: &str = "tracehouse";
+const NAMESPACE: &str = "tracehouse-system";
+const OPERATOR: &str = "tracehouse-operator";
+const CRD: &str = "tracepipelines.tracehouse.dev";
+const SPANS: u64 = 20_000;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `helm ARGS…` against the stack (its admin kubeconfig); the test fails on a non-zero exit.
+fn helm(args: &[&str]) -> String {
+    let mut all = vec![stack_var("TRACEHOUSE_HELM")];
+    all.push("--kubeconfig".into());
+    all.push(stack_var("KUBECONFIG"));
+    all.extend(args.iter().map(|a| (*a).to_owned()));
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    run_repo_command(&refs)
+}
+
+/// A binary of the workspace's last build (`e2e/test` builds them all before the tests).
+fn workspace_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    // target/debug/deps/helm_chart-… → target/debug/<name>
+    exe.parent()
+        .and_then(Path::parent)
+        .map(|d| d.join(name))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} is not built next to {}: cargo build --workspace --bins",
+                exe.display()
+            )
+        })
+}
+
+fn tracepipelines(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("tracehouse.dev", "v1alpha1", "TracePipeline");
+    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk))
+}
+
+/// The operator's pods that are Ready and not terminating, by name.
+async fn ready_operator_pods(client: &Client) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    pods.list(&ListParams::default().labels("app.kubernetes.io/name=tracehouse-operator"))
+        .await
+        .expect("listing operator pods")
+        .items
+        .into_iter()
+        .filter(|p| pod_ready(p) && p.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+/// The image and image id the node agent reports for the pod's first container.
+fn pod_image(pod: &Pod) -> (String, String) {
+    let cs = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .expect("container status");
+    (cs.image.clone(), cs.image_id.clone())
+}
+
+#[test]
+fn chart_lints_and_renders_its_goldens() {
+    run_repo_command(&[
+        &stack_var("TRACEHOUSE_HELM"),
+        "lint",
+        "--strict",
+        "charts/tracehouse",
+    ]);
+    // The goldens, config/ and the chart's copies of crds/ and config/rbac/role.yaml.
+    run_repo_command(&["charts/gen", "--check"]);
+    // The strict schema refuses an unknown value, naming it.
+    let out = std::process::Command::new(stack_var("TRACEHOUSE_HELM"))
+        .args([
+            "template",
+            "x",
+            "charts/tracehouse",
+            "--kube-version",
+            "1.36.0",
+            "--set",
+            "replicas=3",
+        ])
+        .current_dir(repo())
+        .output()
+        .expect("helm template");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("additional properties 'replicas' not allowed"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn helm_uninstall_install_upgrade_on_the_local_cluster() {
+    let client = client().await;
+    let name = unique_name("chart").replace('_', "-").to_lowercase();
+    let topic = name.replace('-', "_");
+    let database = topic.clone();
+    let work = std::env::temp_dir().join(&name);
+    std::fs::create_dir_all(&work).unwrap();
+
+    let outcome = std::panic::AssertUnwindSafe(scenario(&client, &name, &topic, &database, &work))
+        .catch_unwind()
+        .await;
+
+    // Whatever happened: the stack's release back as `e2e/stack up` installs it, then the
+    // sample pipeline removed by that operator (its finalizer), topic and database dropped.
+    let restored = std::panic::catch_unwind(|| {
+        run_repo_command(&[
+            "bash",
+            "-c",
+            "source e2e/lib/common.sh && source e2e/lib/clickhouse.sh && source e2e/lib/k8s.sh && k8s_operator_up",
+        ])
+    });
+    if let Err(e) = tracepipelines(&client, "default")
+        .delete(&name, &DeleteParams::default())
+        .await
+    {
+        eprintln!("cleanup: cannot delete TracePipeline default/{name}: {e}");
+    }
+    let gone = std::panic::AssertUnwindSafe(wait_for(
+        "the sample pipeline to be deleted",
+        Duration::from_secs(60),
+        || async {
+            match tracepipelines(&client, "default").get_opt(&name).await {
+                Ok(None) => Ok(()),
+                other => Err(format!(
+                    "{:?}",
+                    other.map(|o| o.map(|o| o.metadata.finalizers))
+                )),
+            }
+        },
+    ))
+    .catch_unwind()
+    .await;
+    tracehouse_e2e::delete_topics(&[&topic]).await;
+    tracehouse_e2e::drop_database(&database).await;
+    let _ = std::fs::remove_dir_all(&work);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+    restored.expect("restoring the stack's operator release");
+    gone.expect("the sample pipeline is cleaned up");
+}
+
+async fn scenario(client: &Client, name: &str, topic: &str, database: &str, work: &Path) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
+    assert!(
+        helm(&["list", "-n", NAMESPACE, "-q"])
+            .lines()
+            .any(|l| l == RELEASE),
+        "the stack installs the operator as helm release {NAMESPACE}/{RELEASE}"
+    );
+
+    // 1. helm uninstall: the operator goes; the CRD (resource-policy keep) stays.
+    helm(&[
+        "uninstall",
+        RELEASE,
+        "-n",
+        NAMESPACE,
+        "--wait",
+        "--timeout",
+        "120s",
+    ]);
+    wait_for(
+        "the operator Deployment to be gone",
+        Duration::from_secs(60),
+        || async {
+            match deployments.get_opt(OPERATOR).await {
+                Ok(None) => Ok(()),
+                other => Err(format!("{:?}", other.map(|d| d.map(|d| d.status)))),
+            }
+        },
+    )
+    .await;
+    assert!(
+        accounts.get_opt(OPERATOR).await.unwrap().is_none(),
+        "ServiceAccount removed"
+    );
+    assert!(
+        crds.get_opt(CRD).await.unwrap().is_some(),
+        "uninstall keeps the CRD"
+    );
+
+    // 2. helm install with the sample TracePipeline (Kafka topic → a fresh database).
+    kafka_admin()
+        .create_topics(
+            &[NewTopic::new(topic, 4, TopicReplication::Fixed(1))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .expect("create_topics")
+        .into_iter()
+        .for_each(|r| {
+            r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
+        });
+    let values = work.join("values.json");
+    std::fs::write(
+        &values,
+        json!({
+            "sample": {
+                "enabled": true,
+                "name": name,
+                "namespace": "default",
+                "spec": {
+                    "kafka": {
+                        "bootstrapServers": stack_var("KAFKA_BROKERS"),
+                        "topics": [topic],
+                        "consumerGroup": name,
+                        "encoding": "otlp_proto"
+                    },
+                    "clickhouse": {
+                        "endpoint": stack_var("CLICKHOUSE_URL"),
+                        "database": database,
+                        "table": "otel_traces",
+                        "credentials": { "name": "tracehouse-clickhouse" }
+                    },
+                    "collector": {
+                        "batch": { "lingerMs": 500 },
+                        "maxInflightBytes": 67108864,
+                        "resources": { "requests": { "cpu": "100m", "memory": "128Mi" } }
+                    },
+                    "replicas": { "partitionsPerReplica": 2, "min": 1, "max": 2 }
+                }
+            }
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let values = values.display().to_string();
+    helm(&[
+        "install",
+        RELEASE,
+        "charts/tracehouse",
+        "-n",
+        NAMESPACE,
+        "--create-namespace",
+        "-f",
+        "config/local/values.yaml",
+        "-f",
+        &values,
+        "--wait",
+        "--timeout",
+        "180s",
+    ]);
+    let first = wait_for(
+        "2 Ready operator pods",
+        Duration::from_secs(120),
+        || async {
+            let pods = ready_operator_pods(client).await;
+            if pods.len() == 2 {
+                Ok(pods)
+            } else {
+                Err(format!("{} ready", pods.len()))
+            }
+        },
+    )
+    .await;
+    for pod in &first {
+        let (image, id) = pod_image(pod);
+        assert_eq!(
+            image,
+            operator_image(),
+            "{} runs the operator image",
+            pod.name_any()
+        );
+        assert!(
+            id.starts_with("sha256:"),
+            "image id from local storage: {id}"
+        );
+    }
+
+    // 3. The sample pipeline becomes Ready; its gateway pods run the collector image.
+    let pipelines = tracepipelines(client, "default");
+    wait_for(
+        "the sample TracePipeline to be Ready",
+        Duration::from_secs(240),
+        || async {
+            let tp = pipelines.get(name).await.map_err(|e| e.to_string())?;
+            let ready = tp.data["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            if ready {
+                Ok(())
+            } else {
+                Err(format!("{}", tp.data["status"]))
+            }
+        },
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let gateways = pods
+        .list(&ListParams::default().labels(&format!(
+            "app.kubernetes.io/instance={name},app.kubernetes.io/component=gateway"
+        )))
+        .await
+        .expect("gateway pods")
+        .items;
+    assert!(!gateways.is_empty(), "the sample has gateway pods");
+    for pod in &gateways {
+        assert_eq!(
+            pod_image(pod).0,
+            collector_image(),
+            "{} runs the collector image",
+            pod.name_any()
+        );
+    }
+
+    // 4. Spans through it, exactly once.
+    let generator = format!("{name}-gen");
+    let loadgen = workspace_bin("tracehouse-loadgen");
+    let loadgen = loadgen.display().to_string();
+    let spans = SPANS.to_string();
+    run_repo_command(&[
+        &loadgen,
+        "produce",
+        "--topic",
+        topic,
+        "--partitions",
+        "4",
+        "--spans",
+        &spans,
+        "--generator-id",
+        &generator,
+        "--seed",
+        "12",
+        "-q",
+    ]);
+    wait_for(
+        "every span in ClickHouse exactly once",
+        Duration::from_secs(180),
+        || async {
+            let out = std::process::Command::new(&loadgen)
+                .args(["verify", "--database", database, "--table", "otel_traces"])
+                .args(["--generator-id", &generator, "--expected", &spans])
+                .output()
+                .map_err(|e| e.to_string())?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(String::from_utf8_lossy(&out.stderr).into_owned())
+            }
+        },
+    )
+    .await;
+
+    // 5. helm upgrade with a changed value rolls the operator: new pods replace the old ones.
+    helm(&[
+        "upgrade",
+        RELEASE,
+        "charts/tracehouse",
+        "-n",
+        NAMESPACE,
+        "-f",
+        "config/local/values.yaml",
+        "-f",
+        &values,
+        "--set",
+        "logLevel=debug",
+        "--wait",
+        "--timeout",
+        "180s",
+    ]);
+    let old: Vec<String> = first.iter().map(ResourceExt::name_any).collect();
+    wait_for(
+        "the operator rolled to new pods",
+        Duration::from_secs(120),
+        || async {
+            let pods = ready_operator_pods(client).await;
+            let names: Vec<String> = pods.iter().map(ResourceExt::name_any).collect();
+            let rolled = pods.len() == 2
+                && names.iter().all(|n| !old.contains(n))
+                && pods.iter().all(|p| {
+                    p.spec.as_ref().unwrap().containers[0]
+                        .env
+                        .iter()
+                        .flatten()
+                        .any(|e| e.name == "RUST_LOG" && e.value.as_deref() == Some("debug"))
+                });
+            if rolled {
+                Ok(())
+            } else {
+                Err(format!("{names:?} (before: {old:?})"))
+            }
+        },
+    )
+    .await;
+
+    // 6. A CRD change reaches the cluster on upgrade: a copy of the chart whose CRD has one
+    //    more category, then the repository's chart again.
+    let chart = work.join("chart");
+    run_repo_command(&[
+        "cp",
+        "-r",
+        "charts/tracehouse",
+        &chart.display().to_string(),
+    ]);
+    let crd_file = chart.join("files/crds/tracepipelines.yaml");
+    let text = std::fs::read_to_string(&crd_file).unwrap();
+    let changed = text.replacen(
+        "    categories:\n    - tracehouse\n",
+        "    categories:\n    - tracehouse\n    - tracehouse-e2e\n",
+        1,
+    );
+    assert_ne!(changed, text, "the CRD lists categories");
+    std::fs::write(&crd_file, changed).unwrap();
+    let categories = || async {
+        crds.get(CRD)
+            .await
+            .expect("the CRD")
+            .spec
+            .names
+            .categories
+            .unwrap_or_default()
+    };
+    let chart_dir = chart.display().to_string();
+    helm(&[
+        "upgrade",
+        RELEASE,
+        &chart_dir,
+        "-n",
+        NAMESPACE,
+        "-f",
+        "config/local/values.yaml",
+        "-f",
+        &values,
+        "--wait",
+    ]);
+    assert_eq!(
+        categories().await,
+        ["tracehouse", "tracehouse-e2e"],
+        "upgrade applied the CRD change"
+    );
+    helm(&[
+        "upgrade",
+        RELEASE,
+        "charts/tracehouse",
+        "-n",
+        NAMESPACE,
+        "-f",
+        "config/local/values.yaml",
+        "-f",
+        &values,
+        "--wait",
+    ]);
+    assert_eq!(
+        categories().await,
+        ["tracehouse"],
+        "and the next upgrade took it back"
+    );
+
+    // 7. helm uninstall: operator gone; CRD, the pipeline and the spans in ClickHouse stay.
+    helm(&[
+        "uninstall",
+        RELEASE,
+        "-n",
+        NAMESPACE,
+        "--wait",
+        "--timeout",
+        "120s",
+    ]);
+    wait_for(
+        "the operator Deployment to be gone",
+        Duration::from_secs(60),
+        || async {
+            match deployments.get_opt(OPERATOR).await {
+                Ok(None) => Ok(()),
+                other => Err(format!("{:?}", other.map(|d| d.is_some()))),
+            }
+        },
+    )
+    .await;
+    assert!(
+        crds.get_opt(CRD).await.unwrap().is_some(),
+        "uninstall keeps the CRD"
+    );
+    assert!(
+        pipelines.get_opt(name).await.unwrap().is_some(),
+        "and the pipeline"
+    );
+    let out = std::process::Command::new(&loadgen)
+        .args(["verify", "--database", database, "--table", "otel_traces"])
+        .args(["--generator-id", &generator, "--expected", &spans])
+        .output()
+        .expect("verify");
+    assert!(
+        out.status.success(),
+        "the spans are still in ClickHouse after uninstall: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -98,7 +98,7 @@ pub fn init(json: &str) -> ! {
         Ok(never) => match never {},
         Err(e) => e,
     };
-    eprintln!("tracehouse-pod-init: {err}");
+    eprintln!("tracehouse-node-agent pod-init: {err}");
     std::process::exit(127);
 }
 

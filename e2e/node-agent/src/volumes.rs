@@ -1,8 +1,8 @@
 //! Pod volumes as directories on the host, and each container's mount table.
 //!
 //! Each volume is a directory `<pod dir>/volumes/<volume>` (a hostPath volume is the host path
-//! itself). A container gets a [`Mounts`] table (mountPath → host directory, `readOnly`), which
-//! `tracehouse-pod-init` binds into the container's root filesystem at the mount paths. See
+//! itself). A container gets a [`Mounts`] table (mountPath → host directory, `readOnly`), which the
+//! container's init (`sandbox`) binds into its root filesystem at the mount paths. See
 //! `e2e/node-agent/README.md`.
 
 use std::collections::BTreeSet;

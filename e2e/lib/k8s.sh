@@ -241,6 +241,9 @@ k8s_operator_up() {
     k create secret generic tracehouse-clickhouse -n default --from-literal=username="$CLICKHOUSE_USER_NAME" \
       --from-literal=password="$(clickhouse_password)" --dry-run=client -o yaml | k apply --server-side -f -
     k8s_adopt_kubectl_install
+    # The chart's copies of crds/ and config/rbac/role.yaml follow their sources (a regenerated
+    # CRD reaches the stack at once; e2e/test's `charts/gen --check` says what to commit).
+    "$REPO_DIR/charts/gen"
     helm_ upgrade --install "$OPERATOR_RELEASE" "$CHART_DIR" --namespace "$OPERATOR_NAMESPACE" --create-namespace \
       -f "$OPERATOR_VALUES" --set-string "podAnnotations.tracehouse\.dev/image-id=$image_id" \
       --wait --timeout 180s

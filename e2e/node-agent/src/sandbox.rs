@@ -1,6 +1,7 @@
 //! The container sandbox: how a container's process is started from its image.
 //!
-//! The node agent runs `unshare --pid --mount --uts --fork --kill-child <agent> pod-init SPEC`.
+//! The node agent runs
+//! `/usr/bin/unshare --pid --mount --uts --fork --kill-child <agent> pod-init SPEC`.
 //! `unshare` makes new PID, mount and UTS namespaces and forks; the child (the agent binary
 //! again, PID 1 of the new PID namespace) runs [`init`], which builds the container's root
 //! and `exec`s the container's program in it, so the program is PID 1 of its namespace:
@@ -24,6 +25,10 @@ use std::path::{Path, PathBuf};
 use nix::mount::{MsFlags, mount};
 use nix::unistd::{Gid, Uid, chdir, chroot, execvp, setgid, setgroups, sethostname, setuid};
 use serde::{Deserialize, Serialize};
+
+/// util-linux's `unshare` (Debian's path). Absolute, because the pid records name the leader's
+/// executable and leftovers are only killed while `/proc/<pid>/exe` still matches it.
+const UNSHARE: &str = "/usr/bin/unshare";
 
 /// The argument that switches the agent binary into [`init`].
 pub const INIT_ARG: &str = "pod-init";
@@ -72,7 +77,7 @@ pub fn command(agent_exe: &Path, spec: &InitSpec) -> (PathBuf, Vec<String>) {
     .map(str::to_owned)
     .chain([agent_exe.display().to_string(), INIT_ARG.to_owned(), json])
     .collect();
-    (PathBuf::from("unshare"), args)
+    (PathBuf::from(UNSHARE), args)
 }
 
 /// Empties the container's writable layer before a start.
@@ -279,7 +284,7 @@ mod tests {
     #[test]
     fn command_runs_unshare_with_the_agent_as_init_and_the_spec_as_json() {
         let (program, args) = command(Path::new("/proc/42/exe"), &spec());
-        assert_eq!(program, Path::new("unshare"));
+        assert_eq!(program, Path::new("/usr/bin/unshare"));
         let init_at = args.iter().position(|a| a == "/proc/42/exe").unwrap();
         for flag in ["--pid", "--mount", "--uts", "--fork", "--kill-child"] {
             assert!(

@@ -25,6 +25,9 @@ pub enum QueryKind {
     PromQL(String),
     /// SQL (`rawSql` of a grafana-clickhouse-datasource target, or a variable's query).
     Sql(String),
+    /// A Prometheus variable's `label_values(selector, label)`: Grafana asks Prometheus for
+    /// the values of `label` on the series `selector` matches.
+    LabelValues { selector: String, label: String },
 }
 
 /// Every panel target (rows' nested panels too) and every query variable of `dashboard`.
@@ -62,11 +65,22 @@ pub fn queries(dashboard: &Value) -> Vec<Query> {
         }
         let origin = format!("variable {}", v["name"].as_str().unwrap_or("?"));
         let query = v["query"].as_str().unwrap_or_default().to_owned();
-        // Prometheus variables use Grafana's own label_values(), not PromQL.
         if v["datasource"]["type"] == "grafana-clickhouse-datasource" {
             out.push(Query {
                 origin,
                 kind: QueryKind::Sql(query),
+            });
+        } else if let Some((selector, label)) = query
+            .strip_prefix("label_values(")
+            .and_then(|q| q.strip_suffix(')'))
+            .and_then(|q| q.rsplit_once(','))
+        {
+            out.push(Query {
+                origin,
+                kind: QueryKind::LabelValues {
+                    selector: selector.trim().to_owned(),
+                    label: label.trim().to_owned(),
+                },
             });
         }
     }
@@ -362,7 +376,7 @@ mod tests {
             "templating": {"list": [
                 {"type": "query", "name": "svc", "query": "SELECT 2",
                  "datasource": {"type": "grafana-clickhouse-datasource"}},
-                {"type": "query", "name": "ns", "query": "label_values(up, namespace)",
+                {"type": "query", "name": "ns", "query": "label_values(up{a=~\"$x\", b=\"c\"}, namespace)",
                  "datasource": {"type": "prometheus"}},
                 {"type": "textbox", "name": "t", "query": "x"}
             ]}
@@ -382,6 +396,13 @@ mod tests {
                 Query {
                     origin: "variable svc".into(),
                     kind: QueryKind::Sql("SELECT 2".into())
+                },
+                Query {
+                    origin: "variable ns".into(),
+                    kind: QueryKind::LabelValues {
+                        selector: r#"up{a=~"$x", b="c"}"#.into(),
+                        label: "namespace".into()
+                    }
                 },
             ]
         );

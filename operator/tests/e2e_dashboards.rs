@@ -6,6 +6,7 @@
 //! - every PromQL expression of every Gateway and Operator panel, and every signal of every
 //!   alert (charts/tracehouse/dashboards/gen/alert-signals.json), returns at least one series
 //!   from the stack's Prometheus, which scrapes the pods it discovers through the API server;
+//! - every Prometheus template variable (`label_values`) lists the namespace, pipelines, pods;
 //! - every alert rule is loaded by that Prometheus and evaluates without error;
 //! - every metric name those expressions read is in the pods' own `/metrics`;
 //! - every SQL query of the Traces dashboards (panels and the `service` variable), with the
@@ -98,6 +99,7 @@ async fn every_dashboard_and_alert_query_returns_data_after_a_load() {
             );
 
             every_expression_returns_series(&prometheus, &exprs).await;
+            every_variable_has_values(&prometheus, &ns).await;
             every_rule_is_healthy(&prometheus).await;
             every_sql_query_returns_rows("tracehouse-traces-map.json", &map_db).await;
             every_sql_query_returns_rows("tracehouse-traces-json.json", &json_db).await;
@@ -305,6 +307,45 @@ async fn every_expression_returns_series(prometheus: &str, exprs: &[(String, Str
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
     }
+}
+
+/// Every Prometheus template variable (`label_values(selector, label)`) lists this test's
+/// namespace, its pipelines and their pods, as Grafana's variable dropdowns would.
+async fn every_variable_has_values(prometheus: &str, ns: &str) {
+    let vars = BTreeMap::from([("namespace", ns.to_owned()), ("pipeline", ".*".to_owned())]);
+    let mut checked = 0;
+    for file in ["tracehouse-gateway.json", "tracehouse-operator.json"] {
+        for q in grafana::queries(&dashboard(file)) {
+            let QueryKind::LabelValues { selector, label } = q.kind else {
+                continue;
+            };
+            let selector = grafana::interpolate(&selector, &vars);
+            let body = prometheus_get(
+                prometheus,
+                &format!("/api/v1/label/{label}/values"),
+                &[("match[]", selector.as_str())],
+            )
+            .await;
+            let values: Vec<&str> = body["data"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let expected = match label.as_str() {
+                "namespace" => Some(ns),
+                "pipeline" => Some("map"),
+                _ => None,
+            };
+            assert!(
+                !values.is_empty() && expected.is_none_or(|e| values.contains(&e)),
+                "{file}: {}: label_values({selector}, {label}) gave {values:?}",
+                q.origin
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 5, "expected 3 Gateway and 2 Operator variables");
 }
 
 /// Every shipped alert rule is loaded by the stack's Prometheus and evaluates without error.

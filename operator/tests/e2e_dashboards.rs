@@ -424,6 +424,24 @@ async fn every_sql_query_returns_rows(file: &str, database: &str) {
             "{file}: panel {} returned no rows on {database}.otel_traces",
             q.origin
         );
+        // The panels that read an attribute (the part that differs between the variants) must
+        // read real values, not empty strings: every loadgen span has these attributes.
+        let attribute_column = match q.origin.as_str() {
+            "Error spans by HTTP status code / A" => Some(1),
+            "Latest error spans / A" => Some(3),
+            _ => None,
+        };
+        if let Some(col) = attribute_column {
+            let read = rows
+                .lines()
+                .filter_map(|l| l.split('\t').nth(col))
+                .any(|v| !v.is_empty() && v != "\\N");
+            assert!(
+                read,
+                "{file}: panel {} read no attribute value (column {col}) on {database}: {rows}",
+                q.origin
+            );
+        }
         ran += 1;
     }
     eprintln!("{file}: {ran} SQL queries each returned rows on {database}.otel_traces");

@@ -3,6 +3,9 @@
 Collector series come from the pods' /metrics (collector/src/metrics.rs); the pipeline's
 partitions, replicas and limits from the operator's per-pipeline series
 (operator/src/metrics.rs), which carry the pipeline's `namespace` and `pipeline` labels.
+
+Not yet here: the autoscaler's decisions (scale up/down and why). The operator exports no
+such metric yet; their panel belongs in the "Lag and scaling" row once it does.
 """
 
 from grafana_foundation_sdk.builders import dashboard

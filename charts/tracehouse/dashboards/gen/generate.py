@@ -3,6 +3,10 @@
 
     python generate.py            write the files
     python generate.py --check    exit 1, naming the stale files, when they differ
+    python generate.py --check-rendered FILE
+                                  FILE is `helm template` of the chart with dashboards.enabled and
+                                  prometheusRule.enabled: its ConfigMaps and PrometheusRule must
+                                  carry exactly the generated dashboards and rules
 
 Run through charts/tracehouse/dashboards/gen/generate (it installs the pinned packages of
 requirements.txt into a venv of its own under ~/.cache/tracehouse).
@@ -100,10 +104,36 @@ def outputs() -> dict[Path, str]:
     return files
 
 
+def check_rendered(path: str) -> int:
+    docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d]
+    shipped = {}
+    for d in docs:
+        if d.get("kind") == "ConfigMap" and d["metadata"].get("labels", {}).get("grafana_dashboard") == "1":
+            shipped.update(d.get("data", {}))
+    problems = []
+    for p in sorted((CHART / "dashboards").glob("*.json")):
+        if p.name not in shipped:
+            problems.append(f"dashboard {p.name} is not in a ConfigMap labelled grafana_dashboard: \"1\"")
+        elif json.loads(shipped[p.name]) != json.loads(p.read_text()):
+            problems.append(f"the ConfigMap of {p.name} differs from the file")
+    rules = [d for d in docs if d.get("kind") == "PrometheusRule"]
+    want = yaml.safe_load((CHART / "rules" / "tracehouse-alerts.yaml").read_text())
+    if len(rules) != 1 or rules[0].get("spec") != want:
+        problems.append("the PrometheusRule's spec is not rules/tracehouse-alerts.yaml")
+    for problem in problems:
+        print(f"chart: {problem}", file=sys.stderr)
+    if not problems:
+        print(f"chart ships the {len(shipped)} dashboards and the {len(want['groups'][0]['rules'])} alert rules")
+    return 1 if problems else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail when a committed file is stale")
+    parser.add_argument("--check-rendered", metavar="FILE", help="check `helm template` output (see above)")
     args = parser.parse_args()
+    if args.check_rendered:
+        return check_rendered(args.check_rendered)
     files = outputs()
     if args.check:
         stale = [p for p, text in files.items() if not p.exists() or p.read_text() != text]

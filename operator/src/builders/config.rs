@@ -1,0 +1,147 @@
+//! The collector's configuration for a pipeline, rendered with the collector's own `Config`
+//! type and validated by its own `validate()`, so the operator can never write a
+//! `collector.yaml` the collector refuses; and the hash that rolls the pods when it changes.
+
+use sha2::{Digest, Sha256};
+use tracehouse_collector::config as collector;
+
+use super::kafka_security::kafka_security_properties;
+use super::{BuildError, METRICS_PORT, invalid};
+use crate::crd::{self, TracePipeline};
+
+/// The collector drains for this long on SIGTERM (must stay below the grace period).
+const SHUTDOWN_DEADLINE_MS: u64 = 25_000;
+
+fn usize_field(field: &'static str, v: i64) -> Result<usize, BuildError> {
+    usize::try_from(v)
+        .ok()
+        .filter(|v| *v > 0)
+        .ok_or_else(|| invalid(field, format!("must be a positive number, got {v}")))
+}
+
+/// The collector's configuration for this pipeline, validated by the collector's own rules.
+pub fn collector_config(tp: &TracePipeline) -> Result<collector::Config, BuildError> {
+    let s = &tp.spec;
+    let c = &s.collector;
+    let mut cfg = collector::Config::default();
+    cfg.kafka.brokers = s.kafka.bootstrap_servers.clone();
+    cfg.kafka.topics = s.kafka.topics.clone();
+    cfg.kafka.group_id = tp.consumer_group();
+    cfg.kafka.encoding = match s.kafka.encoding {
+        crd::Encoding::OtlpProto => collector::Encoding::OtlpProto,
+        crd::Encoding::OtlpJson => collector::Encoding::OtlpJson,
+    };
+    cfg.kafka.dead_letter_topic = s.kafka.dead_letter_topic.clone();
+    cfg.kafka.properties = s.kafka.properties.clone();
+    cfg.kafka.properties.extend(kafka_security_properties(
+        s.kafka.tls.as_ref(),
+        s.kafka.sasl.as_ref(),
+    ));
+    let ch = &s.clickhouse;
+    cfg.clickhouse.url = ch.endpoint.clone();
+    cfg.clickhouse.database = ch.database.clone();
+    cfg.clickhouse.table = ch.table.clone();
+    cfg.clickhouse.attributes = match ch.schema.attributes {
+        crd::Attributes::Map => collector::AttributesKind::Map,
+        crd::Attributes::Json => collector::AttributesKind::Json,
+    };
+    cfg.clickhouse.attribute_keys = ch.schema.attribute_keys_columns;
+    cfg.clickhouse.insert_format = match ch.insert_format {
+        crd::InsertFormat::Auto => collector::InsertFormat::Auto,
+        crd::InsertFormat::Native => collector::InsertFormat::Native,
+        crd::InsertFormat::RowBinary => collector::InsertFormat::RowBinary,
+    };
+    // Credentials come from the environment (CLICKHOUSE_USER / CLICKHOUSE_PASSWORD, filled
+    // from the Secret), never from this file.
+    cfg.clickhouse.user = None;
+    cfg.clickhouse.password_file = None;
+    cfg.clickhouse.max_inflight_inserts = usize::try_from(c.max_inflight_inserts)
+        .ok()
+        .filter(|v| *v > 0)
+        .ok_or_else(|| invalid("spec.collector.maxInflightInserts", "must be at least 1"))?;
+    cfg.batch.max_bytes = usize_field("spec.collector.batch.maxBytes", c.batch.max_bytes)?;
+    cfg.batch.max_records = usize_field("spec.collector.batch.maxRecords", c.batch.max_records)?;
+    cfg.batch.linger_ms = u64::try_from(c.batch.linger_ms)
+        .map_err(|_| invalid("spec.collector.batch.lingerMs", "must not be negative"))?;
+    cfg.limits.max_inflight_bytes =
+        usize_field("spec.collector.maxInflightBytes", c.max_inflight_bytes)?;
+    cfg.limits.max_record_bytes = usize_field("spec.collector.maxRecordBytes", c.max_record_bytes)?;
+    // Every pod overrides this with its own address (`--metrics-addr=$(POD_IP):PORT`).
+    cfg.metrics_addr = std::net::SocketAddr::from(([0, 0, 0, 0], METRICS_PORT as u16));
+    cfg.shutdown_deadline_ms = SHUTDOWN_DEADLINE_MS;
+    cfg.validate().map_err(|e| match e {
+        collector::ConfigError::Invalid { field, reason } => invalid(spec_field(field), reason),
+        other => invalid("spec", other),
+    })?;
+    Ok(cfg)
+}
+
+/// The spec field a collector config field comes from, for error messages.
+fn spec_field(collector_field: &str) -> &'static str {
+    match collector_field {
+        "kafka.brokers" => "spec.kafka.bootstrapServers",
+        "kafka.topics" => "spec.kafka.topics",
+        "kafka.dead_letter_topic" => "spec.kafka.deadLetterTopic",
+        "kafka.group_id" => "spec.kafka.consumerGroup",
+        "kafka.properties" => "spec.kafka.properties",
+        "clickhouse.url" => "spec.clickhouse.endpoint",
+        "clickhouse.database" => "spec.clickhouse.database",
+        "clickhouse.table" => "spec.clickhouse.table",
+        "clickhouse.max_inflight_inserts" => "spec.collector.maxInflightInserts",
+        "batch.max_bytes" => "spec.collector.batch.maxBytes",
+        "batch.max_records" => "spec.collector.batch.maxRecords",
+        "limits.max_record_bytes" => "spec.collector.maxRecordBytes",
+        "limits.max_inflight_bytes" => "spec.collector.maxInflightBytes",
+        _ => "spec.collector",
+    }
+}
+
+/// `sha256:<hex>` of the rendered configuration (first 16 bytes: plenty to tell configs apart).
+pub fn config_hash(rendered: &str) -> String {
+    let digest = Sha256::digest(rendered.as_bytes());
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::sample;
+    use super::*;
+
+    #[test]
+    fn collector_config_is_valid_for_the_collector_and_carries_the_spec() {
+        let tp = sample();
+        let cfg = collector_config(&tp).unwrap();
+        assert_eq!(cfg.kafka.brokers, "kafka-0.kafka:9092,kafka-1.kafka:9092");
+        assert_eq!(cfg.kafka.group_id, "tracehouse.shop.orders");
+        assert_eq!(cfg.clickhouse.url, "http://clickhouse.db:8123");
+        assert_eq!(cfg.clickhouse.database, "otel");
+        assert_eq!(cfg.clickhouse.user, None);
+        // What the collector would read back from the ConfigMap is what we rendered.
+        let yaml = serde_yaml::to_string(&cfg).unwrap();
+        let back: collector::Config = serde_yaml::from_str(&yaml).unwrap();
+        back.validate().unwrap();
+        assert_eq!(back, cfg);
+    }
+
+    #[test]
+    fn collector_rules_the_crd_cannot_express_name_the_spec_field() {
+        let mut tp = sample();
+        tp.spec.collector.max_inflight_bytes = 1;
+        let err = collector_config(&tp).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                BuildError::InvalidField {
+                    field: "spec.collector.maxInflightBytes",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let mut tp = sample();
+        tp.spec.clickhouse.endpoint = "clickhouse:8123".into();
+        let err = collector_config(&tp).unwrap_err().to_string();
+        assert!(err.contains("spec.clickhouse.endpoint"), "{err}");
+    }
+}

@@ -1,0 +1,340 @@
+//! The Kubernetes objects of a pipeline's gateway: the collector Deployment (container,
+//! env, volumes, probes, security context), the metrics Service and the
+//! PodDisruptionBudget. Pure; the snapshots in `operator/snapshots/` pin their shape.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
+};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    HTTPGetAction, KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec,
+    Probe, ResourceRequirements, SeccompProfile, SecretKeySelector, SecretVolumeSource,
+    SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::kafka_security::{KAFKA_CA_DIR, KAFKA_CLIENT_CERT_DIR};
+use super::{
+    BuildError, CONFIG_DIR, CONFIG_HASH_ANNOTATION, CONFIG_KEY, CONTAINER,
+    ENV_KAFKA_SASL_PASSWORD, ENV_KAFKA_SASL_USERNAME, METRICS_PORT, Names, labels, meta,
+    selector_labels,
+};
+use crate::crd::TracePipeline;
+
+/// The collector's own shutdown deadline plus a margin before the kubelet kills it.
+const TERMINATION_GRACE_SECONDS: i64 = 35;
+
+fn env_value(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
+
+fn env_field(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                api_version: None,
+                field_path: path.to_owned(),
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+fn env_secret(name: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.to_owned(),
+                key: key.to_owned(),
+                optional: None,
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+fn container_env(tp: &TracePipeline) -> Vec<EnvVar> {
+    let s = &tp.spec;
+    let mut env = vec![
+        env_field("POD_NAME", "metadata.name"),
+        env_field("POD_NAMESPACE", "metadata.namespace"),
+        env_field("POD_IP", "status.podIP"),
+        env_value(
+            "RUST_LOG",
+            s.collector
+                .log_level
+                .clone()
+                .unwrap_or_else(|| "info,librdkafka=warn".to_owned()),
+        ),
+    ];
+    if let Some(c) = &s.clickhouse.credentials {
+        env.push(env_secret("CLICKHOUSE_USER", &c.name, &c.username_key));
+        env.push(env_secret("CLICKHOUSE_PASSWORD", &c.name, &c.password_key));
+    }
+    if let Some(sasl) = &s.kafka.sasl {
+        let c = &sasl.credentials;
+        env.push(env_secret(
+            ENV_KAFKA_SASL_USERNAME,
+            &c.name,
+            &c.username_key,
+        ));
+        env.push(env_secret(
+            ENV_KAFKA_SASL_PASSWORD,
+            &c.name,
+            &c.password_key,
+        ));
+    }
+    // The user's entries come last so they win, as later entries do for the kubelet.
+    env.extend(s.collector.env.iter().cloned());
+    env
+}
+
+fn volumes(tp: &TracePipeline, names: &Names) -> (Vec<Volume>, Vec<VolumeMount>) {
+    let mut volumes = vec![Volume {
+        name: "config".to_owned(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: names.config_map.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }];
+    let mut mounts = vec![VolumeMount {
+        name: "config".to_owned(),
+        mount_path: CONFIG_DIR.to_owned(),
+        read_only: Some(true),
+        ..Default::default()
+    }];
+    let tls = tp.spec.kafka.tls.as_ref();
+    if let Some(ca) = tls.and_then(|t| t.ca.as_ref()) {
+        volumes.push(Volume {
+            name: "kafka-ca".to_owned(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(ca.name.clone()),
+                items: Some(vec![KeyToPath {
+                    key: ca.key.clone(),
+                    path: "ca.crt".to_owned(),
+                    mode: None,
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: "kafka-ca".to_owned(),
+            mount_path: KAFKA_CA_DIR.to_owned(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    if let Some(secret) = tls.and_then(|t| t.client_cert_secret_name.as_ref()) {
+        volumes.push(Volume {
+            name: "kafka-client-cert".to_owned(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.clone()),
+                default_mode: Some(0o400),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: "kafka-client-cert".to_owned(),
+            mount_path: KAFKA_CLIENT_CERT_DIR.to_owned(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    (volumes, mounts)
+}
+
+fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+        .collect()
+}
+
+/// Requests that fit the default in-flight budget (256 MiB) with room for librdkafka's
+/// fetch buffers and the encoders.
+fn default_resources() -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(quantities(&[("cpu", "500m"), ("memory", "512Mi")])),
+        limits: Some(quantities(&[("memory", "1Gi")])),
+        ..Default::default()
+    }
+}
+
+fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::String("metrics".to_owned()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        timeout_seconds: Some(2),
+        failure_threshold: Some(failures),
+        ..Default::default()
+    }
+}
+
+pub(super) fn deployment(
+    tp: &TracePipeline,
+    names: &Names,
+    replicas: i32,
+    config_hash: &str,
+) -> Result<Deployment, BuildError> {
+    let c = &tp.spec.collector;
+    let (volumes, mounts) = volumes(tp, names);
+    let container = Container {
+        name: CONTAINER.to_owned(),
+        image: Some(c.image()),
+        image_pull_policy: c.image_pull_policy.map(|p| p.as_str().to_owned()),
+        args: Some(vec![
+            "run".to_owned(),
+            "--config".to_owned(),
+            format!("{CONFIG_DIR}/{CONFIG_KEY}"),
+            // Each pod listens on its own address: the kubelet (and the local node agent)
+            // expand $(POD_IP) from the env entry above.
+            format!("--metrics-addr=$(POD_IP):{METRICS_PORT}"),
+            "--log-format=json".to_owned(),
+        ]),
+        env: Some(container_env(tp)),
+        ports: Some(vec![ContainerPort {
+            name: Some("metrics".to_owned()),
+            container_port: METRICS_PORT,
+            protocol: Some("TCP".to_owned()),
+            ..Default::default()
+        }]),
+        // Ready once running and ClickHouse answers; alive while the consume loop turns.
+        readiness_probe: Some(http_probe("/readyz", 5, 3)),
+        liveness_probe: Some(Probe {
+            initial_delay_seconds: Some(10),
+            ..http_probe("/healthz", 10, 6)
+        }),
+        resources: Some(c.resources.clone().unwrap_or_else(default_resources)),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_owned()]),
+                add: None,
+            }),
+            ..Default::default()
+        }),
+        volume_mounts: Some(mounts),
+        ..Default::default()
+    };
+    let mut template_meta = ObjectMeta {
+        labels: Some(labels(tp)),
+        annotations: Some(BTreeMap::from([(
+            CONFIG_HASH_ANNOTATION.to_owned(),
+            config_hash.to_owned(),
+        )])),
+        ..Default::default()
+    };
+    template_meta
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(
+            "kubectl.kubernetes.io/default-container".to_owned(),
+            CONTAINER.to_owned(),
+        );
+    Ok(Deployment {
+        metadata: meta(tp, &names.deployment)?,
+        spec: Some(DeploymentSpec {
+            replicas: Some(replicas),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(tp)),
+                match_expressions: None,
+            },
+            // One extra pod at a time and none taken away: throughput holds during a
+            // rollout, and the group rebalances once per replaced pod.
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".to_owned()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_surge: Some(IntOrString::Int(1)),
+                    max_unavailable: Some(IntOrString::Int(0)),
+                }),
+            }),
+            revision_history_limit: Some(5),
+            template: PodTemplateSpec {
+                metadata: Some(template_meta),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    volumes: Some(volumes),
+                    // The collector never talks to the Kubernetes API.
+                    automount_service_account_token: Some(false),
+                    termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(65_532),
+                        run_as_group: Some(65_532),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".to_owned(),
+                            localhost_profile: None,
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+pub(super) fn service(tp: &TracePipeline, names: &Names) -> Result<Service, BuildError> {
+    let mut metadata = meta(tp, &names.service)?;
+    metadata.annotations = Some(BTreeMap::from([
+        ("prometheus.io/scrape".to_owned(), "true".to_owned()),
+        ("prometheus.io/port".to_owned(), METRICS_PORT.to_string()),
+        ("prometheus.io/path".to_owned(), "/metrics".to_owned()),
+    ]));
+    Ok(Service {
+        metadata,
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".to_owned()),
+            selector: Some(selector_labels(tp)),
+            ports: Some(vec![ServicePort {
+                name: Some("metrics".to_owned()),
+                port: METRICS_PORT,
+                target_port: Some(IntOrString::String("metrics".to_owned())),
+                protocol: Some("TCP".to_owned()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+pub(super) fn pdb(tp: &TracePipeline, names: &Names) -> Result<PodDisruptionBudget, BuildError> {
+    Ok(PodDisruptionBudget {
+        metadata: meta(tp, &names.pdb)?,
+        spec: Some(PodDisruptionBudgetSpec {
+            // Voluntary disruptions (drains) take one collector at a time.
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(tp)),
+                match_expressions: None,
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    })
+}

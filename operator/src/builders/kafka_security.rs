@@ -1,0 +1,59 @@
+//! librdkafka security settings implied by `spec.kafka.tls` and `spec.kafka.sasl`, and where
+//! the collector pods find the mounted certificates. Secrets never appear here.
+
+use std::collections::BTreeMap;
+
+use crate::crd::{KafkaSasl, KafkaTls};
+
+/// Where the CA Secret is mounted in the collector container.
+pub(super) const KAFKA_CA_DIR: &str = "/etc/tracehouse/kafka-tls/ca";
+/// Where the client certificate Secret is mounted in the collector container.
+pub(super) const KAFKA_CLIENT_CERT_DIR: &str = "/etc/tracehouse/kafka-tls/client";
+
+/// librdkafka security settings implied by `tls`/`sasl`, with certificate paths as the
+/// collector pods see them. Secrets never appear here: SASL credentials reach the collector
+/// through environment variables filled from the Secret.
+pub fn kafka_security_properties(
+    tls: Option<&KafkaTls>,
+    sasl: Option<&KafkaSasl>,
+) -> BTreeMap<String, String> {
+    let mut p = BTreeMap::new();
+    let protocol = match (tls.is_some(), sasl.is_some()) {
+        (false, false) => return p,
+        (true, false) => "SSL",
+        (false, true) => "SASL_PLAINTEXT",
+        (true, true) => "SASL_SSL",
+    };
+    p.insert("security.protocol".to_owned(), protocol.to_owned());
+    if let Some(sasl) = sasl {
+        p.insert(
+            "sasl.mechanism".to_owned(),
+            sasl.mechanism.as_str().to_owned(),
+        );
+    }
+    if let Some(tls) = tls {
+        if tls.ca.is_some() {
+            p.insert(
+                "ssl.ca.location".to_owned(),
+                format!("{KAFKA_CA_DIR}/ca.crt"),
+            );
+        }
+        if tls.client_cert_secret_name.is_some() {
+            p.insert(
+                "ssl.certificate.location".to_owned(),
+                format!("{KAFKA_CLIENT_CERT_DIR}/tls.crt"),
+            );
+            p.insert(
+                "ssl.key.location".to_owned(),
+                format!("{KAFKA_CLIENT_CERT_DIR}/tls.key"),
+            );
+        }
+        if tls.insecure_skip_verify {
+            p.insert(
+                "enable.ssl.certificate.verification".to_owned(),
+                "false".to_owned(),
+            );
+        }
+    }
+    p
+}

@@ -1,0 +1,427 @@
+//! Pure desired-state builders: a `TracePipeline` (plus the partition count the reconciler
+//! read from Kafka) in, the objects the gateway needs out — the collector ConfigMap, the
+//! Deployment, the metrics Service and the PodDisruptionBudget, all owned by the pipeline.
+//!
+//! Nothing here does IO, so every object is snapshot-tested without a cluster (see the tests
+//! at the bottom and `operator/snapshots/`). One file per role:
+//! - this file: names, labels, ownership, the replica rule of the partitions, and
+//!   [`desired`], which puts the parts together;
+//! - [`config`]: the collector's configuration, rendered with the collector's own `Config`
+//!   type and checked with its own `validate()` (the operator can never write a file the
+//!   collector refuses), and its hash;
+//! - [`kafka_security`]: librdkafka TLS/SASL settings implied by `spec.kafka.tls`/`sasl`;
+//! - [`table`]: the traces table's options for the schema crate (`spec.clickhouse`);
+//! - [`gateway`]: the Kubernetes objects — the Deployment (container, env, volumes,
+//!   probes, security), the metrics Service and the PodDisruptionBudget.
+
+mod config;
+mod gateway;
+mod kafka_security;
+mod table;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::{Resource, ResourceExt};
+
+use crate::crd::{ReplicasSpec, TracePipeline};
+
+pub use config::{collector_config, config_hash};
+pub use kafka_security::kafka_security_properties;
+pub use table::table_options;
+
+/// Pod-template annotation with the hash of the collector configuration: a new config
+/// changes the template, so the Deployment rolls its pods.
+pub const CONFIG_HASH_ANNOTATION: &str = "tracehouse.dev/config-hash";
+/// Label naming the pipeline an object belongs to.
+pub const PIPELINE_LABEL: &str = "tracehouse.dev/pipeline";
+/// Key of the collector configuration in the ConfigMap.
+pub const CONFIG_KEY: &str = "collector.yaml";
+/// Where the ConfigMap is mounted in the collector container. A directory of its own:
+/// the TLS Secrets are mounted beside it, never inside the read-only ConfigMap volume.
+pub const CONFIG_DIR: &str = "/etc/tracehouse/config";
+/// Port of the collector's `/metrics`, `/healthz` and `/readyz`.
+pub const METRICS_PORT: i32 = 8888;
+/// Name of the collector container.
+pub const CONTAINER: &str = "collector";
+/// Environment variables the collector reads the Kafka SASL credentials from.
+pub const ENV_KAFKA_SASL_USERNAME: &str = "KAFKA_SASL_USERNAME";
+pub const ENV_KAFKA_SASL_PASSWORD: &str = "KAFKA_SASL_PASSWORD";
+
+/// Why a spec cannot be turned into objects (the CRD's validation should have caught it;
+/// this is the backstop for clients that bypass it, e.g. older CRD versions).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BuildError {
+    #[error("invalid spec field `{field}`: {reason}")]
+    InvalidField { field: &'static str, reason: String },
+    #[error("the pipeline has no {0} (it was never stored by the API server)")]
+    MissingMetadata(&'static str),
+}
+
+
+pub(crate) fn invalid(field: &'static str, reason: impl ToString) -> BuildError {
+    BuildError::InvalidField {
+        field,
+        reason: reason.to_string(),
+    }
+}
+
+/// Gateway replicas for `partitions`: one per `partitionsPerReplica` partitions, rounded
+/// up, clamped to `[min, max]`, and never more than the partitions (a consumer beyond the
+/// partition count would get no partition and sit idle). No partitions, no replicas.
+pub fn desired_replicas(partitions: i32, spec: &ReplicasSpec) -> i32 {
+    if partitions <= 0 {
+        return 0;
+    }
+    // Both positive here, so the unsigned ceiling division is exact.
+    let per = spec.partitions_per_replica.max(1).unsigned_abs();
+    let wanted = i32::try_from(partitions.unsigned_abs().div_ceil(per)).unwrap_or(i32::MAX);
+    let (lo, hi) = (spec.min.max(1), spec.max.max(spec.min.max(1)));
+    wanted.clamp(lo, hi).min(partitions)
+}
+
+/// Names of the owned objects, derived from the pipeline's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    pub config_map: String,
+    pub deployment: String,
+    pub service: String,
+    pub pdb: String,
+}
+
+impl Names {
+    pub fn of(pipeline: &str) -> Self {
+        let base = format!("{pipeline}-collector");
+        Self {
+            config_map: base.clone(),
+            deployment: base.clone(),
+            service: format!("{base}-metrics"),
+            pdb: base,
+        }
+    }
+}
+
+/// Labels that select the gateway pods of one pipeline (immutable in a Deployment).
+pub fn selector_labels(tp: &TracePipeline) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "app.kubernetes.io/name".to_owned(),
+            "tracehouse-collector".to_owned(),
+        ),
+        (PIPELINE_LABEL.to_owned(), tp.name_any()),
+    ])
+}
+
+/// The selector as the scale subresource reports it (`k=v,k=v`).
+pub fn selector_string(tp: &TracePipeline) -> String {
+    selector_labels(tp)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Every label of the owned objects.
+pub fn labels(tp: &TracePipeline) -> BTreeMap<String, String> {
+    let mut l = selector_labels(tp);
+    for (k, v) in [
+        ("app.kubernetes.io/instance", tp.name_any()),
+        ("app.kubernetes.io/component", "gateway".to_owned()),
+        ("app.kubernetes.io/part-of", "tracehouse".to_owned()),
+        (
+            "app.kubernetes.io/managed-by",
+            crate::FIELD_MANAGER.to_owned(),
+        ),
+    ] {
+        l.insert(k.to_owned(), v);
+    }
+    l
+}
+
+fn owner(tp: &TracePipeline) -> Result<OwnerReference, BuildError> {
+    tp.controller_owner_ref(&())
+        .filter(|o| !o.uid.is_empty())
+        .ok_or(BuildError::MissingMetadata("uid"))
+}
+
+fn meta(tp: &TracePipeline, name: &str) -> Result<ObjectMeta, BuildError> {
+    Ok(ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(
+            tp.namespace()
+                .ok_or(BuildError::MissingMetadata("namespace"))?,
+        ),
+        labels: Some(labels(tp)),
+        owner_references: Some(vec![owner(tp)?]),
+        ..Default::default()
+    })
+}
+
+/// Everything the gateway of one pipeline consists of.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Desired {
+    pub partitions: i32,
+    pub replicas: i32,
+    pub config_hash: String,
+    pub config_map: ConfigMap,
+    pub deployment: Deployment,
+    pub service: Service,
+    pub pdb: PodDisruptionBudget,
+}
+
+/// The gateway for `tp` over `partitions` partitions.
+pub fn desired(tp: &TracePipeline, partitions: i32) -> Result<Desired, BuildError> {
+    let names = Names::of(&tp.name_any());
+    let rendered = serde_yaml::to_string(&collector_config(tp)?)
+        .map_err(|e| invalid("spec", format!("cannot render the collector config: {e}")))?;
+    let hash = config_hash(&rendered);
+    let replicas = desired_replicas(partitions, &tp.spec.replicas);
+    Ok(Desired {
+        partitions,
+        replicas,
+        config_map: ConfigMap {
+            metadata: meta(tp, &names.config_map)?,
+            data: Some(BTreeMap::from([(CONFIG_KEY.to_owned(), rendered)])),
+            ..Default::default()
+        },
+        deployment: gateway::deployment(tp, &names, replicas, &hash)?,
+        service: gateway::service(tp, &names)?,
+        pdb: gateway::pdb(tp, &names)?,
+        config_hash: hash,
+    })
+}
+
+
+/// Pipelines the builders' tests share.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use crate::crd::{TracePipeline, TracePipelineSpec};
+
+    pub fn pipeline(spec: serde_json::Value) -> TracePipeline {
+        let spec: TracePipelineSpec = serde_json::from_value(spec).unwrap();
+        let mut tp = TracePipeline::new("orders", spec);
+        tp.metadata.namespace = Some("shop".into());
+        tp.metadata.uid = Some("0b7c0c3e-3c1d-4a8e-9a57-1f5f2f4c6d10".into());
+        tp
+    }
+
+    pub fn sample() -> TracePipeline {
+        pipeline(serde_json::json!({
+            "kafka": { "bootstrapServers": "kafka-0.kafka:9092,kafka-1.kafka:9092", "topics": ["otlp_spans"] },
+            "clickhouse": {
+                "endpoint": "http://clickhouse.db:8123",
+                "credentials": { "name": "clickhouse-writer" }
+            },
+            "collector": {
+                "image": "ghcr.io/tracehouse/collector:0.1.0",
+                "env": [{ "name": "EXTRA", "value": "1" }]
+            },
+            "replicas": { "partitionsPerReplica": 2, "min": 1, "max": 6 }
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::sample;
+    use super::*;
+    use crate::crd::{CredentialsSecretRef, KafkaSasl, KafkaTls, SaslMechanism, SecretKeyRef};
+    use std::path::PathBuf;
+
+    fn spec_replicas(per: i32, min: i32, max: i32) -> ReplicasSpec {
+        ReplicasSpec {
+            partitions_per_replica: per,
+            min,
+            max,
+        }
+    }
+
+
+    #[test]
+    fn replicas_are_partitions_over_partitions_per_replica_rounded_up() {
+        let s = spec_replicas(4, 1, 100);
+        assert_eq!(desired_replicas(1, &s), 1);
+        assert_eq!(desired_replicas(4, &s), 1);
+        assert_eq!(desired_replicas(5, &s), 2);
+        assert_eq!(desired_replicas(8, &s), 2);
+        assert_eq!(desired_replicas(9, &s), 3);
+        assert_eq!(desired_replicas(64, &s), 16);
+    }
+
+    #[test]
+    fn replicas_are_clamped_to_min_and_max() {
+        assert_eq!(desired_replicas(64, &spec_replicas(1, 1, 10)), 10);
+        assert_eq!(desired_replicas(8, &spec_replicas(8, 3, 10)), 3);
+        assert_eq!(desired_replicas(100, &spec_replicas(1, 2, 2)), 2);
+    }
+
+    #[test]
+    fn replicas_never_exceed_the_partition_count_even_above_min() {
+        // min 5 but only 3 partitions: two of five consumers would idle.
+        assert_eq!(desired_replicas(3, &spec_replicas(1, 5, 10)), 3);
+        assert_eq!(desired_replicas(1, &spec_replicas(1, 4, 4)), 1);
+        assert_eq!(desired_replicas(0, &spec_replicas(1, 1, 4)), 0);
+    }
+
+    #[test]
+    fn replica_math_tolerates_nonsense_that_validation_should_have_refused() {
+        assert_eq!(desired_replicas(10, &spec_replicas(0, 0, 0)), 1);
+        assert_eq!(desired_replicas(10, &spec_replicas(1, 4, 2)), 4);
+        assert_eq!(desired_replicas(-3, &spec_replicas(1, 1, 1)), 0);
+    }
+
+    #[test]
+    fn replicas_grow_monotonically_with_partitions() {
+        let s = spec_replicas(3, 2, 9);
+        let mut last = 0;
+        for p in 1..200 {
+            let r = desired_replicas(p, &s);
+            assert!(r >= last, "{p}: {r} < {last}");
+            assert!(r <= p && r <= 9);
+            last = r;
+        }
+    }
+
+    #[test]
+    fn secrets_never_reach_the_config_map() {
+        let mut tp = sample();
+        tp.spec.kafka.sasl = Some(KafkaSasl {
+            mechanism: SaslMechanism::ScramSha512,
+            credentials: CredentialsSecretRef {
+                name: "kafka-user".into(),
+                username_key: "user".into(),
+                password_key: "pass".into(),
+            },
+        });
+        tp.spec.kafka.tls = Some(KafkaTls {
+            ca: Some(SecretKeyRef {
+                name: "kafka-ca".into(),
+                key: "ca.pem".into(),
+            }),
+            client_cert_secret_name: Some("kafka-client".into()),
+            insecure_skip_verify: false,
+        });
+        let d = desired(&tp, 4).unwrap();
+        let yaml = &d.config_map.data.as_ref().unwrap()[CONFIG_KEY];
+        assert!(yaml.contains("security.protocol: SASL_SSL"), "{yaml}");
+        assert!(yaml.contains("sasl.mechanism: SCRAM-SHA-512"), "{yaml}");
+        assert!(!yaml.contains("sasl.password"), "{yaml}");
+        let env = d
+            .deployment
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .env
+            .clone()
+            .unwrap();
+        let from_secret = |name: &str| {
+            env.iter()
+                .find(|e| e.name == name)
+                .and_then(|e| e.value_from.as_ref()?.secret_key_ref.clone())
+                .unwrap_or_else(|| panic!("{name} is not from a secret"))
+        };
+        assert_eq!(from_secret(ENV_KAFKA_SASL_PASSWORD).key, "pass");
+        assert_eq!(from_secret("CLICKHOUSE_PASSWORD").name, "clickhouse-writer");
+        assert!(env.iter().all(|e| e.value.as_deref() != Some("pass")));
+    }
+
+    #[test]
+    fn config_changes_change_the_pod_template_hash_and_nothing_else_does() {
+        let tp = sample();
+        let a = desired(&tp, 4).unwrap();
+        let same = desired(&tp, 4).unwrap();
+        assert_eq!(a, same, "builders are deterministic");
+        let mut changed = tp.clone();
+        changed.spec.collector.batch.linger_ms = 500;
+        let b = desired(&changed, 4).unwrap();
+        assert_ne!(a.config_hash, b.config_hash);
+        let hash_of = |d: &Desired| {
+            d.deployment
+                .spec
+                .as_ref()
+                .unwrap()
+                .template
+                .metadata
+                .as_ref()
+                .unwrap()
+                .annotations
+                .as_ref()
+                .unwrap()[CONFIG_HASH_ANNOTATION]
+                .clone()
+        };
+        assert_eq!(hash_of(&b), b.config_hash);
+        assert_ne!(hash_of(&a), hash_of(&b));
+        // Scaling is not a config change.
+        assert_eq!(desired(&tp, 12).unwrap().config_hash, a.config_hash);
+    }
+
+    #[test]
+    fn every_object_is_owned_by_the_pipeline_as_controller() {
+        let d = desired(&sample(), 4).unwrap();
+        let metas = [
+            &d.config_map.metadata,
+            &d.deployment.metadata,
+            &d.service.metadata,
+            &d.pdb.metadata,
+        ];
+        for m in metas {
+            let o = &m.owner_references.as_ref().unwrap()[0];
+            assert_eq!(o.kind, "TracePipeline");
+            assert_eq!(o.name, "orders");
+            assert_eq!(o.controller, Some(true));
+            assert_eq!(m.namespace.as_deref(), Some("shop"));
+        }
+    }
+
+    #[test]
+    fn a_pipeline_without_uid_is_refused() {
+        let mut tp = sample();
+        tp.metadata.uid = None;
+        assert_eq!(
+            desired(&tp, 1).unwrap_err(),
+            BuildError::MissingMetadata("uid")
+        );
+    }
+
+    /// Compares `actual` with the committed snapshot; `UPDATE_SNAPSHOTS=1` rewrites it.
+    fn assert_snapshot(name: &str, actual: &str) {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("snapshots")
+            .join(format!("{name}.yaml"));
+        if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, actual).unwrap();
+            return;
+        }
+        let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}; run `UPDATE_SNAPSHOTS=1 cargo test -p tracehouse-operator --lib` and review",
+                path.display()
+            )
+        });
+        assert!(
+            expected == actual,
+            "{} is stale; run `UPDATE_SNAPSHOTS=1 cargo test -p tracehouse-operator --lib`, \
+             review the diff and commit.\n--- expected\n{expected}\n--- actual\n{actual}",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn snapshot_of_the_sample_gateway() {
+        let d = desired(&sample(), 8).unwrap();
+        assert_eq!(d.replicas, 4);
+        assert_snapshot("configmap", &serde_yaml::to_string(&d.config_map).unwrap());
+        assert_snapshot("deployment", &serde_yaml::to_string(&d.deployment).unwrap());
+        assert_snapshot("service", &serde_yaml::to_string(&d.service).unwrap());
+        assert_snapshot("pdb", &serde_yaml::to_string(&d.pdb).unwrap());
+    }
+}

@@ -16,6 +16,9 @@
 #
 # Runtime base: distroless cc (Debian 12): glibc, libgcc, libssl3, CA certificates, user
 # `nonroot` (65532). `ldd` of both binaries: libc, libm, libgcc_s, libssl, libcrypto, libz.
+# The release profile keeps line tables for backtraces; the images drop them (objcopy
+# --strip-debug; symbols stay): with release binaries built on Debian 12 the images are
+# 35 MB (collector) and 42 MB (operator), 91 MB and 121 MB with the line tables.
 
 ARG RUST_VERSION=1.95.0
 ARG BASE_IMAGE=gcr.io/distroless/cc-debian12:nonroot
@@ -33,6 +36,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     cargo build --release --locked -p tracehouse-collector -p tracehouse-operator \
     && mkdir /out \
     && cp target/release/tracehouse-collector target/release/tracehouse-operator /out/ \
+    && objcopy --strip-debug /out/tracehouse-collector \
+    && objcopy --strip-debug /out/tracehouse-operator \
     && cp "$(ldconfig -p | awk '$1 == "libz.so.1" { print $NF; exit }')" /out/libz.so.1
 
 # What the runtime targets copy: the build stage's output, or `--build-context binaries=DIR`.

@@ -61,7 +61,6 @@ pub enum BuildError {
     MissingMetadata(&'static str),
 }
 
-
 pub(crate) fn invalid(field: &'static str, reason: impl ToString) -> BuildError {
     BuildError::InvalidField {
         field,
@@ -194,7 +193,6 @@ pub fn desired(tp: &TracePipeline, partitions: i32) -> Result<Desired, BuildErro
     })
 }
 
-
 /// Pipelines the builders' tests share.
 #[cfg(test)]
 pub(crate) mod fixtures {
@@ -238,7 +236,6 @@ mod tests {
             max,
         }
     }
-
 
     #[test]
     fn replicas_are_partitions_over_partitions_per_replica_rounded_up() {

@@ -80,6 +80,30 @@ async fn ready_operator_pods(client: &Client) -> Vec<Pod> {
         .collect()
 }
 
+/// `helm uninstall` of the stack's release, then waits until the operator Deployment is gone.
+async fn uninstall(deployments: &Api<Deployment>) {
+    helm(&[
+        "uninstall",
+        RELEASE,
+        "-n",
+        NAMESPACE,
+        "--wait",
+        "--timeout",
+        "120s",
+    ]);
+    wait_for(
+        "the operator Deployment to be gone",
+        Duration::from_secs(60),
+        || async {
+            match deployments.get_opt(OPERATOR).await {
+                Ok(None) => Ok(()),
+                other => Err(format!("{:?}", other.map(|d| d.map(|d| d.status)))),
+            }
+        },
+    )
+    .await;
+}
+
 /// The image and image id the node agent reports for the pod's first container.
 fn pod_image(pod: &Pod) -> (String, String) {
     let cs = pod
@@ -188,26 +212,7 @@ async fn scenario(client: &Client, name: &str, topic: &str, database: &str, work
     );
 
     // 1. helm uninstall: the operator goes; the CRD (resource-policy keep) stays.
-    helm(&[
-        "uninstall",
-        RELEASE,
-        "-n",
-        NAMESPACE,
-        "--wait",
-        "--timeout",
-        "120s",
-    ]);
-    wait_for(
-        "the operator Deployment to be gone",
-        Duration::from_secs(60),
-        || async {
-            match deployments.get_opt(OPERATOR).await {
-                Ok(None) => Ok(()),
-                other => Err(format!("{:?}", other.map(|d| d.map(|d| d.status)))),
-            }
-        },
-    )
-    .await;
+    uninstall(&deployments).await;
     assert!(
         accounts.get_opt(OPERATOR).await.unwrap().is_none(),
         "ServiceAccount removed"
@@ -487,26 +492,7 @@ async fn scenario(client: &Client, name: &str, topic: &str, database: &str, work
     );
 
     // 7. helm uninstall: operator gone; CRD, the pipeline and the spans in ClickHouse stay.
-    helm(&[
-        "uninstall",
-        RELEASE,
-        "-n",
-        NAMESPACE,
-        "--wait",
-        "--timeout",
-        "120s",
-    ]);
-    wait_for(
-        "the operator Deployment to be gone",
-        Duration::from_secs(60),
-        || async {
-            match deployments.get_opt(OPERATOR).await {
-                Ok(None) => Ok(()),
-                other => Err(format!("{:?}", other.map(|d| d.is_some()))),
-            }
-        },
-    )
-    .await;
+    uninstall(&deployments).await;
     assert!(
         crds.get_opt(CRD).await.unwrap().is_some(),
         "uninstall keeps the CRD"

@@ -28,9 +28,6 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{Value, json};
 use tracehouse_e2e::grafana::{self, QueryKind, Range};
 use tracehouse_e2e::{stack_var, unique_name};
-use tracehouse_loadgen::{
-    AttributesKind, Expectation, GeneratorConfig, ProduceOptions, VerifyOptions, produce, verify,
-};
 use tracehouse_operator::builders::{METRICS_PORT, PIPELINE_LABEL};
 use tracehouse_operator::crd::TracePipeline;
 
@@ -78,7 +75,13 @@ async fn every_dashboard_and_alert_query_returns_data_after_a_load() {
             produce_poison(&map_topic).await;
             tokio::join!(
                 deliver(&map_topic, &map_db, "dash-map", SPANS),
-                deliver_json(&json_topic, &json_db, "dash-json"),
+                deliver_to(
+                    &json_topic,
+                    &json_db,
+                    "dash-json",
+                    SPANS,
+                    AttributesKind::Json
+                ),
             );
 
             let exprs = prometheus_queries(&ns);
@@ -114,52 +117,6 @@ async fn every_dashboard_and_alert_query_returns_data_after_a_load() {
         .await;
         tracehouse_e2e::delete_topics(&[&dead_letters]).await;
     })
-    .await;
-}
-
-/// `common::deliver` for a table with JSON attributes: produce, then wait until every span is
-/// in `database`.otel_traces exactly once.
-async fn deliver_json(topic: &str, database: &str, generator_id: &str) {
-    let report = produce(&ProduceOptions {
-        brokers: stack_var("KAFKA_BROKERS"),
-        topic: topic.to_owned(),
-        spans: SPANS,
-        generator: GeneratorConfig {
-            generator_id: generator_id.to_owned(),
-            seed: 11,
-            spans_per_record: 50,
-            ..Default::default()
-        },
-        ..Default::default()
-    })
-    .await
-    .expect("producing spans");
-    assert_eq!(report.spans, SPANS);
-    let options = VerifyOptions {
-        url: stack_var("CLICKHOUSE_URL"),
-        user: Some(stack_var("CLICKHOUSE_USER")),
-        password: Some(stack_var("CLICKHOUSE_PASSWORD")),
-        database: database.to_owned(),
-        table: "otel_traces".to_owned(),
-        attributes: AttributesKind::Json,
-        generators: vec![Expectation {
-            generator_id: generator_id.to_owned(),
-            expected: SPANS,
-        }],
-        timeout: Duration::from_secs(30),
-    };
-    wait_for(
-        &format!("{SPANS} spans of {generator_id} in {database}.otel_traces exactly once"),
-        Duration::from_secs(180),
-        || async {
-            let r = verify(&options).await.map_err(|e| e.to_string())?;
-            if r.is_exact() {
-                Ok(())
-            } else {
-                Err(serde_json::to_string(&r).unwrap())
-            }
-        },
-    )
     .await;
 }
 

@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 use tracehouse_e2e::k8s::with_namespace;
 pub use tracehouse_e2e::k8s::{client, http_get, pod_pid, pod_ready, wait_for};
 use tracehouse_e2e::{kafka_admin, stack_var};
+pub use tracehouse_loadgen::AttributesKind;
 use tracehouse_loadgen::{
     Expectation, GeneratorConfig, ProduceOptions, VerifyOptions, produce, verify,
 };
@@ -302,8 +303,20 @@ pub async fn deployment_replicas(client: &Client, ns: &str, name: &str) -> Optio
         .replicas
 }
 
-/// Produces `spans` spans as `generator_id` and waits until each is in ClickHouse exactly once.
+/// Produces `spans` spans as `generator_id` and waits until each is in ClickHouse exactly once
+/// (a table with Map attributes, the operator's default).
 pub async fn deliver(topic: &str, database: &str, generator_id: &str, spans: u64) {
+    deliver_to(topic, database, generator_id, spans, AttributesKind::Map).await;
+}
+
+/// [`deliver`] into a table whose attribute columns are of kind `attributes`.
+pub async fn deliver_to(
+    topic: &str,
+    database: &str,
+    generator_id: &str,
+    spans: u64,
+    attributes: AttributesKind,
+) {
     let report = produce(&ProduceOptions {
         brokers: stack_var("KAFKA_BROKERS"),
         topic: topic.to_owned(),
@@ -325,12 +338,12 @@ pub async fn deliver(topic: &str, database: &str, generator_id: &str, spans: u64
         password: Some(stack_var("CLICKHOUSE_PASSWORD")),
         database: database.to_owned(),
         table: "otel_traces".to_owned(),
+        attributes,
         generators: vec![Expectation {
             generator_id: generator_id.to_owned(),
             expected: spans,
         }],
         timeout: Duration::from_secs(30),
-        ..Default::default()
     };
     wait_for(
         &format!("{spans} spans of {generator_id} in {database}.otel_traces exactly once"),

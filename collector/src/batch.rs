@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use crate::budget::{Budget, BudgetPermit};
 use crate::offsets::BatchRange;
 use crate::pool::{BufPool, PooledBuf};
 
@@ -77,11 +78,17 @@ pub struct RecordBatch {
     pub skipped: Vec<Skipped>,
     /// Kafka timestamp (ms) of the first record: the batch's age for lag-in-seconds.
     pub first_timestamp_ms: i64,
-    /// Bytes this batch holds against the in-flight budget.
-    pub budget_bytes: usize,
+    /// The bytes this batch holds against the in-flight budget, given back when the batch
+    /// is dropped (after its insert was acknowledged, or wherever else it ends).
+    pub permit: BudgetPermit,
 }
 
 impl RecordBatch {
+    /// Bytes this batch holds against the in-flight budget.
+    pub fn budget_bytes(&self) -> usize {
+        self.permit.bytes()
+    }
+
     pub fn payload(&self, r: &RecordRef) -> &[u8] {
         &self.data[r.chunk as usize][r.start..r.start + r.len]
     }
@@ -120,7 +127,8 @@ pub struct BatchBuilder {
     skipped: Vec<Skipped>,
     first_timestamp_ms: i64,
     opened_at: Option<std::time::Instant>,
-    budget_bytes: usize,
+    /// What the open batch holds against the in-flight budget (detached: counts only).
+    permit: BudgetPermit,
     /// Where payload buffers come from and go back to (none: plain allocations).
     pool: Option<BufPool>,
 }
@@ -139,9 +147,15 @@ impl BatchBuilder {
             skipped: Vec::new(),
             first_timestamp_ms: 0,
             opened_at: None,
-            budget_bytes: 0,
+            permit: BudgetPermit::default(),
             pool: None,
         }
+    }
+
+    /// Hold the open batch's bytes against `budget` (without one, they are only counted).
+    pub fn with_budget(mut self, budget: &Arc<Budget>) -> Self {
+        self.permit = budget.permit();
+        self
     }
 
     /// Take payload buffers from `pool` (and have closed batches return them there).
@@ -175,8 +189,8 @@ impl BatchBuilder {
         self.last = offset;
     }
 
-    /// Add a record to decode. Returns the bytes it adds to the budget.
-    pub fn push(&mut self, offset: i64, timestamp_ms: i64, payload: &[u8]) -> usize {
+    /// Add a record to decode; its payload bytes are held against the budget.
+    pub fn push(&mut self, offset: i64, timestamp_ms: i64, payload: &[u8]) {
         self.start(offset, timestamp_ms);
         let fits = self
             .data
@@ -203,17 +217,20 @@ impl BatchBuilder {
             start,
             len: payload.len(),
         });
-        self.budget_bytes += payload.len();
-        payload.len()
+        self.permit.grow(payload.len());
     }
 
-    /// Add a record that will be skipped. Returns the bytes it adds to the budget.
-    pub fn push_skipped(&mut self, offset: i64, timestamp_ms: i64, skipped: Skipped) -> usize {
+    /// Add a record that will be skipped; a payload it keeps is held against the budget.
+    pub fn push_skipped(&mut self, offset: i64, timestamp_ms: i64, skipped: Skipped) {
         self.start(offset, timestamp_ms);
-        let bytes = skipped.payload.as_ref().map_or(0, Vec::len);
+        self.permit
+            .grow(skipped.payload.as_ref().map_or(0, Vec::len));
         self.skipped.push(skipped);
-        self.budget_bytes += bytes;
-        bytes
+    }
+
+    /// Bytes the open batch holds against the budget.
+    pub fn budget_bytes(&self) -> usize {
+        self.permit.bytes()
     }
 
     /// Whether the policy says the batch is full.
@@ -237,7 +254,7 @@ impl BatchBuilder {
             records: std::mem::take(&mut self.records),
             skipped: std::mem::take(&mut self.skipped),
             first_timestamp_ms: self.first_timestamp_ms,
-            budget_bytes: std::mem::take(&mut self.budget_bytes),
+            permit: self.permit.take(),
         };
         self.bytes = 0;
         self.opened_at = None;
@@ -274,7 +291,7 @@ mod tests {
         assert_eq!(batch.range, BatchRange { first: 7, last: 9 });
         assert_eq!(batch.payload(&batch.records[1]), b"efghij");
         assert_eq!(batch.token(batch.range), "spans-3-7-9");
-        assert_eq!(batch.budget_bytes, 10);
+        assert_eq!(batch.budget_bytes(), 10);
         assert!(b.is_empty() && b.take().is_none());
     }
 
@@ -326,7 +343,7 @@ mod tests {
             assert_eq!(batch.payload(r), vec![i as u8; third]);
         }
         assert_eq!(batch.payload(&batch.records[4]), b"tail");
-        assert_eq!(batch.budget_bytes, 3 * third + CHUNK_BYTES + 5);
+        assert_eq!(batch.budget_bytes(), 3 * third + CHUNK_BYTES + 5);
         drop(batch);
         assert_eq!((pool.owned(), pool.idle()), (3, 3));
     }

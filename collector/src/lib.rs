@@ -1,18 +1,22 @@
 //! tracehouse collector library: OTLP spans from Kafka into ClickHouse, at least once.
 //!
 //! Read top to bottom as the data flows:
-//! kafka source ([`source`]) → batches ([`batch`]) → decode/encode workers ([`workers`]:
-//! [`decode`] → [`rows`] → [`encode`])
-//! → ClickHouse sink ([`sink`], [`retry`]) → acknowledgements and commits ([`offsets`]).
-//! [`pipeline`] wires the stages with bounded queues and a byte budget; [`config`] is what
-//! the user writes; [`metrics`] and [`http`] are what operators and autoscalers read.
+//! kafka source ([`source`]: a pure partition state machine and its rdkafka shell) →
+//! batches ([`batch`], holding [`budget`] permits) → decode/encode workers ([`workers`]:
+//! [`decode`] → [`rows`] → [`encode`]) → inserts ([`insert`]: retries, bisection, dead
+//! letters; [`sink`], [`retry`]) → acknowledgements and commits ([`offsets`]).
+//! [`pipeline`] wires the stages with bounded queues; [`config`] is what the user writes;
+//! [`metrics`] and [`http`] are what operators and autoscalers read.
 
 pub mod batch;
+pub mod budget;
 pub mod config;
 pub mod decode;
 pub mod encode;
 pub mod http;
+pub mod insert;
 pub mod insert_encoder;
+pub mod log_limit;
 pub mod metrics;
 pub mod offsets;
 pub mod pipeline;

@@ -39,13 +39,13 @@ pub struct PartitionLedger {
     dirty: bool,
     pending: VecDeque<Pending>,
     /// Batch ends inherited from a previous owner's intent, still ahead of us.
-    replay_ends: VecDeque<i64>,
+    recorded_cuts: VecDeque<i64>,
 }
 
 impl PartitionLedger {
     /// A ledger starting at the committed offset `start`, with the previous owner's intent.
     pub fn new(start: i64, metadata: Option<&str>) -> Self {
-        let replay_ends = metadata
+        let recorded_cuts = metadata
             .map(parse_intent)
             .unwrap_or_default()
             .into_iter()
@@ -55,7 +55,7 @@ impl PartitionLedger {
             committed: start,
             dirty: false,
             pending: VecDeque::new(),
-            replay_ends,
+            recorded_cuts,
         }
     }
 
@@ -65,10 +65,10 @@ impl PartitionLedger {
 
     /// The end offset a batch starting at `first` must stop at to replay an earlier cut,
     /// if one is known. The caller closes the batch when it reaches this offset.
-    pub fn forced_end(&mut self, first: i64) -> Option<i64> {
-        while let Some(&end) = self.replay_ends.front() {
+    pub fn recorded_cut(&mut self, first: i64) -> Option<i64> {
+        while let Some(&end) = self.recorded_cuts.front() {
             if end < first {
-                self.replay_ends.pop_front();
+                self.recorded_cuts.pop_front();
             } else {
                 return Some(end);
             }
@@ -84,8 +84,8 @@ impl PartitionLedger {
                 .back()
                 .is_none_or(|p| p.range.last < range.first)
         );
-        if self.replay_ends.front() == Some(&range.last) {
-            self.replay_ends.pop_front();
+        if self.recorded_cuts.front() == Some(&range.last) {
+            self.recorded_cuts.pop_front();
         }
         self.pending.push_back(Pending {
             range,
@@ -138,7 +138,7 @@ impl PartitionLedger {
             .pending
             .iter()
             .map(|p| p.range.last)
-            .chain(self.replay_ends.iter().copied());
+            .chain(self.recorded_cuts.iter().copied());
         for (i, end) in ends.enumerate() {
             let piece = if i == 0 {
                 end.to_string()
@@ -206,14 +206,14 @@ mod tests {
     fn a_successor_replays_the_same_cuts() {
         let mut l = PartitionLedger::new(10, Some("th1:24,9,40"));
         assert_eq!(
-            l.forced_end(10),
+            l.recorded_cut(10),
             Some(24),
             "ends before the start are dropped"
         );
         l.open(r(10, 24));
-        assert_eq!(l.forced_end(25), Some(40));
+        assert_eq!(l.recorded_cut(25), Some(40));
         l.open(r(25, 40));
-        assert_eq!(l.forced_end(41), None);
+        assert_eq!(l.recorded_cut(41), None);
     }
 
     #[test]

@@ -1,0 +1,430 @@
+//! The Kafka source's IO shell: one thread owns the rdkafka consumer, feeds what it
+//! delivers to the [`Machine`] and carries out the [`Command`]s it answers.
+//!
+//! Everything that touches the consumer happens on this thread (rdkafka's rebalance
+//! callbacks run inside `poll`, on this thread too), so the machine's mutex is never
+//! contended: it only satisfies rdkafka's `Sync` bound on the context, which forwards
+//! rebalances to the machine. The thread never blocks on ClickHouse: batches leave through
+//! a channel and acknowledgements come back through another.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::counter::Counter;
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaResult;
+use rdkafka::message::Message;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use super::machine::{Ack, Command, CommitOffset, Machine, PartitionId, Record};
+use super::watermarks::{Assigned, Watermarks};
+use super::{Heartbeat, SourceConfig};
+use crate::batch::RecordBatch;
+use crate::budget::Budget;
+use crate::log_limit::RateLimit;
+use crate::metrics::{Metrics, PartitionLabels, TopicLabels};
+use crate::offsets::PartitionLedger;
+
+/// rdkafka context: forwards rebalances to the machine, reports commit results and logs.
+pub(super) struct SourceContext {
+    pub(super) machine: Mutex<Machine>,
+    pub(super) metrics: Arc<Metrics>,
+    /// Partitions held now, for the watermark thread.
+    pub(super) assigned: Assigned,
+}
+
+impl ClientContext for SourceContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", facility = fac, "{log_message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(target: "librdkafka", facility = fac, "{log_message}")
+            }
+            _ => tracing::debug!(target: "librdkafka", facility = fac, "{log_message}"),
+        }
+    }
+}
+
+impl ConsumerContext for SourceContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(tpl) = rebalance else {
+            return;
+        };
+        let ids = partition_ids(tpl);
+        let mut out = Vec::new();
+        {
+            let mut machine = self.machine.lock().expect("machine lock");
+            machine.revoke(&ids, &mut out);
+            self.published(&machine);
+        }
+        for id in &ids {
+            let l = labels(id);
+            self.metrics.lag_records.remove(&l);
+            self.metrics.lag_seconds.remove(&l);
+        }
+        for cmd in out {
+            match cmd {
+                Command::Commit { offsets, sync } => {
+                    commit(consumer, &self.metrics, &offsets, sync, "commit on revoke");
+                }
+                other => debug_assert!(false, "a revoke only commits: {other:?}"),
+            }
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                let mut machine = self.machine.lock().expect("machine lock");
+                for id in partition_ids(tpl) {
+                    machine.assign(id);
+                }
+                self.published(&machine);
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        if let Err(e) = result {
+            self.metrics.commit_errors.inc();
+            tracing::warn!(error = %e, partitions = offsets.count(), "offset commit failed; will be retried with the next one");
+        }
+    }
+}
+
+impl SourceContext {
+    /// Tell the watermark thread and the metrics which partitions are held now.
+    fn published(&self, machine: &Machine) {
+        let list: Vec<PartitionId> = machine.assigned().cloned().collect();
+        self.metrics.assigned_partitions.set(list.len() as i64);
+        *self.assigned.lock().expect("assigned lock") = list;
+    }
+}
+
+fn partition_ids(tpl: &TopicPartitionList) -> Vec<PartitionId> {
+    tpl.elements()
+        .iter()
+        .map(|e| PartitionId::new(e.topic(), e.partition()))
+        .collect()
+}
+
+fn labels(id: &PartitionId) -> PartitionLabels {
+    PartitionLabels {
+        topic: id.topic.to_string(),
+        partition: id.partition,
+    }
+}
+
+fn tpl_of(ids: &[PartitionId]) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    for id in ids {
+        tpl.add_partition(&id.topic, id.partition);
+    }
+    tpl
+}
+
+/// Commit `offsets` with their metadata; failures are counted and logged, never fatal (a
+/// lost commit is redone by the next one, and a replay deduplicates). True when it went out.
+fn commit(
+    consumer: &BaseConsumer<SourceContext>,
+    metrics: &Metrics,
+    offsets: &[CommitOffset],
+    sync: bool,
+    what: &str,
+) -> bool {
+    let mut tpl = TopicPartitionList::new();
+    for c in offsets {
+        let (topic, partition) = (&*c.partition.topic, c.partition.partition);
+        if tpl
+            .add_partition_offset(topic, partition, Offset::Offset(c.offset))
+            .is_ok()
+            && let Some(mut elem) = tpl.find_partition(topic, partition)
+        {
+            elem.set_metadata(c.metadata.clone());
+        }
+    }
+    let mode = if sync {
+        CommitMode::Sync
+    } else {
+        CommitMode::Async
+    };
+    match consumer.commit(&tpl, mode) {
+        Ok(()) => {
+            metrics.commits.inc();
+            true
+        }
+        Err(e) => {
+            metrics.commit_errors.inc();
+            tracing::warn!(error = %e, "{what} failed; the next commit redoes it, and a replay deduplicates");
+            false
+        }
+    }
+}
+
+pub(super) struct SourceLoop {
+    pub(super) cfg: SourceConfig,
+    pub(super) consumer: BaseConsumer<SourceContext>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) budget: Arc<Budget>,
+    pub(super) batches: crossbeam_channel::Sender<RecordBatch>,
+    pub(super) acks: crossbeam_channel::Receiver<Ack>,
+    pub(super) stop: Arc<AtomicBool>,
+    pub(super) heartbeat: Heartbeat,
+    pub(super) watermarks: Watermarks,
+}
+
+/// Consumed-records and -bytes counters per topic, resolved once (no label allocation per
+/// record).
+type TopicCounters = HashMap<String, (Counter, Counter)>;
+
+impl SourceLoop {
+    fn machine(&self) -> std::sync::MutexGuard<'_, Machine> {
+        self.consumer
+            .context()
+            .machine
+            .lock()
+            .expect("machine lock")
+    }
+
+    pub(super) fn run(&self) {
+        // Commands the machine answered, carried out right after each event (one vector,
+        // reused).
+        let mut out = Vec::new();
+        let mut counters = TopicCounters::new();
+        let mut last_metrics = Instant::now();
+        let mut errors = RateLimit::new(Duration::from_secs(10));
+        while !self.stop.load(Ordering::Relaxed) {
+            self.beat();
+            self.drain_acks(&mut out);
+            self.check_budget(&mut out);
+            match self.consumer.poll(Duration::from_millis(50)) {
+                Some(Ok(msg)) => {
+                    let ts = msg.timestamp().to_millis().unwrap_or_else(now_ms);
+                    let record = Record {
+                        topic: msg.topic(),
+                        partition: msg.partition(),
+                        offset: msg.offset(),
+                        timestamp_ms: ts,
+                        payload: msg.payload(),
+                    };
+                    self.on_record(record, &mut out, &mut counters);
+                }
+                Some(Err(e)) if errors.allow() => {
+                    tracing::warn!(error = %e, "kafka consumer error")
+                }
+                Some(Err(_)) | None => {}
+            }
+            self.machine().linger(Instant::now(), &mut out);
+            self.execute(&mut out);
+            if last_metrics.elapsed() >= Duration::from_millis(500) {
+                self.update_lag();
+                last_metrics = Instant::now();
+            }
+        }
+        self.shutdown(&mut out);
+    }
+
+    fn beat(&self) {
+        self.heartbeat.store(now_ms() as u64, Ordering::Relaxed);
+    }
+
+    /// Carry out the machine's commands in order.
+    fn execute(&self, out: &mut Vec<Command>) {
+        for cmd in out.drain(..) {
+            match cmd {
+                Command::Send {
+                    intent,
+                    batch,
+                    durable,
+                } => {
+                    // A cut made by time is not reproducible from the data alone: Kafka must
+                    // have it before the rows can reach ClickHouse. Size cuts are, so their
+                    // intent is recorded asynchronously.
+                    commit(
+                        &self.consumer,
+                        &self.metrics,
+                        std::slice::from_ref(&intent),
+                        durable,
+                        "recording a batch cut",
+                    );
+                    // Workers gone (shutdown): the batch is dropped with its permit; its
+                    // records stay uncommitted and are replayed.
+                    let _ = self.batches.send(batch);
+                }
+                Command::Commit { offsets, sync } => {
+                    commit(
+                        &self.consumer,
+                        &self.metrics,
+                        &offsets,
+                        sync,
+                        "offset commit",
+                    );
+                }
+                Command::Pause(ids) | Command::Resume(ids) if ids.is_empty() => {}
+                Command::Pause(ids) => match self.consumer.pause(&tpl_of(&ids)) {
+                    Ok(()) => tracing::info!(
+                        partitions = ids.len(),
+                        used_bytes = self.budget.used(),
+                        budget_bytes = self.budget.max(),
+                        "paused partitions: in-flight byte budget exhausted"
+                    ),
+                    Err(e) => tracing::warn!(error = %e, "pause failed"),
+                },
+                Command::Resume(ids) => match self.consumer.resume(&tpl_of(&ids)) {
+                    Ok(()) => tracing::info!(
+                        partitions = ids.len(),
+                        used_bytes = self.budget.used(),
+                        "resumed partitions"
+                    ),
+                    Err(e) => tracing::warn!(error = %e, "resume failed"),
+                },
+            }
+        }
+    }
+
+    fn on_record(&self, r: Record<'_>, out: &mut Vec<Command>, counters: &mut TopicCounters) {
+        if self.machine().needs_ledger(r.topic, r.partition) {
+            let ledger = self.read_ledger(r.topic, r.partition, r.offset);
+            self.machine().load_ledger(r.topic, r.partition, ledger);
+        }
+        let held = self.machine().record(r, out);
+        if held {
+            if !counters.contains_key(r.topic) {
+                let labels = TopicLabels {
+                    topic: r.topic.to_string(),
+                };
+                let pair = (
+                    self.metrics.records_consumed.get_or_create(&labels).clone(),
+                    self.metrics.bytes_consumed.get_or_create(&labels).clone(),
+                );
+                counters.insert(r.topic.to_string(), pair);
+            }
+            let (records, bytes) = &counters[r.topic];
+            records.inc();
+            bytes.inc_by(r.payload.map_or(0, <[u8]>::len) as u64);
+        }
+        self.execute(out);
+    }
+
+    /// Read the committed offset and the previous owner's recorded cuts for a partition.
+    fn read_ledger(&self, topic: &str, partition: i32, first_seen: i64) -> PartitionLedger {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(topic, partition);
+        match self
+            .consumer
+            .committed_offsets(tpl, Duration::from_secs(10))
+        {
+            Ok(list) => {
+                if let Some(elem) = list.find_partition(topic, partition)
+                    && let Offset::Offset(committed) = elem.offset()
+                {
+                    let metadata = elem.metadata().to_string();
+                    tracing::info!(topic, partition, committed, cuts = %metadata, "resuming from committed offset");
+                    return PartitionLedger::new(committed, Some(&metadata));
+                }
+                PartitionLedger::new(first_seen, None)
+            }
+            Err(e) => {
+                tracing::warn!(topic, partition, error = %e, "cannot read committed offset; starting without recorded cuts");
+                PartitionLedger::new(first_seen, None)
+            }
+        }
+    }
+
+    fn drain_acks(&self, out: &mut Vec<Command>) {
+        {
+            let mut machine = self.machine();
+            for ack in self.acks.try_iter() {
+                machine.acknowledged(ack);
+            }
+            machine.take_commits(out);
+        }
+        self.execute(out);
+    }
+
+    fn check_budget(&self, out: &mut Vec<Command>) {
+        let paused = {
+            let mut machine = self.machine();
+            machine.check_budget(out);
+            machine.paused()
+        };
+        self.metrics.inflight_bytes.set(self.budget.used() as i64);
+        self.metrics.paused_partitions.set(paused as i64);
+        self.execute(out);
+    }
+
+    fn update_lag(&self) {
+        let hw = self.watermarks.lock().expect("hw lock").clone();
+        let now = now_ms();
+        let machine = self.machine();
+        for lag in machine.lag() {
+            let l = labels(lag.partition);
+            if let (Some(committed), Some(high)) = (lag.committed, hw.get(lag.partition)) {
+                self.metrics
+                    .lag_records
+                    .get_or_create(&l)
+                    .set((high - committed).max(0));
+            }
+            let age = lag
+                .oldest_unacknowledged_ms
+                .map_or(0.0, |ts| ((now - ts).max(0) as f64) / 1000.0);
+            self.metrics.lag_seconds.get_or_create(&l).set(age);
+        }
+        self.metrics.inflight_bytes.set(self.budget.used() as i64);
+    }
+
+    /// Send open batches, wait (bounded) for their acknowledgements, commit, leave the group.
+    fn shutdown(&self, out: &mut Vec<Command>) {
+        self.machine().close_for_shutdown(out);
+        self.execute(out);
+        let deadline = Instant::now() + self.cfg.drain_deadline;
+        loop {
+            self.beat();
+            self.drain_acks(out);
+            let in_flight = self.machine().in_flight();
+            if in_flight == 0 {
+                tracing::info!("all batches acknowledged");
+                break;
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    in_flight,
+                    "shutdown deadline reached; unacknowledged batches will be replayed (deduplicated) by the next owner"
+                );
+                break;
+            }
+            // Serve callbacks (commit results) while waiting.
+            let _ = self.consumer.poll(Duration::from_millis(20));
+        }
+        let last = self.machine().final_commit();
+        if let Some(Command::Commit { offsets, .. }) = last
+            && commit(
+                &self.consumer,
+                &self.metrics,
+                &offsets,
+                true,
+                "final commit",
+            )
+        {
+            tracing::info!(partitions = offsets.len(), "final offsets committed");
+        }
+        self.consumer.unsubscribe();
+    }
+}
+
+pub(super) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

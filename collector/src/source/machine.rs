@@ -1,0 +1,498 @@
+//! The Kafka source's pure core: a state machine over the assigned partitions.
+//!
+//! Events in — assigned, revoked, a record, an acknowledgement, a budget check, a timer
+//! tick, shutdown — and [`Command`]s out: send a batch (after recording its cut), commit,
+//! pause, resume. The machine does no IO: the rdkafka shell ([`super::kafka`]) feeds it
+//! what the consumer delivers and carries out what it answers, so rebalances, stale
+//! acknowledgements, replayed cuts, pause/resume and shutdown are unit-tested here
+//! without a broker.
+//!
+//! The at-least-once invariants it keeps (with [`crate::offsets`]):
+//! 1. a commit only covers batches ClickHouse acknowledged, in this assignment generation
+//!    (an acknowledgement from before a revoke is dropped: the new owner replays it);
+//! 2. every batch's cut is committed as intent metadata before the batch is sent, and a
+//!    batch that replays a previous owner's recorded cut ends exactly at that cut — no
+//!    timer, pause or shutdown closes it earlier — so its token deduplicates.
+//!
+//! Memory: every open batch holds its bytes against the [`Budget`] through a permit that
+//! the batch carries; the machine pauses all partitions when the budget is spent and
+//! resumes them below [`RESUME_FRACTION`].
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::batch::{BatchBuilder, CutPolicy, RecordBatch, SkipReason, Skipped};
+use crate::budget::Budget;
+use crate::offsets::PartitionLedger;
+use crate::pool::BufPool;
+
+/// How long a batch replaying a previous owner's recorded cut waits for the records up to
+/// that cut before the linger timer closes it anyway (and a replay of it may then insert
+/// rows a second time, under another token).
+pub const REPLAY_LINGER: Duration = Duration::from_secs(30);
+
+/// Resume paused partitions once the budget drops below this fraction.
+pub const RESUME_FRACTION: f64 = 0.75;
+
+/// What cuts batches and what to do with records that will not be decoded.
+#[derive(Debug, Clone, Copy)]
+pub struct MachineConfig {
+    pub cut: CutPolicy,
+    pub linger: Duration,
+    pub max_record_bytes: usize,
+    /// Keep skipped payloads for the dead-letter topic.
+    pub keep_skipped_payloads: bool,
+}
+
+/// One partition of one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PartitionId {
+    pub topic: Arc<str>,
+    pub partition: i32,
+}
+
+impl PartitionId {
+    pub fn new(topic: &str, partition: i32) -> Self {
+        Self {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+/// An offset to commit for a partition, with the intent metadata that names its cuts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitOffset {
+    pub partition: PartitionId,
+    pub offset: i64,
+    pub metadata: String,
+}
+
+/// What the shell must do, in this order.
+#[derive(Debug)]
+pub enum Command {
+    /// Commit `intent` (the batch's cut, with the unchanged committed offset), then hand
+    /// `batch` to the workers. `durable`: the cut came from time (the linger timer, a
+    /// pause), not from the data, so it cannot be made again on replay: commit it
+    /// synchronously before the rows can reach ClickHouse.
+    Send {
+        intent: CommitOffset,
+        batch: RecordBatch,
+        durable: bool,
+    },
+    /// Commit acknowledged progress. `sync` on revoke and at shutdown: the next owner must
+    /// see it.
+    Commit {
+        offsets: Vec<CommitOffset>,
+        sync: bool,
+    },
+    Pause(Vec<PartitionId>),
+    Resume(Vec<PartitionId>),
+}
+
+/// ClickHouse acknowledged every row of this batch (or skipped records for a stated
+/// reason). The acknowledgement holds the batch, and so its budget permit, until the
+/// machine has taken it: acknowledgements waiting in their channel are bounded by the
+/// budget like the batches themselves.
+#[derive(Debug, Clone)]
+pub struct Ack(pub Arc<RecordBatch>);
+
+/// A record as the consumer delivered it.
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp_ms: i64,
+    pub payload: Option<&'a [u8]>,
+}
+
+/// How far behind one partition is, for the lag metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionLag<'a> {
+    pub partition: &'a PartitionId,
+    /// The committed offset (none before the first record's ledger was loaded).
+    pub committed: Option<i64>,
+    /// Kafka timestamp (ms) of the oldest record not yet acknowledged.
+    pub oldest_unacknowledged_ms: Option<i64>,
+}
+
+#[derive(Debug)]
+struct Partition {
+    id: PartitionId,
+    generation: u64,
+    /// Loaded by the shell before the partition's first record ([`Machine::needs_ledger`]).
+    ledger: Option<PartitionLedger>,
+    builder: BatchBuilder,
+    /// First offset and Kafka timestamp of each sent, unacknowledged batch, oldest first.
+    pending_ts: VecDeque<(i64, i64)>,
+    paused: bool,
+}
+
+impl Partition {
+    /// The previous owner's recorded cut that the open batch must end at, if any.
+    fn recorded_cut(&mut self) -> Option<i64> {
+        let first = self.builder.first_offset()?;
+        self.ledger.as_mut()?.recorded_cut(first)
+    }
+
+    /// Close the open batch and register it in the ledger: the command that sends it.
+    fn close(&mut self, durable: bool) -> Option<Command> {
+        let batch = self.builder.take()?;
+        let ledger = self
+            .ledger
+            .as_mut()
+            .expect("a partition with records has a ledger");
+        let metadata = ledger.open(batch.range);
+        self.pending_ts
+            .push_back((batch.range.first, batch.first_timestamp_ms));
+        Some(Command::Send {
+            intent: CommitOffset {
+                partition: self.id.clone(),
+                offset: ledger.committed(),
+                metadata,
+            },
+            batch,
+            durable,
+        })
+    }
+
+    /// Close the open batch before its size says so (a budget pause, shutdown), unless it
+    /// replays a recorded cut: only that cut may close it, because its rows may have gone
+    /// out before under that exact range's token. Such a batch waits for its records (the
+    /// linger timer gives up after [`REPLAY_LINGER`]), or at shutdown stays unsent and
+    /// uncommitted for the next owner, whom the final commit still tells the cut.
+    fn close_early(&mut self, durable: bool) -> Option<Command> {
+        if self.recorded_cut().is_some() {
+            return None;
+        }
+        self.close(durable)
+    }
+}
+
+/// Whether the linger timer closes `builder`'s open batch at `now`; `recorded_cut` is the
+/// cut it replays. A batch that replays a recorded cut waits for the records up to it (the
+/// previous owner read them, so they arrive) for up to [`REPLAY_LINGER`].
+fn linger_due(
+    builder: &BatchBuilder,
+    recorded_cut: Option<i64>,
+    linger: Duration,
+    now: Instant,
+) -> bool {
+    let Some(opened) = builder.opened_at() else {
+        return false;
+    };
+    let age = now.saturating_duration_since(opened);
+    if recorded_cut.is_some() {
+        age >= REPLAY_LINGER.max(linger)
+    } else {
+        age >= linger
+    }
+}
+
+/// The assigned partitions and their open batches, ledgers and pause state.
+#[derive(Debug)]
+pub struct Machine {
+    cfg: MachineConfig,
+    budget: Arc<Budget>,
+    /// Where open batches take their payload chunks (none: plain allocations).
+    pool: Option<BufPool>,
+    partitions: Vec<Partition>,
+    next_generation: u64,
+}
+
+impl Machine {
+    pub fn new(cfg: MachineConfig, budget: Arc<Budget>, pool: Option<BufPool>) -> Self {
+        Self {
+            cfg,
+            budget,
+            pool,
+            partitions: Vec::new(),
+            next_generation: 0,
+        }
+    }
+
+    fn find(&mut self, topic: &str, partition: i32) -> Option<&mut Partition> {
+        self.partitions
+            .iter_mut()
+            .find(|p| p.id.partition == partition && &*p.id.topic == topic)
+    }
+
+    /// The group gave us `id` (again: a partition already held keeps its state).
+    pub fn assign(&mut self, id: PartitionId) {
+        if self.find(&id.topic, id.partition).is_some() {
+            return;
+        }
+        self.next_generation += 1;
+        let generation = self.next_generation;
+        let mut builder =
+            BatchBuilder::new(id.topic.clone(), id.partition, generation).with_budget(&self.budget);
+        if let Some(pool) = &self.pool {
+            builder = builder.with_pool(pool.clone());
+        }
+        tracing::info!(topic = %id.topic, partition = id.partition, generation, "partition assigned");
+        self.partitions.push(Partition {
+            id,
+            generation,
+            ledger: None,
+            builder,
+            pending_ts: VecDeque::new(),
+            paused: false,
+        });
+    }
+
+    /// The group takes `ids` away. Their open batches were never sent: they are dropped
+    /// (their records go back to Kafka for the next owner, their budget comes back). The
+    /// acknowledged progress is committed synchronously, so the next owner starts there.
+    pub fn revoke(&mut self, ids: &[PartitionId], out: &mut Vec<Command>) {
+        let mut offsets = Vec::new();
+        for id in ids {
+            let Some(idx) = self.partitions.iter().position(|p| p.id == *id) else {
+                continue;
+            };
+            let mut p = self.partitions.swap_remove(idx);
+            if let Some((offset, metadata)) =
+                p.ledger.as_mut().and_then(PartitionLedger::take_commit)
+            {
+                offsets.push(CommitOffset {
+                    partition: p.id.clone(),
+                    offset,
+                    metadata,
+                });
+            }
+            tracing::info!(topic = %p.id.topic, partition = p.id.partition, in_flight = p.ledger.as_ref().map_or(0, PartitionLedger::in_flight), "partition revoked");
+        }
+        if !offsets.is_empty() {
+            out.push(Command::Commit {
+                offsets,
+                sync: true,
+            });
+        }
+    }
+
+    /// Whether the shell must read the committed offset and recorded cuts of this
+    /// partition ([`Machine::load_ledger`]) before handing it the partition's record.
+    pub fn needs_ledger(&self, topic: &str, partition: i32) -> bool {
+        self.partitions
+            .iter()
+            .any(|p| p.id.partition == partition && &*p.id.topic == topic && p.ledger.is_none())
+    }
+
+    /// The committed offset and the previous owner's recorded cuts of an assigned partition.
+    pub fn load_ledger(&mut self, topic: &str, partition: i32, ledger: PartitionLedger) {
+        if let Some(p) = self.find(topic, partition) {
+            p.ledger = Some(ledger);
+        }
+    }
+
+    /// A record arrived. Returns false when its partition is not assigned (revoked between
+    /// fetch and delivery: the next owner reads it).
+    pub fn record(&mut self, r: Record<'_>, out: &mut Vec<Command>) -> bool {
+        let cfg = self.cfg;
+        let Some(p) = self.find(r.topic, r.partition) else {
+            return false;
+        };
+        if p.ledger.is_none() {
+            // The shell loads ledgers first; without one, start here with no known cuts.
+            debug_assert!(false, "record before its partition's ledger was loaded");
+            p.ledger = Some(PartitionLedger::new(r.offset, None));
+        }
+        // A recorded cut that lies before this record closes the open batch first.
+        if p.recorded_cut().is_some_and(|end| end < r.offset) {
+            out.extend(p.close(false));
+        }
+        match r.payload {
+            Some(bytes) if bytes.len() > cfg.max_record_bytes => p.builder.push_skipped(
+                r.offset,
+                r.timestamp_ms,
+                Skipped {
+                    offset: r.offset,
+                    reason: SkipReason::Oversized,
+                    detail: format!(
+                        "record of {} bytes exceeds limits.max_record_bytes = {}",
+                        bytes.len(),
+                        cfg.max_record_bytes
+                    ),
+                    payload: cfg.keep_skipped_payloads.then(|| bytes.to_vec()),
+                },
+            ),
+            Some(bytes) if !bytes.is_empty() => p.builder.push(r.offset, r.timestamp_ms, bytes),
+            _ => p.builder.push_skipped(
+                r.offset,
+                r.timestamp_ms,
+                Skipped {
+                    offset: r.offset,
+                    reason: SkipReason::Empty,
+                    detail: "record has no payload".into(),
+                    payload: None,
+                },
+            ),
+        }
+        let cut = p.recorded_cut();
+        if cut == Some(r.offset) || (cut.is_none() && p.builder.is_full(cfg.cut)) {
+            out.extend(p.close(false));
+        }
+        true
+    }
+
+    /// ClickHouse acknowledged a batch. One from an earlier assignment generation of its
+    /// partition (or of a partition no longer held) is dropped: the current owner replays
+    /// those records and its own acknowledgement will count.
+    pub fn acknowledged(&mut self, ack: Ack) {
+        let batch = &ack.0;
+        let Some(p) = self.find(&batch.topic, batch.partition) else {
+            return;
+        };
+        if p.generation != batch.generation {
+            return;
+        }
+        if let Some(l) = p.ledger.as_mut()
+            && l.ack(batch.range)
+        {
+            while p
+                .pending_ts
+                .front()
+                .is_some_and(|(first, _)| *first < l.committed())
+            {
+                p.pending_ts.pop_front();
+            }
+        }
+    }
+
+    /// Commit what acknowledgements moved (asynchronously: a lost commit is redone by the
+    /// next one, and a replay deduplicates).
+    pub fn take_commits(&mut self, out: &mut Vec<Command>) {
+        let offsets: Vec<CommitOffset> = self
+            .partitions
+            .iter_mut()
+            .filter_map(|p| {
+                let (offset, metadata) = p.ledger.as_mut()?.take_commit()?;
+                Some(CommitOffset {
+                    partition: p.id.clone(),
+                    offset,
+                    metadata,
+                })
+            })
+            .collect();
+        if !offsets.is_empty() {
+            out.push(Command::Commit {
+                offsets,
+                sync: false,
+            });
+        }
+    }
+
+    /// Pause every partition while the budget is spent, sending what is open so memory can
+    /// drain even at low traffic; resume them once it is below [`RESUME_FRACTION`].
+    pub fn check_budget(&mut self, out: &mut Vec<Command>) {
+        let used = self.budget.used();
+        let over = self.budget.spent();
+        let under = (used as f64) < self.budget.max() as f64 * RESUME_FRACTION;
+        let mut pause = Vec::new();
+        let mut resume = Vec::new();
+        let mut sends = Vec::new();
+        for p in &mut self.partitions {
+            if over && !p.paused {
+                p.paused = true;
+                pause.push(p.id.clone());
+                sends.extend(p.close_early(true));
+            } else if under && p.paused {
+                p.paused = false;
+                resume.push(p.id.clone());
+            }
+        }
+        if !pause.is_empty() {
+            out.push(Command::Pause(pause));
+        }
+        if !resume.is_empty() {
+            out.push(Command::Resume(resume));
+        }
+        out.extend(sends);
+    }
+
+    /// Close batches that have lingered long enough ([`linger_due`]).
+    pub fn linger(&mut self, now: Instant, out: &mut Vec<Command>) {
+        let linger = self.cfg.linger;
+        for p in &mut self.partitions {
+            let cut = p.recorded_cut();
+            if !linger_due(&p.builder, cut, linger, now) {
+                continue;
+            }
+            if let Some(end) = cut {
+                tracing::warn!(
+                    topic = %p.id.topic,
+                    partition = p.id.partition,
+                    recorded_cut = end,
+                    "a replayed batch did not reach its recorded cut in {REPLAY_LINGER:?}; \
+                     closing it early, its rows may be inserted twice"
+                );
+            }
+            out.extend(p.close(true));
+        }
+    }
+
+    /// Shutdown begins: send what is open (batches replaying a recorded cut stay unsent).
+    pub fn close_for_shutdown(&mut self, out: &mut Vec<Command>) {
+        for p in &mut self.partitions {
+            out.extend(p.close_early(false));
+        }
+    }
+
+    /// Batches sent and not yet acknowledged, over all partitions.
+    pub fn in_flight(&self) -> usize {
+        self.partitions
+            .iter()
+            .filter_map(|p| p.ledger.as_ref())
+            .map(PartitionLedger::in_flight)
+            .sum()
+    }
+
+    /// The last commit before leaving the group: every partition's acknowledged progress
+    /// and the cuts of whatever is still pending, synchronously.
+    pub fn final_commit(&self) -> Option<Command> {
+        let offsets: Vec<CommitOffset> = self
+            .partitions
+            .iter()
+            .filter_map(|p| {
+                let (offset, metadata) = p.ledger.as_ref()?.current_commit();
+                Some(CommitOffset {
+                    partition: p.id.clone(),
+                    offset,
+                    metadata,
+                })
+            })
+            .collect();
+        (!offsets.is_empty()).then_some(Command::Commit {
+            offsets,
+            sync: true,
+        })
+    }
+
+    /// The partitions held now.
+    pub fn assigned(&self) -> impl Iterator<Item = &PartitionId> {
+        self.partitions.iter().map(|p| &p.id)
+    }
+
+    /// How many partitions are paused.
+    pub fn paused(&self) -> usize {
+        self.partitions.iter().filter(|p| p.paused).count()
+    }
+
+    /// Lag facts of every held partition.
+    pub fn lag(&self) -> impl Iterator<Item = PartitionLag<'_>> {
+        self.partitions.iter().map(|p| PartitionLag {
+            partition: &p.id,
+            committed: p.ledger.as_ref().map(PartitionLedger::committed),
+            oldest_unacknowledged_ms: p
+                .pending_ts
+                .front()
+                .map(|(_, ts)| *ts)
+                .or(p.builder.first_timestamp_ms()),
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "machine_tests.rs"]
+mod tests;

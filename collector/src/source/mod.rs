@@ -1,0 +1,133 @@
+//! Kafka source: cuts batches from the records of the held partitions, applies
+//! back-pressure, and commits what ClickHouse acknowledged.
+//!
+//! Two parts, as the rest of the collector: a pure core and a thin IO shell.
+//! - [`machine`]: the partition state machine (events in, [`Command`]s out), where every
+//!   at-least-once rule lives; unit-tested without a broker.
+//! - [`kafka`]: the thread that owns the rdkafka consumer, feeds the machine and carries
+//!   out its commands; [`watermarks`]: the thread that reads high watermarks for lag.
+//!
+//! Channels: batches leave through an unbounded channel and acknowledgements come back
+//! through another; both are bounded in bytes rather than in count, by type: a
+//! [`RecordBatch`] carries its [`crate::budget::BudgetPermit`] and an [`Ack`] carries its
+//! batch, and the machine pauses every partition while the budget is spent. A count bound
+//! would block the Kafka thread instead — and a blocked Kafka thread can neither pause nor
+//! heartbeat.
+
+mod kafka;
+pub mod machine;
+mod watermarks;
+
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+pub use machine::{Ack, Command, MachineConfig, PartitionId};
+
+use crate::batch::{CHUNK_BYTES, RecordBatch};
+use crate::budget::Budget;
+use crate::metrics::Metrics;
+use crate::pool::BufPool;
+use kafka::{SourceContext, SourceLoop};
+use machine::Machine;
+
+/// Payload chunks the pool owns beyond those the in-flight budget can fill: one
+/// partly filled chunk per open batch.
+const BATCH_POOL_SLACK_CHUNKS: usize = 8;
+
+/// What the source needs to know.
+#[derive(Debug, Clone)]
+pub struct SourceConfig {
+    pub brokers: String,
+    pub topics: Vec<String>,
+    pub group_id: String,
+    pub properties: Vec<(String, String)>,
+    pub machine: MachineConfig,
+    /// How long shutdown may wait for in-flight batches before giving up on them.
+    pub drain_deadline: Duration,
+}
+
+/// Handle to the running source thread.
+#[derive(Debug)]
+pub struct Source {
+    pub thread: std::thread::JoinHandle<()>,
+    pub stop: Arc<AtomicBool>,
+}
+
+/// Liveness: the source loop's last iteration (unix ms), for `/healthz`.
+pub type Heartbeat = Arc<AtomicU64>;
+
+/// The pool of batch payload chunks ([`CHUNK_BYTES`] each). The budget bounds the payload
+/// bytes held by open and in-flight batches; the pool owns as many chunks as that fills,
+/// plus one partly filled chunk per open batch, so its memory is the budget's plus a
+/// little. Chunks past that are plain allocations, freed after use.
+fn batch_pool(budget: &Budget) -> BufPool {
+    BufPool::new(
+        budget.max().div_ceil(CHUNK_BYTES) + BATCH_POOL_SLACK_CHUNKS,
+        CHUNK_BYTES,
+    )
+}
+
+/// Start the source thread (and the watermark thread beside it).
+pub fn spawn(
+    cfg: SourceConfig,
+    metrics: Arc<Metrics>,
+    budget: Arc<Budget>,
+    batches: crossbeam_channel::Sender<RecordBatch>,
+    acks: crossbeam_channel::Receiver<Ack>,
+    heartbeat: Heartbeat,
+) -> Result<Source, rdkafka::error::KafkaError> {
+    let watermarks: watermarks::Watermarks = Arc::default();
+    let assigned: watermarks::Assigned = Arc::default();
+    let machine = Machine::new(cfg.machine, budget.clone(), Some(batch_pool(&budget)));
+    let ctx = SourceContext {
+        machine: Mutex::new(machine),
+        metrics: metrics.clone(),
+        assigned: assigned.clone(),
+    };
+    let mut client = ClientConfig::new();
+    client
+        .set("bootstrap.servers", &cfg.brokers)
+        .set("group.id", &cfg.group_id)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("fetch.max.bytes", "8388608")
+        .set("max.partition.fetch.bytes", "2097152")
+        .set("queued.max.messages.kbytes", "8192")
+        .set("session.timeout.ms", "30000")
+        .set("max.poll.interval.ms", "300000");
+    for (k, v) in &cfg.properties {
+        client.set(k, v);
+    }
+    let consumer: BaseConsumer<SourceContext> = client.create_with_context(ctx)?;
+    let mut wm_client = ClientConfig::new();
+    wm_client.set("bootstrap.servers", &cfg.brokers);
+    for (k, v) in &cfg.properties {
+        wm_client.set(k, v);
+    }
+    let topics: Vec<&str> = cfg.topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    watermarks::spawn(wm_client, assigned, watermarks.clone(), stop.clone());
+    let run = SourceLoop {
+        cfg,
+        consumer,
+        metrics,
+        budget,
+        batches,
+        acks,
+        stop: stop.clone(),
+        heartbeat,
+        watermarks,
+    };
+    let thread = std::thread::Builder::new()
+        .name("kafka-source".into())
+        .spawn(move || run.run())
+        .expect("spawn kafka source thread");
+    Ok(Source { thread, stop })
+}

@@ -1,0 +1,51 @@
+//! The watermark thread: high watermarks of the held partitions, for lag in records.
+//!
+//! Why a thread and a client of its own: paused partitions are not fetched, so the
+//! consumer itself stops learning how far the log has grown exactly when lag matters most.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+use super::machine::PartitionId;
+
+/// High watermark of each held partition, refreshed every second.
+pub type Watermarks = Arc<Mutex<HashMap<PartitionId, i64>>>;
+
+/// The partitions held now, published by the source on every rebalance.
+pub type Assigned = Arc<Mutex<Vec<PartitionId>>>;
+
+/// Refresh the high watermarks of `assigned` partitions every second until `stop`.
+pub fn spawn(
+    client: ClientConfig,
+    assigned: Assigned,
+    watermarks: Watermarks,
+    stop: Arc<AtomicBool>,
+) {
+    let consumer: BaseConsumer = match client.create() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot create the watermark client; lag in records will not be reported");
+            return;
+        }
+    };
+    let _ = std::thread::Builder::new()
+        .name("kafka-watermarks".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let list = assigned.lock().expect("assigned lock").clone();
+                for id in list {
+                    if let Ok((_low, high)) =
+                        consumer.fetch_watermarks(&id.topic, id.partition, Duration::from_secs(2))
+                    {
+                        watermarks.lock().expect("hw lock").insert(id, high);
+                    }
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        });
+}

@@ -5,6 +5,8 @@
 //! batches ([`batch`], holding [`budget`] permits) → decode/encode workers ([`workers`]:
 //! [`decode`] → [`rows`] → [`encode`]) → inserts ([`insert`]: retries, bisection, dead
 //! letters; [`sink`], [`retry`]) → acknowledgements and commits ([`offsets`]).
+//! Dependencies point down this list only: [`rows`] reads [`decode`]'s views and writes
+//! with [`wire`] (ClickHouse's binary primitives, a leaf); [`encode`] uses both.
 //! [`pipeline`] wires the stages with bounded queues; [`config`] is what the user writes;
 //! [`metrics`] and [`http`] are what operators and autoscalers read.
 
@@ -25,6 +27,7 @@ pub mod retry;
 pub mod rows;
 pub mod sink;
 pub mod source;
+pub mod wire;
 pub mod workers;
 
 /// Logs to stderr, as text or (`format == "json"`) JSON lines; `RUST_LOG` filters, default

@@ -203,7 +203,6 @@ pub fn at_depth(depth: usize) -> Result<()> {
 /// Checks a value all the way down, as rendering it would (for values no column
 /// renders). `depth`: the message depth of the value's `AnyValue`.
 pub fn check_value(v: Value<'_>, depth: usize) -> Result<()> {
-    use crate::rows::as_string::{array_items, kvlist_items};
     if v != Value::Empty {
         at_depth(depth)?;
     }
@@ -224,6 +223,36 @@ pub fn check_value(v: Value<'_>, depth: usize) -> Result<()> {
         _ => {}
     }
     Ok(())
+}
+
+/// Reads each field 1 of a message body with `read` (both `ArrayValue.values` and
+/// `KeyValueList.values` are field 1).
+fn repeated_field_1<'a, T: 'a>(
+    body: &'a [u8],
+    read: fn(&'a [u8]) -> Result<T>,
+) -> impl Iterator<Item = Result<T>> + 'a {
+    let mut f = Fields::new(body);
+    std::iter::from_fn(move || {
+        loop {
+            match f.next_field() {
+                Err(e) => return Some(Err(e)),
+                Ok(None) => return None,
+                Ok(Some((1, Wire::Len(b)))) => return Some(read(b)),
+                Ok(Some((1, _))) => return Some(Err(Unusual)),
+                Ok(Some(_)) => {}
+            }
+        }
+    })
+}
+
+/// The items of an `ArrayValue` body.
+pub fn array_items(body: &[u8]) -> impl Iterator<Item = Result<Value<'_>>> {
+    repeated_field_1(body, any_value)
+}
+
+/// The entries of a `KeyValueList` body.
+pub fn kvlist_items(body: &[u8]) -> impl Iterator<Item = Result<Kv<'_>>> {
+    repeated_field_1(body, kv)
 }
 
 /// Reads an `AnyValue` body.

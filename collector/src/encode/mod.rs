@@ -15,7 +15,6 @@ pub mod compress;
 mod native;
 pub mod plan;
 mod rowbinary;
-pub mod wire;
 
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;

@@ -32,10 +32,10 @@ use std::collections::HashMap;
 use tracehouse_schema::SpanColumn;
 
 use super::plan::{AttrShape, PlannedColumn, Shape, Text};
-use super::wire::{put_str, put_u64, put_varint};
 use super::{EncodeError, Rendered, SpanRow};
 use crate::decode::proto;
 use crate::rows;
+use crate::wire::{put_str, put_u64, put_varint};
 
 /// `LowCardinality` serialization constants (ClickHouse `SerializationLowCardinality`).
 const LC_SHARED_DICTIONARIES_WITH_ADDITIONAL_KEYS: u64 = 1;

@@ -8,10 +8,10 @@
 use tracehouse_schema::SpanColumn;
 
 use super::plan::PlannedColumn;
-use super::wire::{put_i64, put_str, put_u64, put_varint};
 use super::{Rendered, SpanRow};
 use crate::decode::proto;
 use crate::rows;
+use crate::wire::{put_i64, put_str, put_u64, put_varint};
 
 /// The resource's two attribute columns, serialized once per resource: every span of
 /// the resource copies the same bytes.

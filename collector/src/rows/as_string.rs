@@ -18,7 +18,7 @@ use base64::Engine as _;
 use opentelemetry_proto::tonic::common::v1::AnyValue;
 use prost::Message;
 
-use crate::decode::proto::{self, Fields, Value, Wire};
+use crate::decode::proto::{self, Value, array_items, kvlist_items};
 
 /// Appends the `AsString` text of an attribute value whose `AnyValue` is at message
 /// depth `depth` (see [`proto::MAX_MESSAGE_DEPTH`]).
@@ -121,36 +121,6 @@ impl From<proto::Unusual> for JsonError {
     fn from(_: proto::Unusual) -> Self {
         Self::Unusual
     }
-}
-
-/// Reads each field 1 of a message body with `read` (both `ArrayValue.values` and
-/// `KeyValueList.values` are field 1).
-fn repeated_field_1<'a, T: 'a>(
-    body: &'a [u8],
-    read: fn(&'a [u8]) -> proto::Result<T>,
-) -> impl Iterator<Item = proto::Result<T>> + 'a {
-    let mut f = Fields::new(body);
-    std::iter::from_fn(move || {
-        loop {
-            match f.next_field() {
-                Err(e) => return Some(Err(e)),
-                Ok(None) => return None,
-                Ok(Some((1, Wire::Len(b)))) => return Some(read(b)),
-                Ok(Some((1, _))) => return Some(Err(proto::Unusual)),
-                Ok(Some(_)) => {}
-            }
-        }
-    })
-}
-
-/// The items of an `ArrayValue` body.
-pub(crate) fn array_items(body: &[u8]) -> impl Iterator<Item = proto::Result<Value<'_>>> {
-    repeated_field_1(body, proto::any_value)
-}
-
-/// The entries of a `KeyValueList` body.
-pub(crate) fn kvlist_items(body: &[u8]) -> impl Iterator<Item = proto::Result<proto::Kv<'_>>> {
-    repeated_field_1(body, proto::kv)
 }
 
 /// Appends Go's `json.Marshal(value.AsRaw())`; `depth`: the message depth of the

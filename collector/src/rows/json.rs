@@ -30,9 +30,9 @@
 
 use std::ops::Range;
 
-use crate::decode::proto::{self, Value};
-use crate::encode::wire::{put_f64, put_i64, put_str, put_varint};
-use crate::rows::as_string::{array_items, kvlist_items, push_base64};
+use crate::decode::proto::{self, Value, array_items, kvlist_items};
+use crate::rows::as_string::push_base64;
+use crate::wire::{put_f64, put_i64, put_str, put_varint};
 
 /// Binary type tags of ClickHouse's data-type encoding (used inside `Dynamic`).
 pub mod tag {

@@ -48,11 +48,10 @@ impl SpanEncoder for Adapter {
         self.encoder.insert_sql().to_string()
     }
 
-    fn append(&mut self, payload: &[u8]) -> Result<u64, String> {
+    fn append(&mut self, payload: &[u8]) -> Result<u64, decode::DecodeError> {
         self.encoder
             .push_record(payload, self.encoding)
             .map(|n| n as u64)
-            .map_err(|e| e.to_string())
     }
 
     fn finish(&mut self) -> Bytes {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::batch::{RecordBatch, SkipReason, Skipped};
+use crate::decode::DecodeError;
 use crate::offsets::BatchRange;
 
 /// Turns Kafka record payloads into one compressed ClickHouse insert body.
@@ -16,8 +17,8 @@ pub trait SpanEncoder: Send {
     /// The `INSERT INTO … (columns) FORMAT …` statement the body is meant for.
     fn insert_query(&self) -> String;
     /// Decode one record and append its spans as rows; returns the spans appended.
-    /// On error nothing of the record was appended and the message says why.
-    fn append(&mut self, payload: &[u8]) -> Result<u64, String>;
+    /// On error nothing of the record was appended, and the error says why.
+    fn append(&mut self, payload: &[u8]) -> Result<u64, DecodeError>;
     /// Take the compressed body of everything appended since the last call.
     fn finish(&mut self) -> Bytes;
 }
@@ -50,10 +51,11 @@ pub fn encode_slice(
     for r in &batch.records[records.clone()] {
         match enc.append(batch.payload(r)) {
             Ok(n) => rows += n,
-            Err(detail) => undecodable.push(Skipped {
+            Err(e) => undecodable.push(Skipped {
                 offset: r.offset,
                 reason: SkipReason::DecodeError,
-                detail,
+                // From here on the error travels as text: a dead-letter header and a log.
+                detail: e.to_string(),
                 payload: Some(batch.payload(r).to_vec()),
             }),
         }
@@ -112,7 +114,7 @@ pub fn spawn(
 
 #[cfg(test)]
 pub mod testing {
-    //! A toy encoder for unit tests: a record is a decimal span count, or garbage.
+    //! A toy encoder for unit tests: a record is a JSON number of spans, or garbage.
     use super::*;
 
     #[derive(Debug, Default)]
@@ -124,11 +126,8 @@ pub mod testing {
         fn insert_query(&self) -> String {
             "INSERT INTO t FORMAT TSV".into()
         }
-        fn append(&mut self, payload: &[u8]) -> Result<u64, String> {
-            let n: u64 = std::str::from_utf8(payload)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| format!("not a number: {:?}", String::from_utf8_lossy(payload)))?;
+        fn append(&mut self, payload: &[u8]) -> Result<u64, DecodeError> {
+            let n: u64 = serde_json::from_slice(payload)?;
             self.body.extend_from_slice(payload);
             self.body.push(b'\n');
             Ok(n)

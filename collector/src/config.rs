@@ -10,25 +10,9 @@ use serde::{Deserialize, Serialize};
 
 /// How records on the topic are encoded (the OTel Collector kafka exporter's names).
 pub use crate::decode::Encoding;
-
-/// The ClickHouse input format of inserts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-#[value(rename_all = "snake_case")]
-pub enum InsertFormat {
-    /// The measured best for the table variant (see the collector README).
-    Auto,
-    Native,
-    RowBinary,
-}
-
-/// How attribute columns are typed in the table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum AttributesKind {
-    Map,
-    Json,
-}
+/// How attribute columns are typed in the table, and the ClickHouse input format of
+/// inserts: the schema crate's definitions.
+pub use tracehouse_schema::{Attributes, InsertFormat};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -61,7 +45,7 @@ pub struct ClickHouseConfig {
     pub url: String,
     pub database: String,
     pub table: String,
-    pub attributes: AttributesKind,
+    pub attributes: Attributes,
     /// JSON variant: the table has `ResourceAttributesKeys`/`SpanAttributesKeys` to fill.
     pub attribute_keys: bool,
     /// Input format of inserts.
@@ -131,7 +115,7 @@ impl Default for ClickHouseConfig {
             url: "http://localhost:8123".into(),
             database: "otel".into(),
             table: "otel_traces".into(),
-            attributes: AttributesKind::Map,
+            attributes: Attributes::Map,
             attribute_keys: true,
             insert_format: InsertFormat::Auto,
             user: None,
@@ -360,7 +344,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.kafka.encoding, Encoding::OtlpJson);
-        assert_eq!(c.clickhouse.attributes, AttributesKind::Json);
+        assert_eq!(c.clickhouse.attributes, Attributes::Json);
         assert_eq!(c.batch, BatchConfig::default());
         let err = serde_yaml::from_str::<Config>("kafka: {brokerz: 'a:1'}").unwrap_err();
         assert!(err.to_string().contains("brokerz"), "{err}");

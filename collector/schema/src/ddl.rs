@@ -277,7 +277,9 @@ pub enum InsertFormat {
     /// The measured best for the table variant (see the collector README).
     #[default]
     Auto,
+    /// ClickHouse `Native`: column blocks (Map attributes only).
     Native,
+    /// ClickHouse `RowBinary`: row after row (both attribute layouts).
     RowBinary,
 }
 

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use tracehouse_e2e::unique_name;
 use tracehouse_loadgen::{
-    AttributesKind, Expectation, GeneratorConfig, ProduceOptions, VerifyOptions, VerifyReport,
+    Expectation, GeneratorConfig, ProduceOptions, VerifyOptions, VerifyReport,
 };
+use tracehouse_schema::Attributes;
 
 /// A stack variable (`tracehouse_e2e::stack_var`), with rustls' crypto provider installed
 /// first for the collector library's HTTP clients.
@@ -140,9 +141,9 @@ impl World {
             database: self.database.clone(),
             table: self.table.clone(),
             attributes: if self.attributes == "json" {
-                AttributesKind::Json
+                Attributes::Json
             } else {
-                AttributesKind::Map
+                Attributes::Map
             },
             generators: vec![Expectation {
                 generator_id: generator_id.to_string(),

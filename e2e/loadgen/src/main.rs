@@ -23,11 +23,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use tracehouse_loadgen::{
-    AttributesKind, Compression, Encoding, Expectation, GeneratorConfig, Partitioning,
-    ProduceOptions, Progress, Shape, VerifyOptions, VerifyReport, produce_with_progress, verify,
+    Compression, Encoding, Expectation, GeneratorConfig, Partitioning, ProduceOptions, Progress,
+    Shape, VerifyOptions, VerifyReport, produce_with_progress, verify,
 };
+use tracehouse_schema::Attributes;
 
 #[derive(Debug, Parser)]
 #[command(name = "tracehouse-loadgen", version, about)]
@@ -42,13 +43,6 @@ enum Command {
     Produce(ProduceArgs),
     /// Count found / missing / duplicated spans per generator in ClickHouse.
     Verify(VerifyArgs),
-}
-
-/// `--shape`: see [`Shape`].
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum ShapeArg {
-    Rich,
-    Minimal,
 }
 
 #[derive(Debug, Args)]
@@ -76,7 +70,7 @@ struct ProduceArgs {
     #[arg(long, default_value_t = 100)]
     spans_per_trace: usize,
     /// otlp_proto or otlp_json.
-    #[arg(long, default_value = "otlp_proto")]
+    #[arg(long, value_enum, default_value_t = Encoding::OtlpProto)]
     encoding: Encoding,
     /// none, lz4, zstd, snappy or gzip.
     #[arg(long, default_value = "none")]
@@ -106,8 +100,8 @@ struct ProduceArgs {
     max_links: usize,
     /// rich (every value kind, events, links; sized by the knobs above) or minimal
     /// (spans shaped like `telemetrygen traces`: two short attributes, nothing else).
-    #[arg(long, value_enum, default_value_t = ShapeArg::Rich)]
-    shape: ShapeArg,
+    #[arg(long, value_enum, default_value_t = Shape::Rich)]
+    shape: Shape,
     /// Start time of the first trace in ns since the epoch (default: now). Pin it for
     /// byte-identical output across runs.
     #[arg(long)]
@@ -133,8 +127,8 @@ struct VerifyArgs {
     #[arg(long, default_value = "otel_traces")]
     table: String,
     /// Attribute columns: map (Map(LowCardinality(String), String)) or json (JSON).
-    #[arg(long, default_value = "map")]
-    attributes: AttributesKind,
+    #[arg(long, value_enum, default_value_t = Attributes::Map)]
+    attributes: Attributes,
     /// Generator id to check (repeatable; the n-th pairs with the n-th --expected).
     #[arg(long, required = true)]
     generator_id: Vec<String>,
@@ -176,10 +170,7 @@ async fn run_produce(a: ProduceArgs) -> Result<()> {
         attribute_value_bytes: a.attribute_bytes,
         max_events_per_span: a.max_events,
         max_links_per_span: a.max_links,
-        shape: match a.shape {
-            ShapeArg::Rich => Shape::Rich,
-            ShapeArg::Minimal => Shape::Minimal,
-        },
+        shape: a.shape,
         ..GeneratorConfig::default()
     };
     if let Some(t) = a.start_time_ns {
@@ -323,7 +314,7 @@ mod tests {
         let report = |missing, duplicated, out_of_range| VerifyReport {
             database: "d".into(),
             table: "t".into(),
-            attributes: AttributesKind::Map,
+            attributes: Attributes::Map,
             generators: vec![GeneratorReport {
                 generator_id: "g".into(),
                 expected: 10,

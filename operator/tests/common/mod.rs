@@ -25,13 +25,13 @@ use serde_json::{Value, json};
 use tracehouse_e2e::k8s::with_namespace;
 pub use tracehouse_e2e::k8s::{client, http_get, pod_pid, pod_ready, wait_for};
 use tracehouse_e2e::{kafka_admin, stack_var};
-pub use tracehouse_loadgen::AttributesKind;
 use tracehouse_loadgen::{
     Expectation, GeneratorConfig, ProduceOptions, VerifyOptions, produce, verify,
 };
 use tracehouse_operator::FIELD_MANAGER;
 use tracehouse_operator::builders::{CONFIG_HASH_ANNOTATION, CONFIG_KEY, Names, PIPELINE_LABEL};
 use tracehouse_operator::crd::{TracePipeline, condition};
+pub use tracehouse_schema::Attributes;
 
 /// Where `e2e/stack up` runs the operator (config/manager, config/local).
 pub const OPERATOR_NAMESPACE: &str = "tracehouse-system";
@@ -306,7 +306,7 @@ pub async fn deployment_replicas(client: &Client, ns: &str, name: &str) -> Optio
 /// Produces `spans` spans as `generator_id` and waits until each is in ClickHouse exactly once
 /// (a table with Map attributes, the operator's default).
 pub async fn deliver(topic: &str, database: &str, generator_id: &str, spans: u64) {
-    deliver_to(topic, database, generator_id, spans, AttributesKind::Map).await;
+    deliver_to(topic, database, generator_id, spans, Attributes::Map).await;
 }
 
 /// [`deliver`] into a table whose attribute columns are of kind `attributes`.
@@ -315,7 +315,7 @@ pub async fn deliver_to(
     database: &str,
     generator_id: &str,
     spans: u64,
-    attributes: AttributesKind,
+    attributes: Attributes,
 ) {
     let report = produce(&ProduceOptions {
         brokers: stack_var("KAFKA_BROKERS"),

@@ -159,7 +159,7 @@ pub enum ConfigError {
     #[error("invalid config file {path}: {source}")]
     Parse {
         path: PathBuf,
-        source: serde_yaml::Error,
+        source: crate::yaml::Error,
     },
     #[error("invalid `{field}`: {reason}")]
     Invalid { field: &'static str, reason: String },
@@ -179,7 +179,7 @@ impl Config {
             path: path.into(),
             source,
         })?;
-        serde_yaml::from_str(&text).map_err(|source| ConfigError::Parse {
+        crate::yaml::from_str(&text).map_err(|source| ConfigError::Parse {
             path: path.into(),
             source,
         })
@@ -339,14 +339,14 @@ mod tests {
 
     #[test]
     fn yaml_overrides_defaults_and_rejects_unknown_fields() {
-        let c: Config = serde_yaml::from_str(
+        let c: Config = crate::yaml::from_str(
             "kafka: {brokers: 'a:1', topics: [x], encoding: otlp_json}\nclickhouse: {attributes: json}\n",
         )
         .unwrap();
         assert_eq!(c.kafka.encoding, Encoding::OtlpJson);
         assert_eq!(c.clickhouse.attributes, Attributes::Json);
         assert_eq!(c.batch, BatchConfig::default());
-        let err = serde_yaml::from_str::<Config>("kafka: {brokerz: 'a:1'}").unwrap_err();
+        let err = crate::yaml::from_str::<Config>("kafka: {brokerz: 'a:1'}").unwrap_err();
         assert!(err.to_string().contains("brokerz"), "{err}");
     }
 

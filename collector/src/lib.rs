@@ -5,7 +5,8 @@
 //! [`decode`] → [`rows`] → [`encode`])
 //! → ClickHouse sink ([`sink`], [`retry`]) → acknowledgements and commits ([`offsets`]).
 //! [`pipeline`] wires the stages with bounded queues and a byte budget; [`config`] is what
-//! the user writes; [`metrics`] and [`http`] are what operators and autoscalers read.
+//! the user writes; [`metrics`] and [`http`] are what operators and autoscalers read;
+//! [`yaml`] is the one door to the YAML library.
 
 pub mod batch;
 pub mod config;
@@ -22,6 +23,7 @@ pub mod rows;
 pub mod sink;
 pub mod source;
 pub mod workers;
+pub mod yaml;
 
 /// Logs to stderr, as text or (`format == "json"`) JSON lines; `RUST_LOG` filters, default
 /// `info` with librdkafka at `warn`. The operator binary logs the same way.

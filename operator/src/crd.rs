@@ -664,7 +664,7 @@ pub fn crd() -> CustomResourceDefinition {
 
 /// The CRD as committed in `crds/tracepipelines.yaml`.
 pub fn crd_yaml() -> String {
-    let body = serde_yaml::to_string(&crd()).expect("a CRD always serializes");
+    let body = tracehouse_collector::yaml::to_string(&crd()).expect("a CRD always serializes");
     format!("{GENERATED_HEADER}{body}")
 }
 

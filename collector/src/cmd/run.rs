@@ -136,7 +136,10 @@ pub fn run(args: RunArgs) -> ExitCode {
                 *v = "***".into();
             }
         }
-        print!("{}", serde_yaml::to_string(&shown).unwrap_or_default());
+        print!(
+            "{}",
+            tracehouse_collector::yaml::to_string(&shown).unwrap_or_default()
+        );
         return ExitCode::SUCCESS;
     }
     let factory = match tracehouse_collector::insert_encoder::factory(&cfg) {

@@ -108,8 +108,8 @@ mod tests {
         assert_eq!(cfg.clickhouse.database, "otel");
         assert_eq!(cfg.clickhouse.user, None);
         // What the collector would read back from the ConfigMap is what we rendered.
-        let yaml = serde_yaml::to_string(&cfg).unwrap();
-        let back: collector::Config = serde_yaml::from_str(&yaml).unwrap();
+        let yaml = tracehouse_collector::yaml::to_string(&cfg).unwrap();
+        let back: collector::Config = tracehouse_collector::yaml::from_str(&yaml).unwrap();
         back.validate().unwrap();
         assert_eq!(back, cfg);
     }

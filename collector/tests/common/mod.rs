@@ -12,7 +12,7 @@ use tracehouse_e2e::unique_name;
 use tracehouse_loadgen::{
     Expectation, GeneratorConfig, ProduceOptions, VerifyOptions, VerifyReport,
 };
-use tracehouse_schema::Attributes;
+pub use tracehouse_schema::Attributes;
 
 /// A stack variable (`tracehouse_e2e::stack_var`), with rustls' crypto provider installed
 /// first for the collector library's HTTP clients.
@@ -35,7 +35,7 @@ pub fn collector_bin() -> &'static str {
 }
 
 /// Create the traces table (all migrations) with the collector's own `schema apply`.
-pub fn create_table(database: &str, table: &str, attributes: &str) {
+pub fn create_table(database: &str, table: &str, attributes: Attributes) {
     let out = Command::new(collector_bin())
         .args([
             "schema",
@@ -45,7 +45,7 @@ pub fn create_table(database: &str, table: &str, attributes: &str) {
             "--table",
             table,
             "--attributes",
-            attributes,
+            attributes.as_str(),
         ])
         .output()
         .unwrap();
@@ -64,12 +64,12 @@ pub struct World {
     pub group: String,
     pub database: String,
     pub table: String,
-    pub attributes: &'static str,
+    pub attributes: Attributes,
     pub generator: String,
 }
 
 impl World {
-    pub fn new(name: &str, attributes: &'static str) -> Self {
+    pub fn new(name: &str, attributes: Attributes) -> Self {
         let database = unique_name(&format!("e2e_{name}"));
         let w = Self {
             topic: unique_name(&format!("spans_{name}")),
@@ -140,11 +140,7 @@ impl World {
             password: Some(var("CLICKHOUSE_PASSWORD")),
             database: self.database.clone(),
             table: self.table.clone(),
-            attributes: if self.attributes == "json" {
-                Attributes::Json
-            } else {
-                Attributes::Map
-            },
+            attributes: self.attributes,
             generators: vec![Expectation {
                 generator_id: generator_id.to_string(),
                 expected,
@@ -232,7 +228,7 @@ impl Collector {
                 "--table",
                 &w.table,
                 "--attributes",
-                w.attributes,
+                w.attributes.as_str(),
             ])
             .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
             .args(extra)

@@ -121,9 +121,44 @@ impl TryFrom<&TableSettings<'_>> for TableOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ddl::InsertFormat;
 
     fn options(s: &TableSettings<'_>) -> Result<TableOptions, SettingError> {
         TableOptions::try_from(s)
+    }
+
+    /// The spellings of the collector's config, the CRD and their defaults: changing one
+    /// breaks every file users wrote.
+    #[test]
+    fn choices_keep_their_wire_spellings() {
+        fn spelled(v: impl serde::Serialize) -> String {
+            serde_json::to_value(v)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+        assert_eq!(spelled(Attributes::Map), "map");
+        assert_eq!(spelled(Attributes::Json), "json");
+        assert_eq!(spelled(EngineKind::MergeTree), "MergeTree");
+        assert_eq!(
+            spelled(EngineKind::ReplicatedMergeTree),
+            "ReplicatedMergeTree"
+        );
+        assert_eq!(spelled(EngineKind::Null), "Null");
+        assert_eq!(spelled(InsertFormat::Auto), "auto");
+        assert_eq!(spelled(InsertFormat::Native), "native");
+        assert_eq!(spelled(InsertFormat::RowBinary), "row_binary");
+        assert_eq!(
+            (
+                Attributes::default(),
+                EngineKind::default(),
+                InsertFormat::default()
+            ),
+            (Attributes::Map, EngineKind::MergeTree, InsertFormat::Auto)
+        );
+        let back: InsertFormat = serde_json::from_value("row_binary".into()).unwrap();
+        assert_eq!(back, InsertFormat::RowBinary);
     }
 
     #[test]

@@ -93,12 +93,13 @@ struct TableArgs {
     database: String,
     #[arg(long, default_value = tracehouse_schema::model::DEFAULT_TABLE)]
     table: String,
-    /// Attribute columns: Map(LowCardinality(String), String) or JSON.
+    /// Attribute columns.
     #[arg(long, value_enum, default_value_t = Attributes::Map)]
     attributes: Attributes,
     /// JSON variant: leave out ResourceAttributesKeys / SpanAttributesKeys.
     #[arg(long)]
     no_attribute_keys: bool,
+    /// Table engine.
     #[arg(long, value_enum, default_value_t = EngineKind::MergeTree)]
     engine: EngineKind,
     /// Cluster for ON CLUSTER (with --engine replicated).

@@ -69,7 +69,7 @@ struct ProduceArgs {
     /// Mean spans per trace.
     #[arg(long, default_value_t = 100)]
     spans_per_trace: usize,
-    /// otlp_proto or otlp_json.
+    /// Record encoding.
     #[arg(long, value_enum, default_value_t = Encoding::OtlpProto)]
     encoding: Encoding,
     /// none, lz4, zstd, snappy or gzip.
@@ -98,8 +98,7 @@ struct ProduceArgs {
     /// At most this many links per span.
     #[arg(long, default_value_t = 1)]
     max_links: usize,
-    /// rich (every value kind, events, links; sized by the knobs above) or minimal
-    /// (spans shaped like `telemetrygen traces`: two short attributes, nothing else).
+    /// What each span carries.
     #[arg(long, value_enum, default_value_t = Shape::Rich)]
     shape: Shape,
     /// Start time of the first trace in ns since the epoch (default: now). Pin it for
@@ -126,7 +125,7 @@ struct VerifyArgs {
     database: String,
     #[arg(long, default_value = "otel_traces")]
     table: String,
-    /// Attribute columns: map (Map(LowCardinality(String), String)) or json (JSON).
+    /// Attribute columns of the table.
     #[arg(long, value_enum, default_value_t = Attributes::Map)]
     attributes: Attributes,
     /// Generator id to check (repeatable; the n-th pairs with the n-th --expected).
@@ -307,6 +306,26 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn encoding_and_attributes_take_the_collectors_spellings() {
+        let parse = |line: &str| Cli::try_parse_from(line.split_whitespace());
+        let produce = "loadgen produce --brokers b:1 --topic t --spans 1";
+        let cli = parse(&format!("{produce} --encoding otlp_json --shape minimal")).unwrap();
+        let Command::Produce(p) = cli.command else {
+            panic!("{cli:?}")
+        };
+        assert_eq!((p.encoding, p.shape), (Encoding::OtlpJson, Shape::Minimal));
+        assert!(parse(&format!("{produce} --encoding json")).is_err());
+
+        let verify = "loadgen verify --clickhouse-url http://c --generator-id g --expected 1";
+        let cli = parse(&format!("{verify} --attributes json")).unwrap();
+        let Command::Verify(v) = cli.command else {
+            panic!("{cli:?}")
+        };
+        assert_eq!(v.attributes, Attributes::Json);
+        assert!(parse(&format!("{verify} --attributes Map(String)")).is_err());
     }
 
     #[test]

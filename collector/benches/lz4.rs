@@ -22,8 +22,8 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use prost::Message;
 use tracehouse_collector::decode::Encoding;
 use tracehouse_collector::encode::compress::{self, Compressor, MAX_BLOCK};
-use tracehouse_collector::encode::{Compression, Encoder, EncoderOptions, Format};
-use tracehouse_schema::Attributes;
+use tracehouse_collector::encode::{Compression, Encoder, EncoderOptions};
+use tracehouse_schema::{Attributes, InsertFormat};
 
 mod common;
 mod realistic;
@@ -62,7 +62,7 @@ fn bytes_per_cpu_second(bytes: usize, variants: usize, mut work: impl FnMut(usiz
 }
 
 /// The uncompressed insert body the encoder makes of the realistic records.
-fn raw_body(attributes: Attributes, format: Format) -> Vec<u8> {
+fn raw_body(attributes: Attributes, format: InsertFormat) -> Vec<u8> {
     let options = EncoderOptions {
         compression: Compression::None,
         ..EncoderOptions::new(format)
@@ -106,9 +106,9 @@ fn blocks(c: &mut Criterion) {
         .max(lz4::block::compress_bound(MAX_BLOCK).unwrap());
     let mut scratch = vec![0u8; worst];
     for (attributes, format) in [
-        (Attributes::Map, Format::Native),
-        (Attributes::Map, Format::RowBinary),
-        (Attributes::Json, Format::RowBinary),
+        (Attributes::Map, InsertFormat::Native),
+        (Attributes::Map, InsertFormat::RowBinary),
+        (Attributes::Json, InsertFormat::RowBinary),
     ] {
         let raw = raw_body(attributes, format);
         let name = format!("{attributes:?}_{format:?}").to_lowercase();
@@ -174,7 +174,7 @@ fn frames_zero_filled(raw: &[u8], out: &mut Vec<u8>) {
 }
 
 fn frames(c: &mut Criterion) {
-    let raw = raw_body(Attributes::Map, Format::Native);
+    let raw = raw_body(Attributes::Map, InsertFormat::Native);
     let mut old = Vec::new();
     frames_zero_filled(&raw, &mut old);
     let mut compressor = Compressor::default();

@@ -17,8 +17,8 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use prost::Message;
 use tracehouse_collector::decode::{Encoding, decode};
-use tracehouse_collector::encode::{Encoder, Format};
-use tracehouse_schema::Attributes;
+use tracehouse_collector::encode::Encoder;
+use tracehouse_schema::{Attributes, InsertFormat};
 
 mod common;
 mod realistic;
@@ -112,9 +112,9 @@ fn data_set(c: &mut Criterion, name: &str, records: &[Vec<u8>]) {
     }
 
     for (attributes, format) in [
-        (Attributes::Map, Format::RowBinary),
-        (Attributes::Map, Format::Native),
-        (Attributes::Json, Format::RowBinary),
+        (Attributes::Map, InsertFormat::RowBinary),
+        (Attributes::Map, InsertFormat::Native),
+        (Attributes::Json, InsertFormat::RowBinary),
     ] {
         let label = format!("{attributes:?}/{format:?}");
         if std::env::var("BENCH_FORMAT").is_ok_and(|f| f != label) {

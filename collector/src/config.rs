@@ -10,25 +10,9 @@ use serde::{Deserialize, Serialize};
 
 /// How records on the topic are encoded (the OTel Collector kafka exporter's names).
 pub use crate::decode::Encoding;
-
-/// The ClickHouse input format of inserts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-#[value(rename_all = "snake_case")]
-pub enum InsertFormat {
-    /// The measured best for the table variant (see the collector README).
-    Auto,
-    Native,
-    RowBinary,
-}
-
-/// How attribute columns are typed in the table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum AttributesKind {
-    Map,
-    Json,
-}
+/// How attribute columns are typed in the table, and the ClickHouse input format of
+/// inserts: the schema crate's definitions.
+pub use tracehouse_schema::{Attributes, InsertFormat};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -61,7 +45,7 @@ pub struct ClickHouseConfig {
     pub url: String,
     pub database: String,
     pub table: String,
-    pub attributes: AttributesKind,
+    pub attributes: Attributes,
     /// JSON variant: the table has `ResourceAttributesKeys`/`SpanAttributesKeys` to fill.
     pub attribute_keys: bool,
     /// Input format of inserts.
@@ -131,7 +115,7 @@ impl Default for ClickHouseConfig {
             url: "http://localhost:8123".into(),
             database: "otel".into(),
             table: "otel_traces".into(),
-            attributes: AttributesKind::Map,
+            attributes: Attributes::Map,
             attribute_keys: true,
             insert_format: InsertFormat::Auto,
             user: None,
@@ -175,7 +159,7 @@ pub enum ConfigError {
     #[error("invalid config file {path}: {source}")]
     Parse {
         path: PathBuf,
-        source: serde_yaml::Error,
+        source: crate::yaml::Error,
     },
     #[error("invalid `{field}`: {reason}")]
     Invalid { field: &'static str, reason: String },
@@ -195,7 +179,7 @@ impl Config {
             path: path.into(),
             source,
         })?;
-        serde_yaml::from_str(&text).map_err(|source| ConfigError::Parse {
+        crate::yaml::from_str(&text).map_err(|source| ConfigError::Parse {
             path: path.into(),
             source,
         })
@@ -355,14 +339,14 @@ mod tests {
 
     #[test]
     fn yaml_overrides_defaults_and_rejects_unknown_fields() {
-        let c: Config = serde_yaml::from_str(
+        let c: Config = crate::yaml::from_str(
             "kafka: {brokers: 'a:1', topics: [x], encoding: otlp_json}\nclickhouse: {attributes: json}\n",
         )
         .unwrap();
         assert_eq!(c.kafka.encoding, Encoding::OtlpJson);
-        assert_eq!(c.clickhouse.attributes, AttributesKind::Json);
+        assert_eq!(c.clickhouse.attributes, Attributes::Json);
         assert_eq!(c.batch, BatchConfig::default());
-        let err = serde_yaml::from_str::<Config>("kafka: {brokerz: 'a:1'}").unwrap_err();
+        let err = crate::yaml::from_str::<Config>("kafka: {brokerz: 'a:1'}").unwrap_err();
         assert!(err.to_string().contains("brokerz"), "{err}");
     }
 

@@ -4,38 +4,23 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tracehouse_schema::{Attributes, Ident, TableOptions};
+use tracehouse_schema::{SettingError, TableOptions, TableSettings};
 
-use crate::config::{AttributesKind, Config, InsertFormat};
+use crate::config::Config;
 use crate::decode;
-use crate::encode::{Encoder, Format};
+use crate::encode::Encoder;
 use crate::workers::{EncoderFactory, SpanEncoder};
 
-/// The table options the collector writes to, derived from its configuration.
-pub fn table_options(cfg: &Config) -> Result<TableOptions, tracehouse_schema::Error> {
+/// The table options the collector writes to, derived from its configuration (the
+/// engine, TTL and the rest only matter to migrations, which the operator or the
+/// `schema` command run).
+pub fn table_options(cfg: &Config) -> Result<TableOptions, SettingError> {
     let c = &cfg.clickhouse;
-    let mut t = TableOptions::new(
-        Ident::new("clickhouse.database", c.database.as_str())?,
-        Ident::new("clickhouse.table", c.table.as_str())?,
-    );
-    t.attributes = match c.attributes {
-        AttributesKind::Map => Attributes::Map,
-        AttributesKind::Json => Attributes::Json,
-    };
-    t.attribute_keys_columns = c.attribute_keys;
-    Ok(t)
-}
-
-/// The insert format to use: the configured one, or the measured default.
-pub fn format(cfg: &Config) -> Format {
-    match cfg.clickhouse.insert_format {
-        InsertFormat::Native => Format::Native,
-        InsertFormat::RowBinary => Format::RowBinary,
-        InsertFormat::Auto => match cfg.clickhouse.attributes {
-            AttributesKind::Map => Format::Native,
-            AttributesKind::Json => Format::RowBinary,
-        },
-    }
+    TableOptions::try_from(&TableSettings {
+        attributes: c.attributes,
+        attribute_keys_columns: c.attribute_keys,
+        ..TableSettings::new(&c.database, &c.table)
+    })
 }
 
 struct Adapter {
@@ -62,7 +47,8 @@ impl SpanEncoder for Adapter {
 /// Build the per-thread encoder factory (checked once here, so workers cannot fail).
 pub fn factory(cfg: &Config) -> Result<EncoderFactory, String> {
     let table = table_options(cfg).map_err(|e| e.to_string())?;
-    let format = format(cfg);
+    // `auto` is resolved for the table by the encoder.
+    let format = cfg.clickhouse.insert_format;
     let encoding = cfg.kafka.encoding;
     Encoder::new(&table, format).map_err(|e| format!("clickhouse: {e}"))?;
     Ok(Arc::new(move || {

@@ -8,7 +8,8 @@
 //! Dependencies point down this list only: [`rows`] reads [`decode`]'s views and writes
 //! with [`wire`] (ClickHouse's binary primitives, a leaf); [`encode`] uses both.
 //! [`pipeline`] wires the stages with bounded queues; [`config`] is what the user writes;
-//! [`metrics`] and [`http`] are what operators and autoscalers read.
+//! [`metrics`] and [`http`] are what operators and autoscalers read; [`yaml`] is the one
+//! door to the YAML library.
 
 pub mod batch;
 pub mod budget;
@@ -29,6 +30,7 @@ pub mod sink;
 pub mod source;
 pub mod wire;
 pub mod workers;
+pub mod yaml;
 
 /// Logs to stderr, as text or (`format == "json"`) JSON lines; `RUST_LOG` filters, default
 /// `info` with librdkafka at `warn`. The operator binary logs the same way.

@@ -13,7 +13,7 @@ const SMALL_BATCHES: &[&str] = &["--config", "tests/small-batches.yaml"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn n_spans_become_exactly_n_rows() {
-    let w = World::new("exact", "map");
+    let w = World::new("exact", Attributes::Map);
     w.produce(20_000, 4, 1).await;
     let c = w.start_collector(&[]);
     let rows = w.wait_rows(20_000, Duration::from_secs(120)).await;
@@ -40,7 +40,7 @@ async fn n_spans_become_exactly_n_rows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_attributes_table_gets_exactly_n_rows() {
-    let w = World::new("exact_json", "json");
+    let w = World::new("exact_json", Attributes::Json);
     w.produce(5_000, 2, 2).await;
     let c = w.start_collector(&[]);
     let rows = w.wait_rows(5_000, Duration::from_secs(120)).await;
@@ -51,7 +51,7 @@ async fn json_attributes_table_gets_exactly_n_rows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_stream_then_restart_loses_and_duplicates_nothing() {
-    let w = World::new("kill9", "map");
+    let w = World::new("kill9", Attributes::Map);
     w.produce(60_000, 4, 3).await;
     let mut c = w.start_collector(SMALL_BATCHES);
     let seen = w.wait_rows(5_000, Duration::from_secs(120)).await;
@@ -76,7 +76,7 @@ async fn kill_9_mid_stream_then_restart_loses_and_duplicates_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_records_are_skipped_counted_and_dead_lettered() {
-    let w = World::new("poison", "map");
+    let w = World::new("poison", Attributes::Map);
     let dlq = format!("{}_dlq", w.topic);
     w.produce(3_000, 2, 4).await;
     // Garbage, truncated protobuf, an empty record and an oversized one, among good data.
@@ -127,7 +127,7 @@ async fn poison_records_are_skipped_counted_and_dead_lettered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_under_load_exits_within_the_deadline_and_resumes_without_loss() {
-    let w = World::new("sigterm", "map");
+    let w = World::new("sigterm", Attributes::Map);
     w.produce(40_000, 4, 6).await;
     let mut c = w.start_collector(&[
         "--config",

@@ -30,7 +30,7 @@ impl Drop for RestartOnDrop {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clickhouse_outage_builds_lag_within_budget_and_loses_nothing() {
-    let w = World::new("outage", "map");
+    let w = World::new("outage", Attributes::Map);
     // A 48 MiB budget: far below what the topic will hold while ClickHouse is away.
     let mut c = w.start_collector(&[
         "--config",

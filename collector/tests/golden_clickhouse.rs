@@ -16,10 +16,12 @@ mod golden_fixture;
 use golden_fixture::{SPAN_NAMES, Variant, assert_rows_eq, expected_rows, request};
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, KeyValueList, any_value::Value};
 use serde_json::{Value as J, json};
-use tracehouse_collector::encode::{Encoder, Format};
+use tracehouse_collector::encode::Encoder;
 use tracehouse_collector::rows::as_string::go_json;
 use tracehouse_schema::ddl::{create_database, create_traces_table};
-use tracehouse_schema::{Attributes, Ident, LATEST_VERSION, TableOptions, insert_columns};
+use tracehouse_schema::{
+    Attributes, Ident, InsertFormat, LATEST_VERSION, TableOptions, insert_columns,
+};
 
 struct Ch {
     http: reqwest::Client,
@@ -175,7 +177,7 @@ async fn canonical_rows(ch: &Ch, t: &TableOptions, attrs: impl Fn(&str) -> Strin
 #[tokio::test]
 async fn map_variant_round_trips_through_the_engine_in_rowbinary_and_native() {
     let ch = connect();
-    for format in [Format::RowBinary, Format::Native] {
+    for format in [InsertFormat::RowBinary, InsertFormat::Native] {
         let name = format!("traces_{format:?}").to_lowercase();
         let t = ch.table(&name, Attributes::Map, false);
         ch.create(&t).await;
@@ -223,7 +225,7 @@ async fn json_variant_stores_the_expected_paths_and_types_and_the_exporters_valu
     for keys in [true, false] {
         let t = ch.table(&format!("traces_json_{keys}"), Attributes::Json, keys);
         ch.create(&t).await;
-        let mut enc = Encoder::new(&t, Format::RowBinary).unwrap();
+        let mut enc = Encoder::new(&t, InsertFormat::RowBinary).unwrap();
         enc.push_request(&req).unwrap();
         let body = enc.finish().to_vec();
         ch.insert(&enc, body).await;
@@ -377,9 +379,9 @@ async fn server_cpu_per_insert_format() {
     println!("engine     attrs format     body      body bytes  server CPU ms  µs/span  wall ms");
     for engine in [Engine::Null, Engine::MergeTree] {
         for (attributes, format) in [
-            (Attributes::Map, Format::RowBinary),
-            (Attributes::Map, Format::Native),
-            (Attributes::Json, Format::RowBinary),
+            (Attributes::Map, InsertFormat::RowBinary),
+            (Attributes::Map, InsertFormat::Native),
+            (Attributes::Json, InsertFormat::RowBinary),
         ] {
             for compression in [Compression::None, Compression::Lz4] {
                 let name = format!("cost_{engine:?}_{attributes:?}_{format:?}_{compression:?}")

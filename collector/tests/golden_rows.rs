@@ -6,10 +6,10 @@ mod golden_fixture;
 
 use golden_fixture::{Variant, assert_rows_eq, expected_rows, request};
 use serde_json::{Value as J, json};
-use tracehouse_collector::encode::{
-    Compression, EncodeError, Encoder, EncoderOptions, Format, compress,
+use tracehouse_collector::encode::{Compression, EncodeError, Encoder, EncoderOptions, compress};
+use tracehouse_schema::{
+    Attributes, ClickHouseType as T, Ident, InsertFormat, TableOptions, insert_columns,
 };
-use tracehouse_schema::{Attributes, ClickHouseType as T, Ident, TableOptions, insert_columns};
 
 fn table(variant: Variant, keys: bool) -> TableOptions {
     let mut t = TableOptions::new(
@@ -24,7 +24,7 @@ fn table(variant: Variant, keys: bool) -> TableOptions {
     t
 }
 
-fn encode(t: &TableOptions, format: Format, compression: Compression) -> Vec<u8> {
+fn encode(t: &TableOptions, format: InsertFormat, compression: Compression) -> Vec<u8> {
     let mut options = EncoderOptions::new(format);
     options.compression = compression;
     let mut enc = Encoder::with_options(t, options).unwrap();
@@ -333,7 +333,7 @@ fn rowbinary_rows_match_the_golden_rows_for_every_variant() {
         (Variant::Json, false),
     ] {
         let t = table(variant, keys);
-        let body = encode(&t, Format::RowBinary, Compression::None);
+        let body = encode(&t, InsertFormat::RowBinary, Compression::None);
         let got = read_rowbinary(&t, &body);
         assert_rows_eq(
             &got,
@@ -346,7 +346,7 @@ fn rowbinary_rows_match_the_golden_rows_for_every_variant() {
 #[test]
 fn native_rows_match_the_golden_rows_for_the_map_variant() {
     let t = table(Variant::Map, false);
-    let body = encode(&t, Format::Native, Compression::None);
+    let body = encode(&t, InsertFormat::Native, Compression::None);
     let got = read_native(&t, &body);
     assert_rows_eq(&got, &expected_rows(Variant::Map, false), "Native Map");
 }
@@ -354,7 +354,7 @@ fn native_rows_match_the_golden_rows_for_the_map_variant() {
 #[test]
 fn native_cuts_blocks_by_size_and_every_block_carries_the_schema_header() {
     let t = table(Variant::Map, false);
-    let mut options = EncoderOptions::new(Format::Native);
+    let mut options = EncoderOptions::new(InsertFormat::Native);
     options.compression = Compression::None;
     options.native_block_bytes = 1;
     let mut enc = Encoder::with_options(&t, options).unwrap();
@@ -374,13 +374,13 @@ fn native_cuts_blocks_by_size_and_every_block_carries_the_schema_header() {
 
 #[test]
 fn native_json_is_refused_when_the_encoder_is_built() {
-    let err = Encoder::new(&table(Variant::Json, true), Format::Native).unwrap_err();
+    let err = Encoder::new(&table(Variant::Json, true), InsertFormat::Native).unwrap_err();
     assert_eq!(err, EncodeError::NativeJson);
 }
 
 #[test]
 fn lz4_body_decompresses_to_the_plain_body() {
-    for format in [Format::RowBinary, Format::Native] {
+    for format in [InsertFormat::RowBinary, InsertFormat::Native] {
         let t = table(Variant::Map, false);
         let plain = encode(&t, format, Compression::None);
         let compressed = encode(&t, format, Compression::Lz4);
@@ -396,7 +396,7 @@ fn lz4_body_decompresses_to_the_plain_body() {
 #[test]
 fn finish_starts_a_new_independent_body() {
     let t = table(Variant::Json, true);
-    let mut options = EncoderOptions::new(Format::RowBinary);
+    let mut options = EncoderOptions::new(InsertFormat::RowBinary);
     options.compression = Compression::None;
     let mut enc = Encoder::with_options(&t, options).unwrap();
     assert!(enc.finish().is_empty());
@@ -411,10 +411,10 @@ fn finish_starts_a_new_independent_body() {
 #[test]
 fn insert_sql_names_the_schema_columns_and_format() {
     let t = table(Variant::Map, false);
-    let enc = Encoder::new(&t, Format::Native).unwrap();
+    let enc = Encoder::new(&t, InsertFormat::Native).unwrap();
     assert_eq!(
         enc.insert_sql(),
-        tracehouse_schema::insert_sql(&t, tracehouse_schema::InsertFormat::Native)
+        tracehouse_schema::insert_sql(&t, InsertFormat::Native)
     );
     assert!(enc.insert_sql().ends_with("FORMAT Native"));
     let cols: Vec<(&str, String)> = enc.columns().map(|(n, t)| (n, t.to_string())).collect();

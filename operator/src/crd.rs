@@ -18,6 +18,12 @@ use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tracehouse_collector::config::{BatchConfig, ClickHouseConfig, LimitsConfig};
+/// The choices a spec shares with the collector's configuration and the command lines,
+/// defined once by the crates that own them (same spellings, so the CRD and a
+/// `collector.yaml` read alike): the record encoding by the collector's decoder, the
+/// attribute layout, table engine and insert format by the schema crate.
+pub use tracehouse_collector::decode::Encoding;
+pub use tracehouse_schema::{Attributes, EngineKind, InsertFormat};
 
 /// API group of the CRD.
 pub const GROUP: &str = "tracehouse.dev";
@@ -177,15 +183,6 @@ fn default_topics() -> Vec<String> {
     vec!["otlp_spans".to_owned()]
 }
 
-/// Record encoding on the topics.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Encoding {
-    #[default]
-    OtlpProto,
-    OtlpJson,
-}
-
 /// TLS to the brokers. Certificates come from Secrets mounted into the collector pods.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -318,16 +315,6 @@ fn default_table() -> String {
     tracehouse_schema::model::DEFAULT_TABLE.to_owned()
 }
 
-/// Input format of inserts.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum InsertFormat {
-    #[default]
-    Auto,
-    Native,
-    RowBinary,
-}
-
 /// Shape of the traces table, as the schema migrations render it.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -382,24 +369,6 @@ fn default_true() -> bool {
 
 fn default_dedup_window() -> i64 {
     i64::try_from(tracehouse_schema::model::DEFAULT_DEDUP_WINDOW).unwrap_or(1000)
-}
-
-/// Attribute column type.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Attributes {
-    #[default]
-    Map,
-    Json,
-}
-
-/// Table engine.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum EngineKind {
-    #[default]
-    MergeTree,
-    ReplicatedMergeTree,
-    Null,
 }
 
 /// The gateway collector pods.
@@ -695,7 +664,7 @@ pub fn crd() -> CustomResourceDefinition {
 
 /// The CRD as committed in `crds/tracepipelines.yaml`.
 pub fn crd_yaml() -> String {
-    let body = serde_yaml::to_string(&crd()).expect("a CRD always serializes");
+    let body = tracehouse_collector::yaml::to_string(&crd()).expect("a CRD always serializes");
     format!("{GENERATED_HEADER}{body}")
 }
 

@@ -63,7 +63,7 @@ async fn every_dashboard_and_alert_query_returns_data_after_a_load() {
             map["spec"]["kafka"]["deadLetterTopic"] = json!(dead_letters);
             let mut js = sample(&ns, &json_topic, &json_db);
             js["metadata"]["name"] = json!("json");
-            js["spec"]["clickhouse"]["schema"]["attributes"] = json!("json");
+            js["spec"]["clickhouse"]["schema"]["attributes"] = json!(Attributes::Json);
             let mut broken = sample(&ns, &unique_name("dash_missing"), &map_db);
             broken["metadata"]["name"] = json!("broken");
             apply(&api, &map).await;
@@ -75,13 +75,7 @@ async fn every_dashboard_and_alert_query_returns_data_after_a_load() {
             produce_poison(&map_topic).await;
             tokio::join!(
                 deliver(&map_topic, &map_db, "dash-map", SPANS),
-                deliver_to(
-                    &json_topic,
-                    &json_db,
-                    "dash-json",
-                    SPANS,
-                    AttributesKind::Json
-                ),
+                deliver_to(&json_topic, &json_db, "dash-json", SPANS, Attributes::Json),
             );
 
             let exprs = prometheus_queries(&ns);

@@ -9,7 +9,8 @@ use std::fmt::Write as _;
 use crate::error::Error;
 use crate::ident::{Ident, quote_ident, quote_str};
 use crate::model::{
-    self, Column, Engine, Index, TableOptions, columns, indexes, lookup_columns, order_by,
+    self, Attributes, Column, Engine, Index, TableOptions, columns, indexes, lookup_columns,
+    order_by,
 };
 
 /// ` ON CLUSTER `c`` for replicated tables, empty otherwise.
@@ -262,38 +263,71 @@ pub fn enable_insert_deduplication(opts: &TableOptions) -> Result<Option<Vec<Str
     Ok(Some(vec![set(&opts.table), set(&opts.lookup_table()?)]))
 }
 
-/// Wire formats the collector may insert with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The ClickHouse input format of the collector's inserts: the one definition, spelled
+/// `auto` / `native` / `row_binary` in the collector's configuration, the `TracePipeline`
+/// resource and flags.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[cfg_attr(feature = "clap", value(rename_all = "snake_case"))]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
 pub enum InsertFormat {
+    /// The measured best for the table variant (see the collector README).
+    #[default]
+    Auto,
+    /// ClickHouse `Native`: column blocks (Map attributes only).
     Native,
+    /// ClickHouse `RowBinary`: row after row (both attribute layouts).
     RowBinary,
-    RowBinaryWithNamesAndTypes,
-    JsonEachRow,
 }
 
 impl InsertFormat {
-    pub fn as_str(self) -> &'static str {
-        match self {
+    /// The format actually sent to a table with `attributes`: [`Self::Auto`] becomes the
+    /// measured best (Native for Map attributes, RowBinary for JSON ones, which the Native
+    /// encoder cannot write); an explicit choice stays. Never returns `Auto`.
+    pub fn resolve(self, attributes: Attributes) -> Self {
+        match (self, attributes) {
+            (Self::Auto, Attributes::Map) => Self::Native,
+            (Self::Auto, Attributes::Json) => Self::RowBinary,
+            (chosen, _) => chosen,
+        }
+    }
+
+    /// ClickHouse's name of the format sent to a table with `attributes` (`Native`,
+    /// `RowBinary`).
+    pub fn clickhouse_name(self, attributes: Attributes) -> &'static str {
+        match self.resolve(attributes) {
             Self::Native => "Native",
-            Self::RowBinary => "RowBinary",
-            Self::RowBinaryWithNamesAndTypes => "RowBinaryWithNamesAndTypes",
-            Self::JsonEachRow => "JSONEachRow",
+            // `resolve` never returns `Auto`.
+            Self::RowBinary | Self::Auto => "RowBinary",
         }
     }
 }
 
-/// `INSERT INTO db.table (cols…) FORMAT <format>` with [`model::insert_columns`]
-/// in order: the statement the collector's sink sends with the encoded rows.
-pub fn insert_sql(opts: &TableOptions, format: InsertFormat) -> String {
+/// `INSERT INTO db.table (cols…)` with [`model::insert_columns`] in order: the statement
+/// without its `FORMAT` clause, for inserts in a format of the caller's choosing.
+pub fn insert_into(opts: &TableOptions) -> String {
     let cols: Vec<String> = model::insert_columns(opts)
         .iter()
         .map(|c| quote_ident(c.name()))
         .collect();
     format!(
-        "INSERT INTO {} ({}) FORMAT {}",
+        "INSERT INTO {} ({})",
         qualified(opts, &opts.table),
-        cols.join(", "),
-        format.as_str()
+        cols.join(", ")
+    )
+}
+
+/// `INSERT INTO db.table (cols…) FORMAT <format>` ([`insert_into`] with `format`
+/// resolved for the table): the statement the collector's sink sends with the encoded
+/// rows.
+pub fn insert_sql(opts: &TableOptions, format: InsertFormat) -> String {
+    format!(
+        "{} FORMAT {}",
+        insert_into(opts),
+        format.clickhouse_name(opts.attributes)
     )
 }
 
@@ -556,6 +590,25 @@ mod tests {
         assert!(sql.contains("`Events.Timestamp`, `Events.Name`"));
         assert!(sql.ends_with("`Links.Attributes`) FORMAT Native"));
         assert_eq!(sql.matches('`').count(), 2 * (22 + 2));
+    }
+
+    #[test]
+    fn auto_insert_format_is_native_for_map_and_row_binary_for_json() {
+        let mut o = opts();
+        assert!(insert_sql(&o, InsertFormat::Auto).ends_with(") FORMAT Native"));
+        assert!(insert_sql(&o, InsertFormat::RowBinary).ends_with(") FORMAT RowBinary"));
+        o.attributes = Attributes::Json;
+        assert!(insert_sql(&o, InsertFormat::Auto).ends_with(") FORMAT RowBinary"));
+        assert!(insert_sql(&o, InsertFormat::Native).ends_with(") FORMAT Native"));
+        for format in [
+            InsertFormat::Auto,
+            InsertFormat::Native,
+            InsertFormat::RowBinary,
+        ] {
+            for attributes in [Attributes::Map, Attributes::Json] {
+                assert_ne!(format.resolve(attributes), InsertFormat::Auto);
+            }
+        }
     }
 
     #[test]

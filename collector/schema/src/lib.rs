@@ -3,7 +3,12 @@
 //!
 //! - [`model`]: the table itself — [`TableOptions`], [`columns`], [`insert_columns`],
 //!   [`indexes`] — compatible with the OpenTelemetry Collector ClickHouse exporter's
-//!   `otel_traces` (Map and JSON variants) and its trace-id lookup table and view.
+//!   `otel_traces` (Map and JSON variants) and its trace-id lookup table and view; the
+//!   choices users make about it ([`Attributes`], [`EngineKind`], and the insert format
+//!   [`InsertFormat`] in [`ddl`]) are defined here once for the collector, the operator's
+//!   CRD and every command line (features `clap` and `schemars` add their derives).
+//! - [`settings`]: those choices as users write them, and the one checked conversion
+//!   into [`TableOptions`].
 //! - [`ddl`] and [`migrations`]: pure SQL rendering of that model, as an ordered,
 //!   append-only list of additive migrations with checksums.
 //! - [`status`], [`plan`], [`apply`]: the async API that brings a server up to date
@@ -22,10 +27,11 @@ pub mod lock;
 pub mod migrate;
 pub mod migrations;
 pub mod model;
+pub mod settings;
 pub mod types;
 
 pub use client::{ConnectionConfig, Server};
-pub use ddl::{InsertFormat, insert_sql};
+pub use ddl::{InsertFormat, insert_into, insert_sql};
 pub use error::Error;
 pub use ident::Ident;
 pub use ledger::{AppliedRecord, Mode};
@@ -33,7 +39,8 @@ pub use lock::LockConfig;
 pub use migrate::{Action, ApplyOptions, ApplyReport, State, Status, apply, plan, status};
 pub use migrations::LATEST_VERSION;
 pub use model::{
-    Attributes, Column, Engine, Replication, SpanColumn, TableOptions, Ttl, columns, indexes,
-    insert_columns,
+    Attributes, Column, Engine, EngineKind, Replication, SpanColumn, TableOptions, Ttl, columns,
+    indexes, insert_columns,
 };
+pub use settings::{Setting, SettingError, TableSettings};
 pub use types::ClickHouseType;

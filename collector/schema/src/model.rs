@@ -24,13 +24,57 @@ pub const DEFAULT_TABLE: &str = "otel_traces";
 /// `insert_deduplication_token` is dropped. 1000 matches the replicated default.
 pub const DEFAULT_DEDUP_WINDOW: u64 = 1000;
 
-/// How span and resource attributes are stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// How span and resource attributes are stored: the one definition of the attributes
+/// layout, spelled `map` / `json` in the collector's configuration, the `TracePipeline`
+/// resource, and the collector's and load generator's flags.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
 pub enum Attributes {
     /// `Map(LowCardinality(String), String)`: values flattened to strings (OTel default).
+    #[default]
     Map,
     /// `JSON` (the exporter's `json: true` variant).
     Json,
+}
+
+impl Attributes {
+    /// The configuration spelling: `map` / `json`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Map => "map",
+            Self::Json => "json",
+        }
+    }
+}
+
+impl fmt::Display for Attributes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which table engine, without its settings: what users choose (`MergeTree`,
+/// `ReplicatedMergeTree`, `Null` in the configuration and the `TracePipeline` resource;
+/// `merge-tree`, `replicated`, `null` as the `schema` command's `--engine`). The
+/// settings that complete it into an [`Engine`] come from [`crate::TableSettings`].
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub enum EngineKind {
+    /// Single-server MergeTree.
+    #[default]
+    MergeTree,
+    /// ReplicatedMergeTree, every statement ON CLUSTER (needs a cluster).
+    #[cfg_attr(feature = "clap", value(name = "replicated"))]
+    ReplicatedMergeTree,
+    /// Null engine: stores nothing; for benchmarks.
+    Null,
 }
 
 /// The table engine and where the DDL runs.
@@ -43,6 +87,17 @@ pub enum Engine {
     /// `Null`: parses every inserted row and stores nothing. For benchmarks; no
     /// partitioning, ordering, indexes, codecs, TTL, lookup table or view.
     Null,
+}
+
+impl Engine {
+    /// The engine without its settings.
+    pub fn kind(&self) -> EngineKind {
+        match self {
+            Self::MergeTree => EngineKind::MergeTree,
+            Self::Replicated(_) => EngineKind::ReplicatedMergeTree,
+            Self::Null => EngineKind::Null,
+        }
+    }
 }
 
 /// Where replicated tables keep their Keeper state.

@@ -315,7 +315,10 @@ async fn retried_insert_with_the_same_token_is_deduplicated_after_apply() {
     let ch = connect("dedup");
     let opts = ch.opts();
     apply_all(&ch, &opts).await;
-    let insert = tracehouse_schema::insert_sql(&opts, tracehouse_schema::InsertFormat::JsonEachRow);
+    let insert = format!(
+        "{} FORMAT JSONEachRow",
+        tracehouse_schema::insert_into(&opts)
+    );
     let body = common::span_json(&opts, 9, 0);
     for _ in 0..2 {
         let mut i = ch

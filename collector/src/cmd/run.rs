@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use prometheus_client::registry::Registry;
-use tracehouse_collector::config::{AttributesKind, Config, Encoding};
+use tracehouse_collector::config::{Attributes, Config, Encoding};
 use tracehouse_collector::metrics::Metrics;
 
 /// Flags override the YAML file; the file overrides the defaults.
@@ -41,7 +41,7 @@ pub struct RunArgs {
     table: Option<String>,
     /// Attribute columns' type in the table.
     #[arg(long, value_enum)]
-    attributes: Option<AttributesKind>,
+    attributes: Option<Attributes>,
     /// File with the ClickHouse password (otherwise CLICKHOUSE_PASSWORD).
     #[arg(long)]
     password_file: Option<PathBuf>,
@@ -136,7 +136,10 @@ pub fn run(args: RunArgs) -> ExitCode {
                 *v = "***".into();
             }
         }
-        print!("{}", serde_yaml::to_string(&shown).unwrap_or_default());
+        print!(
+            "{}",
+            tracehouse_collector::yaml::to_string(&shown).unwrap_or_default()
+        );
         return ExitCode::SUCCESS;
     }
     let factory = match tracehouse_collector::insert_encoder::factory(&cfg) {

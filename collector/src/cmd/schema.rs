@@ -17,11 +17,11 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Subcommand, ValueEnum};
+use clap::Subcommand;
 use tracehouse_schema::migrate::{Action, State, Status};
 use tracehouse_schema::{
-    ApplyOptions, Attributes, ConnectionConfig, Engine, Error, Ident, LockConfig, Replication,
-    Server, TableOptions, Ttl, migrations,
+    ApplyOptions, Attributes, ConnectionConfig, Engine, EngineKind, Error, LockConfig, Replication,
+    Server, SettingError, TableOptions, TableSettings, migrations,
 };
 
 pub const EXIT_OK: u8 = 0;
@@ -86,22 +86,6 @@ enum SchemaCommand {
     },
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum AttributesArg {
-    Map,
-    Json,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum EngineArg {
-    /// Single-server MergeTree.
-    MergeTree,
-    /// ReplicatedMergeTree, every statement ON CLUSTER (needs --cluster).
-    Replicated,
-    /// Null engine: stores nothing; for benchmarks.
-    Null,
-}
-
 /// What shapes the table; the same flags for every subcommand.
 #[derive(Debug, clap::Args)]
 struct TableArgs {
@@ -109,14 +93,15 @@ struct TableArgs {
     database: String,
     #[arg(long, default_value = tracehouse_schema::model::DEFAULT_TABLE)]
     table: String,
-    /// Attribute columns: Map(LowCardinality(String), String) or JSON.
-    #[arg(long, value_enum, default_value_t = AttributesArg::Map)]
-    attributes: AttributesArg,
+    /// Attribute columns.
+    #[arg(long, value_enum, default_value_t = Attributes::Map)]
+    attributes: Attributes,
     /// JSON variant: leave out ResourceAttributesKeys / SpanAttributesKeys.
     #[arg(long)]
     no_attribute_keys: bool,
-    #[arg(long, value_enum, default_value_t = EngineArg::MergeTree)]
-    engine: EngineArg,
+    /// Table engine.
+    #[arg(long, value_enum, default_value_t = EngineKind::MergeTree)]
+    engine: EngineKind,
     /// Cluster for ON CLUSTER (with --engine replicated).
     #[arg(long)]
     cluster: Option<String>,
@@ -152,41 +137,31 @@ struct ServerArgs {
 
 impl TableArgs {
     fn options(&self) -> Result<TableOptions, Error> {
-        let mut o = TableOptions::new(
-            Ident::new("database", &self.database)?,
-            Ident::new("table", &self.table)?,
-        );
-        o.attributes = match self.attributes {
-            AttributesArg::Map => Attributes::Map,
-            AttributesArg::Json => Attributes::Json,
+        if self.cluster.is_some() && self.engine != EngineKind::ReplicatedMergeTree {
+            return Err(Error::InvalidOptions(
+                "--cluster is only used with --engine replicated".into(),
+            ));
+        }
+        let settings = TableSettings {
+            attributes: self.attributes,
+            attribute_keys_columns: !self.no_attribute_keys,
+            engine: self.engine,
+            cluster: self.cluster.as_deref(),
+            zk_path: &self.zk_path,
+            replica: &self.replica,
+            ttl: match self.ttl.as_deref().map(str::trim) {
+                None | Some("none" | "off" | "0") => None,
+                Some(s) => Some(s),
+            },
+            dedup_window: self.dedup_window,
+            ..TableSettings::new(&self.database, &self.table)
         };
-        o.attribute_keys_columns = !self.no_attribute_keys;
-        o.engine = match (self.engine, &self.cluster) {
-            (EngineArg::Replicated, Some(cluster)) => Engine::Replicated(Replication {
-                cluster: Ident::new("cluster", cluster)?,
-                zk_path: self.zk_path.clone(),
-                replica: self.replica.clone(),
-            }),
-            (EngineArg::Replicated, None) => {
-                return Err(Error::InvalidOptions(
-                    "--engine replicated needs --cluster NAME".into(),
-                ));
+        TableOptions::try_from(&settings).map_err(|e| match e {
+            SettingError::ClusterRequired => {
+                Error::InvalidOptions("--engine replicated needs --cluster NAME".into())
             }
-            (_, Some(_)) => {
-                return Err(Error::InvalidOptions(
-                    "--cluster is only used with --engine replicated".into(),
-                ));
-            }
-            (EngineArg::MergeTree, None) => Engine::MergeTree,
-            (EngineArg::Null, None) => Engine::Null,
-        };
-        o.ttl = match self.ttl.as_deref().map(str::trim) {
-            None | Some("none" | "off" | "0") => None,
-            Some(s) => Some(s.parse::<Ttl>()?),
-        };
-        o.dedup_window = self.dedup_window;
-        o.validate()?;
-        Ok(o)
+            other => other.into_error(),
+        })
     }
 }
 
@@ -350,13 +325,9 @@ fn print_status(opts: &TableOptions, url: &str, status: &Status) {
         Engine::Replicated(r) => format!("replicated on cluster {}", r.cluster),
         Engine::Null => "null".to_string(),
     };
-    let attributes = match opts.attributes {
-        Attributes::Map => "map",
-        Attributes::Json => "json",
-    };
     println!(
-        "{}.{} at {url} ({engine}, {attributes} attributes)",
-        opts.database, opts.table
+        "{}.{} at {url} ({engine}, {} attributes)",
+        opts.database, opts.table, opts.attributes
     );
     for m in &status.migrations {
         let r = &m.migration;

@@ -22,14 +22,26 @@ pub use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequ
 use prost::Message;
 
 /// How a record's payload is encoded (the exporter's `encoding` setting; also the
-/// collector's `kafka.encoding` configuration value and `--encoding` flag).
+/// collector's `kafka.encoding` configuration value and `--encoding` flag, a
+/// `TracePipeline`'s `spec.kafka.encoding` and the load generator's `--encoding`).
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
 )]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum Encoding {
     /// Protobuf `ExportTraceServiceRequest` (the exporter's default).
+    #[default]
     OtlpProto,
     /// OTLP/JSON `ExportTraceServiceRequest`.
     OtlpJson,

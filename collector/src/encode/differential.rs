@@ -6,18 +6,18 @@ use opentelemetry_proto::tonic::trace::v1::Status;
 use prost::Message;
 use rand::{Rng, SeedableRng};
 use tracehouse_loadgen::generate::{Generator, GeneratorConfig};
-use tracehouse_schema::{Attributes, Ident, TableOptions};
+use tracehouse_schema::{Attributes, Ident, InsertFormat, TableOptions};
 
-use super::{Compression, Encoder, EncoderOptions, Format};
+use super::{Compression, Encoder, EncoderOptions};
 use crate::decode::proto::{Fields, Wire};
 use crate::decode::{self, Encoding};
 
 fn encoders() -> Vec<Encoder> {
     let mut out = Vec::new();
     for (attributes, format) in [
-        (Attributes::Map, Format::Native),
-        (Attributes::Map, Format::RowBinary),
-        (Attributes::Json, Format::RowBinary),
+        (Attributes::Map, InsertFormat::Native),
+        (Attributes::Map, InsertFormat::RowBinary),
+        (Attributes::Json, InsertFormat::RowBinary),
     ] {
         let mut t = TableOptions::new(
             Ident::new("database", "otel").unwrap(),
@@ -322,7 +322,7 @@ fn the_resource_attributes_cache_writes_what_the_plain_path_writes() {
         Ident::new("table", "otel_traces").unwrap(),
     );
     t.attributes = Attributes::Map;
-    let mut o = EncoderOptions::new(Format::Native);
+    let mut o = EncoderOptions::new(InsertFormat::Native);
     o.compression = Compression::None;
     let reqs = requests(6);
     let mut bad = reqs[2].encode_to_vec();

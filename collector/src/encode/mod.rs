@@ -28,22 +28,6 @@ use crate::rows::{self, JsonObject, MapAttrs};
 use native::NativeBlock;
 use plan::PlannedColumn;
 
-/// The insert formats this encoder writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Format {
-    RowBinary,
-    Native,
-}
-
-impl Format {
-    pub fn insert_format(self) -> InsertFormat {
-        match self {
-            Self::RowBinary => InsertFormat::RowBinary,
-            Self::Native => InsertFormat::Native,
-        }
-    }
-}
-
 /// Whether the body is compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Compression {
@@ -56,7 +40,9 @@ pub enum Compression {
 /// How an [`Encoder`] writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EncoderOptions {
-    pub format: Format,
+    /// `Native` or `RowBinary`; `Auto` is resolved for the table when the encoder is
+    /// built (see [`InsertFormat::resolve`]).
+    pub format: InsertFormat,
     pub compression: Compression,
     /// Native only: a block is cut once its columns hold about this many bytes.
     /// The server squashes small blocks anyway; this bounds the encoder's memory.
@@ -66,7 +52,7 @@ pub struct EncoderOptions {
 impl EncoderOptions {
     pub const DEFAULT_NATIVE_BLOCK_BYTES: usize = 4 << 20;
 
-    pub fn new(format: Format) -> Self {
+    pub fn new(format: InsertFormat) -> Self {
         Self {
             format,
             compression: Compression::Lz4,
@@ -179,23 +165,25 @@ pub struct Encoder {
 
 impl Encoder {
     /// An encoder for `table`'s insert columns in `format`, LZ4-compressed.
-    pub fn new(table: &TableOptions, format: Format) -> Result<Self, EncodeError> {
+    pub fn new(table: &TableOptions, format: InsertFormat) -> Result<Self, EncodeError> {
         Self::with_options(table, EncoderOptions::new(format))
     }
 
     pub fn with_options(
         table: &TableOptions,
-        options: EncoderOptions,
+        mut options: EncoderOptions,
     ) -> Result<Self, EncodeError> {
+        options.format = options.format.resolve(table.attributes);
         let plan = plan::plan(table)?;
         let bodies = BufPool::new(BODY_POOL_BUFFERS, BODY_POOL_MAX_CAPACITY);
         let rows = match options.format {
-            Format::RowBinary => Rows::RowBinary,
-            Format::Native => Rows::Native(NativeBlock::new(&plan)?),
+            // `resolve` never returns `Auto`.
+            InsertFormat::RowBinary | InsertFormat::Auto => Rows::RowBinary,
+            InsertFormat::Native => Rows::Native(NativeBlock::new(&plan)?),
         };
         Ok(Self {
             options,
-            insert_sql: insert_sql(table, options.format.insert_format()),
+            insert_sql: insert_sql(table, options.format),
             plan,
             rows,
             raw: Vec::new(),
@@ -467,7 +455,7 @@ mod tests {
 
     #[test]
     fn body_buffers_are_recycled_once_the_body_is_dropped() {
-        for format in [Format::RowBinary, Format::Native] {
+        for format in [InsertFormat::RowBinary, InsertFormat::Native] {
             let mut enc = Encoder::new(&table(), format).unwrap();
             let mut plain = Encoder::with_options(
                 &table(),

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use tracehouse_e2e::unique_name;
 use tracehouse_loadgen::{
-    AttributesKind, Expectation, GeneratorConfig, ProduceOptions, VerifyOptions, VerifyReport,
+    Expectation, GeneratorConfig, ProduceOptions, VerifyOptions, VerifyReport,
 };
+pub use tracehouse_schema::Attributes;
 
 /// A stack variable (`tracehouse_e2e::stack_var`), with rustls' crypto provider installed
 /// first for the collector library's HTTP clients.
@@ -34,7 +35,7 @@ pub fn collector_bin() -> &'static str {
 }
 
 /// Create the traces table (all migrations) with the collector's own `schema apply`.
-pub fn create_table(database: &str, table: &str, attributes: &str) {
+pub fn create_table(database: &str, table: &str, attributes: Attributes) {
     let out = Command::new(collector_bin())
         .args([
             "schema",
@@ -44,7 +45,7 @@ pub fn create_table(database: &str, table: &str, attributes: &str) {
             "--table",
             table,
             "--attributes",
-            attributes,
+            attributes.as_str(),
         ])
         .output()
         .unwrap();
@@ -63,12 +64,12 @@ pub struct World {
     pub group: String,
     pub database: String,
     pub table: String,
-    pub attributes: &'static str,
+    pub attributes: Attributes,
     pub generator: String,
 }
 
 impl World {
-    pub fn new(name: &str, attributes: &'static str) -> Self {
+    pub fn new(name: &str, attributes: Attributes) -> Self {
         let database = unique_name(&format!("e2e_{name}"));
         let w = Self {
             topic: unique_name(&format!("spans_{name}")),
@@ -139,11 +140,7 @@ impl World {
             password: Some(var("CLICKHOUSE_PASSWORD")),
             database: self.database.clone(),
             table: self.table.clone(),
-            attributes: if self.attributes == "json" {
-                AttributesKind::Json
-            } else {
-                AttributesKind::Map
-            },
+            attributes: self.attributes,
             generators: vec![Expectation {
                 generator_id: generator_id.to_string(),
                 expected,
@@ -231,7 +228,7 @@ impl Collector {
                 "--table",
                 &w.table,
                 "--attributes",
-                w.attributes,
+                w.attributes.as_str(),
             ])
             .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
             .args(extra)

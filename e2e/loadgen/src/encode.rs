@@ -19,8 +19,7 @@
 //! Non-finite doubles (never generated) are written as the OTLP/JSON strings `"NaN"`,
 //! `"Infinity"`, `"-Infinity"`.
 
-use std::fmt::{self, Write as _};
-use std::str::FromStr;
+use std::fmt::Write as _;
 
 use base64::Engine as _;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -32,50 +31,9 @@ use opentelemetry_proto::tonic::trace::v1::span::{Event, Link};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
 use prost::Message as _;
 
-/// Payload encoding of a Kafka record (the exporter's `encoding` setting).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
-pub enum Encoding {
-    /// Protobuf `ExportTraceServiceRequest` (the exporter's default).
-    #[default]
-    #[serde(rename = "otlp_proto")]
-    OtlpProto,
-    /// OTLP/JSON `ExportTraceServiceRequest`.
-    #[serde(rename = "otlp_json")]
-    OtlpJson,
-}
-
-impl Encoding {
-    /// The exporter's spelling: `otlp_proto` / `otlp_json`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::OtlpProto => "otlp_proto",
-            Self::OtlpJson => "otlp_json",
-        }
-    }
-}
-
-impl fmt::Display for Encoding {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// An encoding name other than `otlp_proto` / `otlp_json`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown encoding {0:?}: expected otlp_proto or otlp_json")]
-pub struct UnknownEncoding(pub String);
-
-impl FromStr for Encoding {
-    type Err = UnknownEncoding;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "otlp_proto" => Ok(Self::OtlpProto),
-            "otlp_json" => Ok(Self::OtlpJson),
-            other => Err(UnknownEncoding(other.to_string())),
-        }
-    }
-}
+/// Payload encoding of a Kafka record (the exporter's `encoding` setting): the
+/// collector's own definition, so both spell it the same.
+pub use tracehouse_collector::decode::Encoding;
 
 /// The record payload for `req` in `encoding`.
 pub fn encode(req: &ExportTraceServiceRequest, encoding: Encoding) -> Vec<u8> {
@@ -564,13 +522,5 @@ mod tests {
             encode_into(&req, e, &mut buf);
             assert_eq!(buf, encode(&req, e), "{e}");
         }
-    }
-
-    #[test]
-    fn encoding_names_parse_and_print() {
-        for e in [Encoding::OtlpProto, Encoding::OtlpJson] {
-            assert_eq!(e.as_str().parse::<Encoding>().unwrap(), e);
-        }
-        assert!("json".parse::<Encoding>().is_err());
     }
 }

@@ -112,8 +112,8 @@ impl Default for GeneratorConfig {
     }
 }
 
-/// What a generated span and its resource carry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What a generated span and its resource carry (`--shape rich|minimal`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Shape {
     /// Every `AnyValue` kind, events, links, trace state, status messages, and resources
     /// with about twenty attributes (the module docs); sized by the other knobs.

@@ -45,6 +45,4 @@ pub use produce::{
     Compression, Partitioning, ProduceError, ProduceOptions, ProduceReport, Progress, produce,
     produce_with_progress,
 };
-pub use verify::{
-    AttributesKind, Expectation, GeneratorReport, VerifyError, VerifyOptions, VerifyReport, verify,
-};
+pub use verify::{Expectation, GeneratorReport, VerifyError, VerifyOptions, VerifyReport, verify};

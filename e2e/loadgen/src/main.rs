@@ -23,11 +23,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use tracehouse_loadgen::{
-    AttributesKind, Compression, Encoding, Expectation, GeneratorConfig, Partitioning,
-    ProduceOptions, Progress, Shape, VerifyOptions, VerifyReport, produce_with_progress, verify,
+    Compression, Encoding, Expectation, GeneratorConfig, Partitioning, ProduceOptions, Progress,
+    Shape, VerifyOptions, VerifyReport, produce_with_progress, verify,
 };
+use tracehouse_schema::Attributes;
 
 #[derive(Debug, Parser)]
 #[command(name = "tracehouse-loadgen", version, about)]
@@ -42,13 +43,6 @@ enum Command {
     Produce(ProduceArgs),
     /// Count found / missing / duplicated spans per generator in ClickHouse.
     Verify(VerifyArgs),
-}
-
-/// `--shape`: see [`Shape`].
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum ShapeArg {
-    Rich,
-    Minimal,
 }
 
 #[derive(Debug, Args)]
@@ -75,8 +69,8 @@ struct ProduceArgs {
     /// Mean spans per trace.
     #[arg(long, default_value_t = 100)]
     spans_per_trace: usize,
-    /// otlp_proto or otlp_json.
-    #[arg(long, default_value = "otlp_proto")]
+    /// Record encoding.
+    #[arg(long, value_enum, default_value_t = Encoding::OtlpProto)]
     encoding: Encoding,
     /// none, lz4, zstd, snappy or gzip.
     #[arg(long, default_value = "none")]
@@ -104,10 +98,9 @@ struct ProduceArgs {
     /// At most this many links per span.
     #[arg(long, default_value_t = 1)]
     max_links: usize,
-    /// rich (every value kind, events, links; sized by the knobs above) or minimal
-    /// (spans shaped like `telemetrygen traces`: two short attributes, nothing else).
-    #[arg(long, value_enum, default_value_t = ShapeArg::Rich)]
-    shape: ShapeArg,
+    /// What each span carries.
+    #[arg(long, value_enum, default_value_t = Shape::Rich)]
+    shape: Shape,
     /// Start time of the first trace in ns since the epoch (default: now). Pin it for
     /// byte-identical output across runs.
     #[arg(long)]
@@ -132,9 +125,9 @@ struct VerifyArgs {
     database: String,
     #[arg(long, default_value = "otel_traces")]
     table: String,
-    /// Attribute columns: map (Map(LowCardinality(String), String)) or json (JSON).
-    #[arg(long, default_value = "map")]
-    attributes: AttributesKind,
+    /// Attribute columns of the table.
+    #[arg(long, value_enum, default_value_t = Attributes::Map)]
+    attributes: Attributes,
     /// Generator id to check (repeatable; the n-th pairs with the n-th --expected).
     #[arg(long, required = true)]
     generator_id: Vec<String>,
@@ -176,10 +169,7 @@ async fn run_produce(a: ProduceArgs) -> Result<()> {
         attribute_value_bytes: a.attribute_bytes,
         max_events_per_span: a.max_events,
         max_links_per_span: a.max_links,
-        shape: match a.shape {
-            ShapeArg::Rich => Shape::Rich,
-            ShapeArg::Minimal => Shape::Minimal,
-        },
+        shape: a.shape,
         ..GeneratorConfig::default()
     };
     if let Some(t) = a.start_time_ns {
@@ -319,11 +309,31 @@ mod tests {
     }
 
     #[test]
+    fn encoding_and_attributes_take_the_collectors_spellings() {
+        let parse = |line: &str| Cli::try_parse_from(line.split_whitespace());
+        let produce = "loadgen produce --brokers b:1 --topic t --spans 1";
+        let cli = parse(&format!("{produce} --encoding otlp_json --shape minimal")).unwrap();
+        let Command::Produce(p) = cli.command else {
+            panic!("{cli:?}")
+        };
+        assert_eq!((p.encoding, p.shape), (Encoding::OtlpJson, Shape::Minimal));
+        assert!(parse(&format!("{produce} --encoding json")).is_err());
+
+        let verify = "loadgen verify --clickhouse-url http://c --generator-id g --expected 1";
+        let cli = parse(&format!("{verify} --attributes json")).unwrap();
+        let Command::Verify(v) = cli.command else {
+            panic!("{cli:?}")
+        };
+        assert_eq!(v.attributes, Attributes::Json);
+        assert!(parse(&format!("{verify} --attributes Map(String)")).is_err());
+    }
+
+    #[test]
     fn exit_codes_distinguish_loss_and_duplicates() {
         let report = |missing, duplicated, out_of_range| VerifyReport {
             database: "d".into(),
             table: "t".into(),
-            attributes: AttributesKind::Map,
+            attributes: Attributes::Map,
             generators: vec![GeneratorReport {
                 generator_id: "g".into(),
                 expected: 10,

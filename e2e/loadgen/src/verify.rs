@@ -19,62 +19,24 @@
 //! `{name:Type}` parameters: the crate sends those as a multipart body, which the local
 //! stack's ClickHouse-compatible server does not read.)
 
-use std::{fmt, str::FromStr, time::Duration};
+use std::time::Duration;
 
 use clickhouse::sql::Identifier;
+use tracehouse_schema::Attributes;
 
-/// Shape of the attribute columns of the traces table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AttributesKind {
-    /// `Map(LowCardinality(String), String)` (the exporter's default schema).
-    #[default]
-    Map,
-    /// `JSON` (the exporter's `json: true` schema).
-    Json,
-}
-
-impl AttributesKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Map => "map",
-            Self::Json => "json",
-        }
-    }
-
-    /// SQL expressions for the generator id (`String`) and the sequence number
-    /// (`Nullable(UInt64)`, NULL when absent or not a non-negative integer).
-    fn accessors(self) -> (&'static str, &'static str) {
-        match self {
-            Self::Map => (
-                "SpanAttributes['loadgen.id']",
-                "toUInt64OrNull(SpanAttributes['loadgen.seq'])",
-            ),
-            Self::Json => (
-                "toString(SpanAttributes.loadgen.id)",
-                "toUInt64OrNull(toString(SpanAttributes.loadgen.seq))",
-            ),
-        }
-    }
-}
-
-impl fmt::Display for AttributesKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for AttributesKind {
-    type Err = VerifyError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "map" => Ok(Self::Map),
-            "json" => Ok(Self::Json),
-            other => Err(VerifyError::Invalid(format!(
-                "unknown attributes kind {other:?}: expected map or json"
-            ))),
-        }
+/// SQL expressions for the generator id (`String`) and the sequence number
+/// (`Nullable(UInt64)`, NULL when absent or not a non-negative integer) in a table whose
+/// attribute columns are laid out as `attributes`.
+fn accessors(attributes: Attributes) -> (&'static str, &'static str) {
+    match attributes {
+        Attributes::Map => (
+            "SpanAttributes['loadgen.id']",
+            "toUInt64OrNull(SpanAttributes['loadgen.seq'])",
+        ),
+        Attributes::Json => (
+            "toString(SpanAttributes.loadgen.id)",
+            "toUInt64OrNull(toString(SpanAttributes.loadgen.seq))",
+        ),
     }
 }
 
@@ -94,7 +56,7 @@ pub struct VerifyOptions {
     pub password: Option<String>,
     pub database: String,
     pub table: String,
-    pub attributes: AttributesKind,
+    pub attributes: Attributes,
     pub generators: Vec<Expectation>,
     /// Deadline for each query.
     pub timeout: Duration,
@@ -108,7 +70,7 @@ impl Default for VerifyOptions {
             password: None,
             database: "otel".to_string(),
             table: "otel_traces".to_string(),
-            attributes: AttributesKind::Map,
+            attributes: Attributes::Map,
             generators: Vec::new(),
             timeout: Duration::from_secs(300),
         }
@@ -139,7 +101,7 @@ impl GeneratorReport {
 pub struct VerifyReport {
     pub database: String,
     pub table: String,
-    pub attributes: AttributesKind,
+    pub attributes: Attributes,
     pub generators: Vec<GeneratorReport>,
 }
 
@@ -198,7 +160,7 @@ pub async fn verify(opts: &VerifyOptions) -> Result<VerifyReport, VerifyError> {
     if let Some(password) = &opts.password {
         client = client.with_password(password);
     }
-    let (id_expr, seq_expr) = opts.attributes.accessors();
+    let (id_expr, seq_expr) = accessors(opts.attributes);
     // `?` placeholders, in order: expected, database, table, generator id.
     let sql = format!(
         "SELECT count() AS rows, countIf(seq IS NULL) AS unparsable, \
@@ -279,18 +241,5 @@ mod tests {
             beyond: 0,
         };
         assert!(report(&exp, &ok).is_exact());
-    }
-
-    #[test]
-    fn attribute_kinds_parse() {
-        assert_eq!(
-            "map".parse::<AttributesKind>().unwrap(),
-            AttributesKind::Map
-        );
-        assert_eq!(
-            "json".parse::<AttributesKind>().unwrap(),
-            AttributesKind::Json
-        );
-        assert!("Map(String)".parse::<AttributesKind>().is_err());
     }
 }

@@ -7,9 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::{stack_var, unique_name};
-use tracehouse_loadgen::{
-    AttributesKind, Expectation, GeneratorReport, VerifyOptions, VerifyReport, verify,
-};
+use tracehouse_loadgen::{Expectation, GeneratorReport, VerifyOptions, VerifyReport, verify};
+use tracehouse_schema::Attributes;
 
 fn client() -> clickhouse::Client {
     clickhouse::Client::default()
@@ -26,7 +25,7 @@ async fn exec(client: &clickhouse::Client, sql: &str) {
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
-async fn run_verify(db: &str, attributes: AttributesKind) -> VerifyReport {
+async fn run_verify(db: &str, attributes: Attributes) -> VerifyReport {
     verify(&VerifyOptions {
         url: stack_var("CLICKHOUSE_URL"),
         user: Some(stack_var("CLICKHOUSE_USER")),
@@ -123,7 +122,7 @@ async fn map_variant_reports_missing_duplicated_and_out_of_range_exactly() {
     ] {
         exec(&ch, &sql).await;
     }
-    let report = run_verify(&db, AttributesKind::Map).await;
+    let report = run_verify(&db, Attributes::Map).await;
     assert_expected_report(&report);
     exec(&ch, &format!("DROP DATABASE {db}")).await;
 }
@@ -187,7 +186,7 @@ async fn json_variant_reads_the_dotted_path_and_reports_exactly() {
         .await
         .expect("types");
     assert_eq!(types, ["Int64", "String"], "the engine typed the seq path");
-    let report = run_verify(&db, AttributesKind::Json).await;
+    let report = run_verify(&db, Attributes::Json).await;
     assert_expected_report(&report);
     exec(&ch, &format!("DROP DATABASE {db}")).await;
 }

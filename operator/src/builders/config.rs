@@ -7,7 +7,7 @@ use tracehouse_collector::config as collector;
 
 use super::kafka_security::kafka_security_properties;
 use super::{BuildError, METRICS_PORT, invalid};
-use crate::crd::{self, TracePipeline};
+use crate::crd::TracePipeline;
 
 /// The collector drains for this long on SIGTERM (must stay below the grace period).
 const SHUTDOWN_DEADLINE_MS: u64 = 25_000;
@@ -27,10 +27,7 @@ pub fn collector_config(tp: &TracePipeline) -> Result<collector::Config, BuildEr
     cfg.kafka.brokers = s.kafka.bootstrap_servers.clone();
     cfg.kafka.topics = s.kafka.topics.clone();
     cfg.kafka.group_id = tp.consumer_group();
-    cfg.kafka.encoding = match s.kafka.encoding {
-        crd::Encoding::OtlpProto => collector::Encoding::OtlpProto,
-        crd::Encoding::OtlpJson => collector::Encoding::OtlpJson,
-    };
+    cfg.kafka.encoding = s.kafka.encoding;
     cfg.kafka.dead_letter_topic = s.kafka.dead_letter_topic.clone();
     cfg.kafka.properties = s.kafka.properties.clone();
     cfg.kafka.properties.extend(kafka_security_properties(
@@ -41,16 +38,9 @@ pub fn collector_config(tp: &TracePipeline) -> Result<collector::Config, BuildEr
     cfg.clickhouse.url = ch.endpoint.clone();
     cfg.clickhouse.database = ch.database.clone();
     cfg.clickhouse.table = ch.table.clone();
-    cfg.clickhouse.attributes = match ch.schema.attributes {
-        crd::Attributes::Map => collector::AttributesKind::Map,
-        crd::Attributes::Json => collector::AttributesKind::Json,
-    };
+    cfg.clickhouse.attributes = ch.schema.attributes;
     cfg.clickhouse.attribute_keys = ch.schema.attribute_keys_columns;
-    cfg.clickhouse.insert_format = match ch.insert_format {
-        crd::InsertFormat::Auto => collector::InsertFormat::Auto,
-        crd::InsertFormat::Native => collector::InsertFormat::Native,
-        crd::InsertFormat::RowBinary => collector::InsertFormat::RowBinary,
-    };
+    cfg.clickhouse.insert_format = ch.insert_format;
     // Credentials come from the environment (CLICKHOUSE_USER / CLICKHOUSE_PASSWORD, filled
     // from the Secret), never from this file.
     cfg.clickhouse.user = None;
@@ -118,8 +108,8 @@ mod tests {
         assert_eq!(cfg.clickhouse.database, "otel");
         assert_eq!(cfg.clickhouse.user, None);
         // What the collector would read back from the ConfigMap is what we rendered.
-        let yaml = serde_yaml::to_string(&cfg).unwrap();
-        let back: collector::Config = serde_yaml::from_str(&yaml).unwrap();
+        let yaml = tracehouse_collector::yaml::to_string(&cfg).unwrap();
+        let back: collector::Config = tracehouse_collector::yaml::from_str(&yaml).unwrap();
         back.validate().unwrap();
         assert_eq!(back, cfg);
     }

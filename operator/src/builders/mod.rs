@@ -26,6 +26,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
+use tracehouse_collector::yaml;
 
 use crate::crd::{ReplicasSpec, TracePipeline};
 
@@ -174,7 +175,7 @@ pub struct Desired {
 /// The gateway for `tp` over `partitions` partitions.
 pub fn desired(tp: &TracePipeline, partitions: i32) -> Result<Desired, BuildError> {
     let names = Names::of(&tp.name_any());
-    let rendered = serde_yaml::to_string(&collector_config(tp)?)
+    let rendered = yaml::to_string(&collector_config(tp)?)
         .map_err(|e| invalid("spec", format!("cannot render the collector config: {e}")))?;
     let hash = config_hash(&rendered);
     let replicas = desired_replicas(partitions, &tp.spec.replicas);
@@ -416,9 +417,9 @@ mod tests {
     fn snapshot_of_the_sample_gateway() {
         let d = desired(&sample(), 8).unwrap();
         assert_eq!(d.replicas, 4);
-        assert_snapshot("configmap", &serde_yaml::to_string(&d.config_map).unwrap());
-        assert_snapshot("deployment", &serde_yaml::to_string(&d.deployment).unwrap());
-        assert_snapshot("service", &serde_yaml::to_string(&d.service).unwrap());
-        assert_snapshot("pdb", &serde_yaml::to_string(&d.pdb).unwrap());
+        assert_snapshot("configmap", &yaml::to_string(&d.config_map).unwrap());
+        assert_snapshot("deployment", &yaml::to_string(&d.deployment).unwrap());
+        assert_snapshot("service", &yaml::to_string(&d.service).unwrap());
+        assert_snapshot("pdb", &yaml::to_string(&d.pdb).unwrap());
     }
 }

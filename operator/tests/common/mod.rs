@@ -25,13 +25,13 @@ use serde_json::{Value, json};
 use tracehouse_e2e::k8s::with_namespace;
 pub use tracehouse_e2e::k8s::{client, http_get, pod_pid, pod_ready, wait_for};
 use tracehouse_e2e::{kafka_admin, stack_var};
-pub use tracehouse_loadgen::AttributesKind;
 use tracehouse_loadgen::{
     Expectation, GeneratorConfig, ProduceOptions, VerifyOptions, produce, verify,
 };
 use tracehouse_operator::FIELD_MANAGER;
 use tracehouse_operator::builders::{CONFIG_HASH_ANNOTATION, CONFIG_KEY, Names, PIPELINE_LABEL};
 use tracehouse_operator::crd::{TracePipeline, condition};
+pub use tracehouse_schema::Attributes;
 
 /// Where `e2e/stack up` runs the operator (config/manager, config/local).
 pub const OPERATOR_NAMESPACE: &str = "tracehouse-system";
@@ -147,7 +147,8 @@ pub async fn cleaning_up(topic: &str, database: &str, body: impl Future<Output =
 /// The local sample, pointed at this test's namespace, topic, group and database.
 pub fn sample(ns: &str, topic: &str, database: &str) -> Value {
     let text = std::fs::read_to_string(SAMPLE).unwrap_or_else(|e| panic!("{SAMPLE}: {e}"));
-    let mut tp: Value = serde_yaml::from_str(&text).expect("the local sample is YAML");
+    let mut tp: Value =
+        tracehouse_collector::yaml::from_str(&text).expect("the local sample is YAML");
     assert_eq!(tp["kind"], "TracePipeline");
     // The sample targets the stack's default ports; follow the stack if it moved them.
     let brokers = stack_var("KAFKA_BROKERS");
@@ -306,7 +307,7 @@ pub async fn deployment_replicas(client: &Client, ns: &str, name: &str) -> Optio
 /// Produces `spans` spans as `generator_id` and waits until each is in ClickHouse exactly once
 /// (a table with Map attributes, the operator's default).
 pub async fn deliver(topic: &str, database: &str, generator_id: &str, spans: u64) {
-    deliver_to(topic, database, generator_id, spans, AttributesKind::Map).await;
+    deliver_to(topic, database, generator_id, spans, Attributes::Map).await;
 }
 
 /// [`deliver`] into a table whose attribute columns are of kind `attributes`.
@@ -315,7 +316,7 @@ pub async fn deliver_to(
     database: &str,
     generator_id: &str,
     spans: u64,
-    attributes: AttributesKind,
+    attributes: Attributes,
 ) {
     let report = produce(&ProduceOptions {
         brokers: stack_var("KAFKA_BROKERS"),

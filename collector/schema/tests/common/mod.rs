@@ -7,7 +7,7 @@ use bytes::Bytes;
 use clickhouse::{Client, Compression};
 use rand::RngCore;
 use serde_json::{Value, json};
-use tracehouse_schema::ddl::{InsertFormat, insert_sql};
+use tracehouse_schema::ddl::insert_into;
 use tracehouse_schema::{
     Attributes, ClickHouseType, ConnectionConfig, Ident, Server, SpanColumn, TableOptions,
     insert_columns,
@@ -116,7 +116,7 @@ impl Ch {
         let body: String = (0..n).map(|i| span_json(opts, trace, i) + "\n").collect();
         let mut insert = self
             .client
-            .insert_formatted_with(insert_sql(opts, InsertFormat::JsonEachRow));
+            .insert_formatted_with(format!("{} FORMAT JSONEachRow", insert_into(opts)));
         insert.send(Bytes::from(body)).await.unwrap();
         insert.end().await.unwrap();
     }

@@ -1,5 +1,7 @@
-//! Adapts the decode → rows → encode modules to the workers' [`SpanEncoder`] interface,
-//! for the table and format the configuration names.
+//! The configured encoder: an [`Encoder`] for the table and insert format the
+//! configuration names, bound to the topic's record encoding, behind the workers'
+//! [`RecordEncoder`] interface (which the unit tests of the workers and of the insert stage
+//! fill with a toy encoder instead).
 
 use std::sync::Arc;
 
@@ -9,7 +11,7 @@ use tracehouse_schema::{SettingError, TableOptions, TableSettings};
 use crate::config::Config;
 use crate::decode;
 use crate::encode::Encoder;
-use crate::workers::{EncoderFactory, SpanEncoder};
+use crate::workers::{EncoderFactory, RecordEncoder};
 
 /// The table options the collector writes to, derived from its configuration (the
 /// engine, TTL and the rest only matter to migrations, which the operator or the
@@ -23,12 +25,13 @@ pub fn table_options(cfg: &Config) -> Result<TableOptions, SettingError> {
     })
 }
 
-struct Adapter {
+/// An [`Encoder`] and the encoding of the records it is fed.
+struct ConfiguredEncoder {
     encoder: Encoder,
     encoding: decode::Encoding,
 }
 
-impl SpanEncoder for Adapter {
+impl RecordEncoder for ConfiguredEncoder {
     fn insert_query(&self) -> String {
         self.encoder.insert_sql().to_string()
     }
@@ -53,6 +56,6 @@ pub fn factory(cfg: &Config) -> Result<EncoderFactory, String> {
     Encoder::new(&table, format).map_err(|e| format!("clickhouse: {e}"))?;
     Ok(Arc::new(move || {
         let encoder = Encoder::new(&table, format).expect("checked when the factory was built");
-        Box::new(Adapter { encoder, encoding }) as Box<dyn SpanEncoder>
+        Box::new(ConfiguredEncoder { encoder, encoding }) as Box<dyn RecordEncoder>
     }))
 }

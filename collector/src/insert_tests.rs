@@ -9,7 +9,7 @@ use prometheus_client::registry::Registry;
 use super::*;
 use crate::batch::BatchBuilder;
 use crate::offsets::BatchRange;
-use crate::workers::SpanEncoder;
+use crate::workers::RecordEncoder;
 use crate::workers::testing::CountingEncoder;
 
 /// ClickHouse as the tests need it: refuses for good any body holding the line `refuse`,
@@ -122,7 +122,7 @@ impl<T: DeadLetterSink> DeadLetterSink for Arc<T> {
 }
 
 fn factory() -> EncoderFactory {
-    Arc::new(|| Box::new(CountingEncoder::default()) as Box<dyn SpanEncoder>)
+    Arc::new(|| Box::new(CountingEncoder::default()) as Box<dyn RecordEncoder>)
 }
 
 fn stage(

@@ -12,8 +12,9 @@ use crate::batch::{RecordBatch, SkipReason, Skipped};
 use crate::decode::DecodeError;
 use crate::offsets::BatchRange;
 
-/// Turns Kafka record payloads into one compressed ClickHouse insert body.
-pub trait SpanEncoder: Send {
+/// What a worker needs: Kafka record payloads in, one compressed ClickHouse insert body out
+/// (implemented by [`crate::insert_encoder`]'s configured encoder).
+pub trait RecordEncoder: Send {
     /// The `INSERT INTO … (columns) FORMAT …` statement the body is meant for.
     fn insert_query(&self) -> String;
     /// Decode one record and append its spans as rows; returns the spans appended.
@@ -24,7 +25,7 @@ pub trait SpanEncoder: Send {
 }
 
 /// Makes one encoder per worker thread.
-pub type EncoderFactory = Arc<dyn Fn() -> Box<dyn SpanEncoder> + Send + Sync>;
+pub type EncoderFactory = Arc<dyn Fn() -> Box<dyn RecordEncoder> + Send + Sync>;
 
 /// An encoded slice of a batch, ready to insert.
 #[derive(Debug)]
@@ -42,7 +43,7 @@ pub struct Encoded {
 
 /// Encode `records` of `batch` (a whole batch or one half of a split).
 pub fn encode_slice(
-    enc: &mut dyn SpanEncoder,
+    enc: &mut dyn RecordEncoder,
     batch: &Arc<RecordBatch>,
     records: Range<usize>,
 ) -> Encoded {
@@ -122,7 +123,7 @@ pub mod testing {
         body: Vec<u8>,
     }
 
-    impl SpanEncoder for CountingEncoder {
+    impl RecordEncoder for CountingEncoder {
         fn insert_query(&self) -> String {
             "INSERT INTO t FORMAT TSV".into()
         }

@@ -1,12 +1,17 @@
 //! Encode: spans → one ClickHouse insert body, in RowBinary or Native, LZ4-compressed
 //! in ClickHouse's block framing.
 //!
-//! [`Encoder`] is what a worker thread owns: it is fed decoded requests (or raw Kafka
-//! payloads) and hands back the body for `INSERT INTO db.t (cols) FORMAT <format>`
+//! [`Encoder`] is what a worker thread owns: it is fed raw Kafka payloads (or decoded
+//! requests) and hands back the body for `INSERT INTO db.t (cols) FORMAT <format>`
 //! ([`Encoder::insert_sql`]) sent with `decompress=1`. Its buffers live as long as it
 //! does, so a steady stream of batches allocates almost nothing after warm-up, and the
 //! memory it does allocate is freed on the same thread (the allocator-contention lesson
 //! of the compat notes).
+//!
+//! Reading and writing are fused on purpose: a payload is read in place through
+//! [`crate::decode::proto`]'s borrowed views and its rows written in the same pass (no
+//! message tree per record; see the README's fast path), so the [`Encoder`] is where a
+//! record is decoded too. [`crate::decode`] stays the reference and the fallback.
 //!
 //! Columns, their order and their types come from the schema crate's insert-column
 //! list ([`plan`]); the per-column values from [`crate::rows`].

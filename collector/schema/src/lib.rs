@@ -27,6 +27,7 @@ pub mod lock;
 pub mod migrate;
 pub mod migrations;
 pub mod model;
+pub mod options;
 pub mod settings;
 pub mod types;
 

@@ -1,0 +1,755 @@
+//! The decision: a window of observations → the replica count and why.
+//!
+//! Pure: the time is passed in, and what the decision needs to remember (when it last
+//! scaled, what one replica was last measured to sustain) comes back in [`Decision`] for the
+//! caller to keep in the status.
+
+use std::fmt;
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::ladder::Ladder;
+use super::observation::{Observation, rates, spans_per_record};
+use super::spec::AutoscalingSpec;
+
+/// A lower rung is taken only if, at the peak need of the stabilization window, it would run
+/// at most this busy; with scale-out triggered by the lag target itself, the gap between the
+/// two is the hysteresis that keeps a load near a rung's edge from flapping.
+pub const SCALE_IN_UTILIZATION: f64 = 0.8;
+
+/// What the autoscaler remembers between decisions (kept in `status.autoscaling`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct History {
+    /// When it last changed the replica count.
+    pub last_scale: Option<Timestamp>,
+    /// Records per second one replica's worth of the gateway sustained the last time it had
+    /// a backlog ([`Signals::replica_capacity`] of the previous decision).
+    pub replica_capacity: Option<f64>,
+}
+
+/// The numbers a decision saw, for the status, the Event and the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Signals {
+    /// Records behind, summed over the partitions.
+    pub lag_records: i64,
+    /// The oldest unwritten record's age (largest over the pods).
+    pub lag_seconds: Option<f64>,
+    /// Records per second produced to the topics, over the lookback.
+    pub incoming_records_per_second: f64,
+    /// Records per second the group committed, over the lookback.
+    pub consumed_records_per_second: f64,
+    /// Incoming records times the spans per record the pods decoded.
+    pub incoming_spans_per_second: Option<f64>,
+    /// Records per second one replica sustains: measured while the gateway had a backlog
+    /// within the lookback, else remembered.
+    pub replica_capacity: Option<f64>,
+    /// Replicas' worth of throughput the load needs now to hold the lag target.
+    pub need: Option<f64>,
+}
+
+/// Which memory signal crossed its high-water mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// Resident memory against the container's memory limit.
+    Resident,
+    /// In-flight bytes against the collector's in-flight budget.
+    Inflight,
+}
+
+/// Why the count stays what it is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Hold {
+    /// The topics have no partitions (yet).
+    NoPartitions,
+    /// The newest sample is older than half the lookback.
+    StaleMetrics { age_seconds: f64 },
+    /// Fewer than two samples within the lookback: no rate yet.
+    TooFewSamples { samples: usize },
+    /// A pod's /metrics could not be read.
+    MetricsMissing { pod: String },
+    /// A pod is not ready, or the pods are not the replica count: a rollout, a restart or a
+    /// scale is under way, and the numbers describe a gateway in motion.
+    PodNotReady {
+        ready: u32,
+        pods: u32,
+        replicas: u32,
+    },
+    /// Within `cooldownSeconds` of the last step.
+    Cooldown { remaining_seconds: f64 },
+    /// The load needs fewer replicas now, but not over the whole stabilization window.
+    Stabilizing { need: f64, peak_need: f64 },
+    /// A lower rung would put a pod back above its memory high-water mark.
+    MemoryHeadroom { projected_percent: f64 },
+    /// The lag is above target but nothing is being committed: the sink is stuck, and more
+    /// consumers would not move it.
+    NotConsuming { lag_records: i64 },
+    /// Fewer replicas might do, but a replica's capacity was never measured (the gateway has
+    /// not had a backlog to measure it against).
+    CapacityUnknown,
+    /// More replicas are wanted, but the count is at `max` or the partition count.
+    AtMaximum { replicas: u32, wanted: &'static str },
+}
+
+/// Why the decision is what it is; each carries the numbers behind it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reason {
+    /// The lag is above target: enough replicas to keep up and drain the backlog in time.
+    LagAboveTarget {
+        lag_seconds: f64,
+        target_seconds: u32,
+        need: f64,
+        replica_capacity: f64,
+    },
+    /// A pod crossed the memory high-water mark: one rung up, whatever the lag.
+    MemoryPressure {
+        pod: String,
+        kind: MemoryKind,
+        used_bytes: u64,
+        limit_bytes: u64,
+        high_water_percent: u32,
+    },
+    /// The load has needed fewer replicas for the whole stabilization window.
+    LoadDeclined {
+        peak_need: f64,
+        window_seconds: u32,
+        replica_capacity: f64,
+    },
+    /// The partition count changed and the current count is no rung of the new ladder.
+    PartitionsChanged { from: usize, to: u32, need: f64 },
+    /// The count is outside `[min, max]` or above the partitions: back inside at once.
+    OutOfBounds { min: u32, max: u32 },
+    /// The count fits the load.
+    Steady,
+    /// No change, for this reason.
+    Hold(Hold),
+}
+
+impl Reason {
+    /// CamelCase, for the status and the Event.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::LagAboveTarget { .. } => "LagAboveTarget",
+            Self::MemoryPressure { .. } => "MemoryPressure",
+            Self::LoadDeclined { .. } => "LoadDeclined",
+            Self::PartitionsChanged { .. } => "PartitionsChanged",
+            Self::OutOfBounds { .. } => "OutOfBounds",
+            Self::Steady => "Steady",
+            Self::Hold(h) => match h {
+                Hold::NoPartitions => "NoPartitions",
+                Hold::StaleMetrics { .. } => "StaleMetrics",
+                Hold::TooFewSamples { .. } => "TooFewSamples",
+                Hold::MetricsMissing { .. } => "MetricsMissing",
+                Hold::PodNotReady { .. } => "PodNotReady",
+                Hold::Cooldown { .. } => "Cooldown",
+                Hold::Stabilizing { .. } => "Stabilizing",
+                Hold::MemoryHeadroom { .. } => "MemoryHeadroom",
+                Hold::NotConsuming { .. } => "NotConsuming",
+                Hold::CapacityUnknown => "CapacityUnknown",
+                Hold::AtMaximum { .. } => "AtMaximum",
+            },
+        }
+    }
+
+    /// Label of the decision metric (`reason`): snake_case, one per variant.
+    pub fn metric_label(&self) -> &'static str {
+        match self.reason() {
+            "LagAboveTarget" => "lag_above_target",
+            "MemoryPressure" => "memory_pressure",
+            "LoadDeclined" => "load_declined",
+            "PartitionsChanged" => "partitions_changed",
+            "OutOfBounds" => "out_of_bounds",
+            "Steady" => "steady",
+            "NoPartitions" => "no_partitions",
+            "StaleMetrics" => "stale_metrics",
+            "TooFewSamples" => "too_few_samples",
+            "MetricsMissing" => "metrics_missing",
+            "PodNotReady" => "pod_not_ready",
+            "Cooldown" => "cooldown",
+            "Stabilizing" => "stabilizing",
+            "MemoryHeadroom" => "memory_headroom",
+            "NotConsuming" => "not_consuming",
+            "CapacityUnknown" => "capacity_unknown",
+            _ => "at_maximum",
+        }
+    }
+}
+
+fn mib(bytes: u64) -> u64 {
+    bytes >> 20
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::LagAboveTarget {
+                lag_seconds,
+                target_seconds,
+                need,
+                replica_capacity,
+            } => write!(
+                f,
+                "lag {lag_seconds:.0}s above the {target_seconds}s target: the load needs \
+                 {need:.2} replicas at {replica_capacity:.0} records/s each"
+            ),
+            Self::MemoryPressure {
+                pod,
+                kind,
+                used_bytes,
+                limit_bytes,
+                high_water_percent,
+            } => {
+                let what = match kind {
+                    MemoryKind::Resident => "resident memory",
+                    MemoryKind::Inflight => "in-flight bytes",
+                };
+                write!(
+                    f,
+                    "{pod}: {what} {} MiB of {} MiB, above the {high_water_percent}% high-water mark",
+                    mib(*used_bytes),
+                    mib(*limit_bytes)
+                )
+            }
+            Self::LoadDeclined {
+                peak_need,
+                window_seconds,
+                replica_capacity,
+            } => write!(
+                f,
+                "the load needed at most {peak_need:.2} replicas at {replica_capacity:.0} \
+                 records/s each over the last {window_seconds}s"
+            ),
+            Self::PartitionsChanged { from, to, need } => write!(
+                f,
+                "partitions went from {from} to {to}; the load needs {need:.2} replicas"
+            ),
+            Self::OutOfBounds { min, max } => write!(
+                f,
+                "outside [{min}, {max}] (spec.autoscaling min and max, capped by the partitions)"
+            ),
+            Self::Steady => f.write_str("the replica count fits the load"),
+            Self::Hold(h) => match h {
+                Hold::NoPartitions => f.write_str("the topics have no partitions"),
+                Hold::StaleMetrics { age_seconds } => {
+                    write!(f, "newest sample is {age_seconds:.0}s old: holding")
+                }
+                Hold::TooFewSamples { samples } => write!(
+                    f,
+                    "{samples} sample(s) within the lookback, two are needed for a rate: holding"
+                ),
+                Hold::MetricsMissing { pod } => {
+                    write!(f, "no metrics from {pod}: holding")
+                }
+                Hold::PodNotReady {
+                    ready,
+                    pods,
+                    replicas,
+                } => write!(
+                    f,
+                    "{ready} of {pods} pods ready for {replicas} replicas: holding"
+                ),
+                Hold::Cooldown { remaining_seconds } => write!(
+                    f,
+                    "cooling down after the last step for {remaining_seconds:.0}s more"
+                ),
+                Hold::Stabilizing { need, peak_need } => write!(
+                    f,
+                    "the load needs {need:.2} replicas now but needed {peak_need:.2} within the \
+                     stabilization window"
+                ),
+                Hold::MemoryHeadroom { projected_percent } => write!(
+                    f,
+                    "fewer replicas would put a pod at about {projected_percent:.0}% of its \
+                     memory limit"
+                ),
+                Hold::NotConsuming { lag_records } => write!(
+                    f,
+                    "{lag_records} records behind and nothing committed: the sink is stuck, more \
+                     replicas would not help"
+                ),
+                Hold::CapacityUnknown => f.write_str(
+                    "a replica's capacity has not been measured yet (no backlog seen): holding",
+                ),
+                Hold::AtMaximum { replicas, wanted } => {
+                    write!(f, "{wanted} wants more, but {replicas} is the most allowed")
+                }
+            },
+        }
+    }
+}
+
+/// The replica count to run, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The count the decision started from.
+    pub from: u32,
+    pub replicas: u32,
+    pub reason: Reason,
+    /// `None` when there were not enough samples to measure anything.
+    pub signals: Option<Signals>,
+}
+
+impl Decision {
+    /// `ScaledUp` or `ScaledDown` when the count changes.
+    pub fn event_reason(&self) -> Option<&'static str> {
+        match self.replicas.cmp(&self.from) {
+            std::cmp::Ordering::Greater => Some("ScaledUp"),
+            std::cmp::Ordering::Less => Some("ScaledDown"),
+            std::cmp::Ordering::Equal => None,
+        }
+    }
+
+    /// The Event's note: the change and the numbers that caused it.
+    pub fn message(&self) -> String {
+        format!(
+            "{} → {} replicas: {}",
+            self.from, self.replicas, self.reason
+        )
+    }
+
+    /// What to remember for the next decision.
+    pub fn history(&self, previous: &History, now: Timestamp) -> History {
+        History {
+            last_scale: if self.replicas == self.from {
+                previous.last_scale
+            } else {
+                Some(now)
+            },
+            replica_capacity: self
+                .signals
+                .and_then(|s| s.replica_capacity)
+                .or(previous.replica_capacity),
+        }
+    }
+}
+
+fn seconds(s: i32) -> f64 {
+    f64::from(s.max(0))
+}
+
+fn non_negative(n: i32) -> u32 {
+    u32::try_from(n).unwrap_or(0)
+}
+
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The replica count for the gateway, from `window` (samples, any order; those after `now`
+/// are ignored), the `current` count, the `partitions` of the topics now and what the
+/// previous decisions left in `history`.
+///
+/// The caller keeps samples back to `scaleDownStabilizationSeconds + lookbackSeconds`
+/// before now: the stabilization window looks at the need at every sample within it, and
+/// each of those needs a lookback of its own.
+pub fn decide(
+    spec: &AutoscalingSpec,
+    window: &[Observation],
+    current: u32,
+    partitions: u32,
+    history: &History,
+    now: Timestamp,
+) -> Decision {
+    let mut samples: Vec<&Observation> = window.iter().filter(|o| o.at <= now).collect();
+    samples.sort_by_key(|o| o.at);
+    let d = Decider {
+        spec,
+        samples,
+        current,
+        partitions,
+        history,
+        now,
+        lookback: seconds(spec.lookback_seconds).max(1.0),
+        target: seconds(spec.target_lag_seconds).max(1.0),
+    };
+    d.decide()
+}
+
+struct Decider<'a> {
+    spec: &'a AutoscalingSpec,
+    samples: Vec<&'a Observation>,
+    current: u32,
+    partitions: u32,
+    history: &'a History,
+    now: Timestamp,
+    lookback: f64,
+    target: f64,
+}
+
+impl Decider<'_> {
+    fn decide(&self) -> Decision {
+        let decision = |replicas, reason, signals| Decision {
+            from: self.current,
+            replicas,
+            reason,
+            signals,
+        };
+        let hold = |h, signals| decision(self.current, Reason::Hold(h), signals);
+        if self.partitions == 0 {
+            return hold(Hold::NoPartitions, None);
+        }
+        let ladder = Ladder::new(
+            self.partitions,
+            non_negative(self.spec.min),
+            self.spec.max.map(non_negative),
+        );
+        // The bounds hold whatever the metrics say (or whether there are any).
+        if self.current < ladder.lowest() || self.current > ladder.highest() {
+            let replicas = self.current.clamp(ladder.lowest(), ladder.highest());
+            let reason = Reason::OutOfBounds {
+                min: ladder.lowest(),
+                max: ladder.highest(),
+            };
+            return decision(replicas, reason, None);
+        }
+
+        let Some(&newest) = self.samples.last() else {
+            return hold(Hold::TooFewSamples { samples: 0 }, None);
+        };
+        let age = self.since(newest.at);
+        if age > self.lookback / 2.0 {
+            return hold(Hold::StaleMetrics { age_seconds: age }, None);
+        }
+        let Some(base) = self.lookback_base(newest) else {
+            let samples = self
+                .samples
+                .iter()
+                .filter(|o| newest.at.duration_since(o.at).as_secs_f64() <= self.lookback)
+                .count();
+            return hold(Hold::TooFewSamples { samples }, None);
+        };
+        let capacity = self
+            .measured_capacity(newest)
+            .or(self.history.replica_capacity);
+        let now_rates = rates(base, newest).unwrap_or(super::observation::Rates {
+            incoming: 0.0,
+            consumed: 0.0,
+            seconds: 0.0,
+        });
+        let need = capacity.map(|c| self.need_at(newest, now_rates.incoming, c));
+        let signals = Signals {
+            lag_records: newest.backlog(),
+            lag_seconds: newest.lag_seconds(),
+            incoming_records_per_second: now_rates.incoming,
+            consumed_records_per_second: now_rates.consumed,
+            incoming_spans_per_second: spans_per_record(base, newest)
+                .map(|r| r * now_rates.incoming),
+            replica_capacity: capacity,
+            need,
+        };
+        let hold = |h| hold(h, Some(signals));
+        let decision = |replicas, reason| decision(replicas, reason, Some(signals));
+
+        let (ready, pods) = (count(newest.ready_pods()), count(newest.pods.len()));
+        if ready < pods || pods != self.current {
+            return hold(Hold::PodNotReady {
+                ready,
+                pods,
+                replicas: self.current,
+            });
+        }
+        if let Some(pod) = newest.pods.iter().find(|p| p.metrics.is_none()) {
+            return hold(Hold::MetricsMissing {
+                pod: pod.name.clone(),
+            });
+        }
+        if let Some(last) = self.history.last_scale {
+            let remaining = seconds(self.spec.cooldown_seconds) - self.since(last);
+            if remaining > 0.0 {
+                return hold(Hold::Cooldown {
+                    remaining_seconds: remaining,
+                });
+            }
+        }
+
+        let max_step = non_negative(self.spec.max_step);
+        let at_max = |wanted| {
+            hold(Hold::AtMaximum {
+                replicas: self.current,
+                wanted,
+            })
+        };
+
+        // Up: the lag target, with memory pressure as a floor of one rung more.
+        let lag = signals
+            .lag_seconds
+            .unwrap_or_else(|| self.estimated_lag(newest, now_rates.incoming));
+        let lagging = lag > self.target;
+        let lag_up = if lagging {
+            if self.last_interval_consumed(newest) <= 0.0 {
+                return hold(Hold::NotConsuming {
+                    lag_records: signals.lag_records,
+                });
+            }
+            // Behind, so what the replicas commit now is what they can do.
+            let c = capacity.unwrap_or_else(|| {
+                now_rates.consumed / ladder.worth(self.current).max(f64::MIN_POSITIVE)
+            });
+            let need = self.need_at(newest, now_rates.incoming, c);
+            // At or below what the count is worth, the backlog drains within the target.
+            (need > ladder.worth(self.current)).then_some((
+                ladder.fitting(need),
+                Reason::LagAboveTarget {
+                    lag_seconds: lag,
+                    target_seconds: non_negative(self.spec.target_lag_seconds),
+                    need,
+                    replica_capacity: c,
+                },
+            ))
+        } else {
+            None
+        };
+        let memory_up = self.memory_pressure(newest).map(|reason| {
+            let one_up = ladder.step(self.current, ladder.highest(), 1);
+            (one_up, reason)
+        });
+        let up = match (lag_up, memory_up) {
+            (Some(l), Some(m)) => Some(if m.0 > l.0 { m } else { l }),
+            (l, m) => l.or(m),
+        };
+        if let Some((want, reason)) = up {
+            if self.current >= ladder.highest() {
+                return at_max(reason.reason());
+            }
+            let signals = match &reason {
+                Reason::LagAboveTarget {
+                    replica_capacity, ..
+                } => Signals {
+                    replica_capacity: Some(*replica_capacity),
+                    ..signals
+                },
+                _ => signals,
+            };
+            let replicas = ladder.step(self.current, want, max_step);
+            return Decision {
+                from: self.current,
+                replicas,
+                reason,
+                signals: Some(signals),
+            };
+        }
+
+        if lagging {
+            return decision(self.current, Reason::Steady);
+        }
+        // Down, or across to the new ladder: only with a known capacity, and only at the
+        // peak need of the stabilization window.
+        let Some(c) = capacity else {
+            return if self.current > ladder.lowest() {
+                hold(Hold::CapacityUnknown)
+            } else {
+                decision(self.current, Reason::Steady)
+            };
+        };
+        let need_now = need.unwrap_or(0.0);
+        let (peak, covered) = self.peak_need(c);
+        let peak = peak.max(need_now);
+        if newest.partition_count() != usize::try_from(self.partitions).unwrap_or(0)
+            || self
+                .samples
+                .iter()
+                .any(|o| o.partition_count() != newest.partition_count())
+        {
+            // Partitions were added within the window: Kafka has just rebalanced the group
+            // anyway, so an off-ladder count moves to the new ladder's rung for the peak.
+            if !ladder.contains(self.current) {
+                let from = self.samples.first().map_or(0, |o| o.partition_count());
+                let want = ladder.fitting(peak / SCALE_IN_UTILIZATION);
+                if want != self.current {
+                    return decision(
+                        ladder.step(self.current, want, max_step),
+                        Reason::PartitionsChanged {
+                            from,
+                            to: self.partitions,
+                            need: peak,
+                        },
+                    );
+                }
+            }
+        }
+        let want = ladder.fitting(peak / SCALE_IN_UTILIZATION);
+        if want >= self.current {
+            return if ladder.fitting(need_now / SCALE_IN_UTILIZATION) < self.current {
+                hold(Hold::Stabilizing {
+                    need: need_now,
+                    peak_need: peak,
+                })
+            } else {
+                decision(self.current, Reason::Steady)
+            };
+        }
+        if !covered {
+            return hold(Hold::Stabilizing {
+                need: need_now,
+                peak_need: peak,
+            });
+        }
+        let replicas = ladder.step(self.current, want, max_step);
+        if let Some(projected) =
+            self.projected_memory_percent(ladder.worth(self.current), ladder.worth(replicas))
+            && projected >= f64::from(self.spec.memory_high_water_percent)
+        {
+            return hold(Hold::MemoryHeadroom {
+                projected_percent: projected,
+            });
+        }
+        decision(
+            replicas,
+            Reason::LoadDeclined {
+                peak_need: peak,
+                window_seconds: non_negative(self.spec.scale_down_stabilization_seconds),
+                replica_capacity: c,
+            },
+        )
+    }
+
+    fn since(&self, t: Timestamp) -> f64 {
+        self.now.duration_since(t).as_secs_f64()
+    }
+
+    /// Records per second committed between the two newest samples.
+    fn last_interval_consumed(&self, newest: &Observation) -> f64 {
+        let n = self.samples.len();
+        (n >= 2)
+            .then(|| rates(self.samples[n - 2], newest))
+            .flatten()
+            .map_or(0.0, |r| r.consumed)
+    }
+
+    /// The oldest sample within the lookback before `at`.
+    fn lookback_base(&self, at: &Observation) -> Option<&Observation> {
+        self.samples
+            .iter()
+            .copied()
+            .find(|o| o.at < at.at && at.at.duration_since(o.at).as_secs_f64() <= self.lookback)
+    }
+
+    /// Replicas' worth of throughput needed at sample `o` to hold the target: keep up with the
+    /// incoming records and drain the backlog within the target, whichever is more.
+    fn need_at(&self, o: &Observation, incoming: f64, capacity: f64) -> f64 {
+        let drain = o.backlog() as f64 / self.target;
+        incoming.max(drain) / capacity.max(f64::MIN_POSITIVE)
+    }
+
+    /// The lag in seconds from the records behind, when no pod reports it.
+    fn estimated_lag(&self, o: &Observation, incoming: f64) -> f64 {
+        if incoming > 0.0 {
+            o.backlog() as f64 / incoming
+        } else {
+            0.0
+        }
+    }
+
+    /// Records per second per replica's worth, over the intervals of the lookback in which
+    /// the group never ran out of work (the backlog at the start was more than it committed
+    /// over the interval) and every pod was ready: the mean of those intervals.
+    fn measured_capacity(&self, newest: &Observation) -> Option<f64> {
+        let recent: Vec<&Observation> = self
+            .samples
+            .iter()
+            .copied()
+            .filter(|o| newest.at.duration_since(o.at).as_secs_f64() <= self.lookback)
+            .collect();
+        let per_replica: Vec<f64> = recent
+            .windows(2)
+            .filter_map(|pair| {
+                let (a, b) = (pair[0], pair[1]);
+                let r = rates(a, b)?;
+                let ready = count(b.ready_pods().min(a.ready_pods()));
+                let all_ready = a.ready_pods() == a.pods.len() && b.ready_pods() == b.pods.len();
+                let busy = a.backlog() as f64 >= r.consumed * r.seconds;
+                let p = count(b.partition_count());
+                (all_ready && busy && r.consumed > 0.0 && ready > 0)
+                    .then(|| r.consumed / super::ladder::worth(p, ready))
+            })
+            .collect();
+        (!per_replica.is_empty())
+            .then(|| per_replica.iter().sum::<f64>() / per_replica.len() as f64)
+    }
+
+    /// The highest need at any sample of the stabilization window, and whether the samples
+    /// reach back to its start.
+    fn peak_need(&self, capacity: f64) -> (f64, bool) {
+        let window = seconds(self.spec.scale_down_stabilization_seconds);
+        let mut peak: f64 = 0.0;
+        let mut covered = false;
+        for &o in &self.samples {
+            let age = self.since(o.at);
+            if age >= window {
+                covered = true;
+                if age > window {
+                    continue;
+                }
+            }
+            if let Some(base) = self.lookback_base(o)
+                && let Some(r) = rates(base, o)
+            {
+                peak = peak.max(self.need_at(o, r.incoming, capacity));
+            }
+        }
+        (peak, covered)
+    }
+
+    /// The first pod above a high-water mark in `o`.
+    fn memory_pressure(&self, o: &Observation) -> Option<Reason> {
+        let rss_mark = f64::from(self.spec.memory_high_water_percent) / 100.0;
+        let inflight_mark = self
+            .spec
+            .inflight_high_water_percent
+            .map(|p| f64::from(p) / 100.0);
+        o.pods.iter().find_map(|p| {
+            let m = p.metrics?;
+            let pressure = |kind, used: u64, limit: u64, percent| Reason::MemoryPressure {
+                pod: p.name.clone(),
+                kind,
+                used_bytes: used,
+                limit_bytes: limit,
+                high_water_percent: percent,
+            };
+            if let Some(limit) = m.memory_limit_bytes
+                && limit > 0
+                && m.rss_bytes as f64 >= rss_mark * limit as f64
+            {
+                return Some(pressure(
+                    MemoryKind::Resident,
+                    m.rss_bytes,
+                    limit,
+                    non_negative(self.spec.memory_high_water_percent),
+                ));
+            }
+            match (inflight_mark, self.spec.inflight_high_water_percent) {
+                (Some(mark), Some(percent))
+                    if m.inflight_budget_bytes > 0
+                        && m.inflight_bytes as f64 >= mark * m.inflight_budget_bytes as f64 =>
+                {
+                    Some(pressure(
+                        MemoryKind::Inflight,
+                        m.inflight_bytes,
+                        m.inflight_budget_bytes,
+                        non_negative(percent),
+                    ))
+                }
+                _ => None,
+            }
+        })
+    }
+
+    /// The highest share of its memory limit any pod of the stabilization window would reach
+    /// after the step, in percent: the in-flight records grow with the load each replica
+    /// carries (up to the budget), the rest of the resident memory is taken as fixed.
+    fn projected_memory_percent(&self, worth_now: f64, worth_after: f64) -> Option<f64> {
+        let window = seconds(self.spec.scale_down_stabilization_seconds);
+        let growth = worth_now / worth_after.max(f64::MIN_POSITIVE);
+        self.samples
+            .iter()
+            .filter(|o| self.since(o.at) <= window)
+            .flat_map(|o| o.pods.iter())
+            .filter_map(|p| {
+                let m = p.metrics?;
+                let limit = m.memory_limit_bytes.filter(|&l| l > 0)? as f64;
+                let inflight = m.inflight_bytes as f64;
+                let after = (inflight * growth).min((m.inflight_budget_bytes as f64).max(inflight));
+                Some(100.0 * (m.rss_bytes as f64 - inflight + after) / limit)
+            })
+            .reduce(f64::max)
+    }
+}

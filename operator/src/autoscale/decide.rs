@@ -9,7 +9,7 @@ use std::fmt;
 use k8s_openapi::jiff::Timestamp;
 
 use super::ladder::Ladder;
-use super::observation::{Observation, rates, spans_per_record};
+use super::observation::{Observation, Rates, rates, spans_per_record};
 use super::spec::AutoscalingSpec;
 
 /// A lower rung is taken only if, at the peak need of the stabilization window, it would run
@@ -115,7 +115,7 @@ pub enum Reason {
         replica_capacity: f64,
     },
     /// The partition count changed and the current count is no rung of the new ladder.
-    PartitionsChanged { from: usize, to: u32, need: f64 },
+    PartitionsChanged { from: u32, to: u32, need: f64 },
     /// The count is outside `[min, max]` or above the partitions: back inside at once.
     OutOfBounds { min: u32, max: u32 },
     /// The count fits the load.
@@ -375,17 +375,31 @@ struct Decider<'a> {
     target: f64,
 }
 
+/// What the newest sample says, once there is one with a lookback behind it.
+struct Present<'a> {
+    newest: &'a Observation,
+    ladder: Ladder,
+    rates: Rates,
+    signals: Signals,
+}
+
 impl Decider<'_> {
-    fn decide(&self) -> Decision {
-        let decision = |replicas, reason, signals| Decision {
+    fn decision(&self, replicas: u32, reason: Reason, signals: Option<Signals>) -> Decision {
+        Decision {
             from: self.current,
             replicas,
             reason,
             signals,
-        };
-        let hold = |h, signals| decision(self.current, Reason::Hold(h), signals);
+        }
+    }
+
+    fn hold(&self, hold: Hold, signals: Option<Signals>) -> Decision {
+        self.decision(self.current, Reason::Hold(hold), signals)
+    }
+
+    fn decide(&self) -> Decision {
         if self.partitions == 0 {
-            return hold(Hold::NoPartitions, None);
+            return self.hold(Hold::NoPartitions, None);
         }
         let ladder = Ladder::new(
             self.partitions,
@@ -399,15 +413,31 @@ impl Decider<'_> {
                 min: ladder.lowest(),
                 max: ladder.highest(),
             };
-            return decision(replicas, reason, None);
+            return self.decision(replicas, reason, None);
         }
+        let present = match self.present(ladder) {
+            Ok(p) => p,
+            Err(hold) => return self.hold(hold, None),
+        };
+        let signals = Some(present.signals);
+        if let Some(hold) = self.gate(present.newest) {
+            return self.hold(hold, signals);
+        }
+        match self.scale_out(&present) {
+            Ok(Some(d)) => d,
+            Ok(None) => self.scale_in(&present),
+            Err(hold) => self.hold(hold, signals),
+        }
+    }
 
+    /// The newest sample and its numbers, or why there are none to trust.
+    fn present(&self, ladder: Ladder) -> Result<Present<'_>, Hold> {
         let Some(&newest) = self.samples.last() else {
-            return hold(Hold::TooFewSamples { samples: 0 }, None);
+            return Err(Hold::TooFewSamples { samples: 0 });
         };
         let age = self.since(newest.at);
         if age > self.lookback / 2.0 {
-            return hold(Hold::StaleMetrics { age_seconds: age }, None);
+            return Err(Hold::StaleMetrics { age_seconds: age });
         }
         let Some(base) = self.lookback_base(newest) else {
             let samples = self
@@ -415,191 +445,192 @@ impl Decider<'_> {
                 .iter()
                 .filter(|o| newest.at.duration_since(o.at).as_secs_f64() <= self.lookback)
                 .count();
-            return hold(Hold::TooFewSamples { samples }, None);
+            return Err(Hold::TooFewSamples { samples });
         };
+        let rates = rates(base, newest).ok_or(Hold::TooFewSamples { samples: 1 })?;
         let capacity = self
             .measured_capacity(newest)
             .or(self.history.replica_capacity);
-        let now_rates = rates(base, newest).unwrap_or(super::observation::Rates {
-            incoming: 0.0,
-            consumed: 0.0,
-            seconds: 0.0,
-        });
-        let need = capacity.map(|c| self.need_at(newest, now_rates.incoming, c));
         let signals = Signals {
             lag_records: newest.backlog(),
             lag_seconds: newest.lag_seconds(),
-            incoming_records_per_second: now_rates.incoming,
-            consumed_records_per_second: now_rates.consumed,
-            incoming_spans_per_second: spans_per_record(base, newest)
-                .map(|r| r * now_rates.incoming),
+            incoming_records_per_second: rates.incoming,
+            consumed_records_per_second: rates.consumed,
+            incoming_spans_per_second: spans_per_record(base, newest).map(|r| r * rates.incoming),
             replica_capacity: capacity,
-            need,
+            need: capacity.map(|c| self.need_at(newest, rates.incoming, c)),
         };
-        let hold = |h| hold(h, Some(signals));
-        let decision = |replicas, reason| decision(replicas, reason, Some(signals));
+        Ok(Present {
+            newest,
+            ladder,
+            rates,
+            signals,
+        })
+    }
 
+    /// Holds that come before any arithmetic: a gateway in motion, a pod unheard, a cooldown.
+    fn gate(&self, newest: &Observation) -> Option<Hold> {
         let (ready, pods) = (count(newest.ready_pods()), count(newest.pods.len()));
         if ready < pods || pods != self.current {
-            return hold(Hold::PodNotReady {
+            return Some(Hold::PodNotReady {
                 ready,
                 pods,
                 replicas: self.current,
             });
         }
         if let Some(pod) = newest.pods.iter().find(|p| p.metrics.is_none()) {
-            return hold(Hold::MetricsMissing {
+            return Some(Hold::MetricsMissing {
                 pod: pod.name.clone(),
             });
         }
-        if let Some(last) = self.history.last_scale {
-            let remaining = seconds(self.spec.cooldown_seconds) - self.since(last);
-            if remaining > 0.0 {
-                return hold(Hold::Cooldown {
-                    remaining_seconds: remaining,
-                });
-            }
-        }
+        let last = self.history.last_scale?;
+        let remaining = seconds(self.spec.cooldown_seconds) - self.since(last);
+        (remaining > 0.0).then_some(Hold::Cooldown {
+            remaining_seconds: remaining,
+        })
+    }
 
-        let max_step = non_negative(self.spec.max_step);
-        let at_max = |wanted| {
-            hold(Hold::AtMaximum {
-                replicas: self.current,
-                wanted,
-            })
-        };
-
-        // Up: the lag target, with memory pressure as a floor of one rung more.
-        let lag = signals
+    /// Up: the lag target, with memory pressure as a floor of one rung more. `Ok(None)` when
+    /// neither asks for more.
+    fn scale_out(&self, p: &Present<'_>) -> Result<Option<Decision>, Hold> {
+        let ladder = &p.ladder;
+        let lag = p
+            .signals
             .lag_seconds
-            .unwrap_or_else(|| self.estimated_lag(newest, now_rates.incoming));
+            .unwrap_or_else(|| self.estimated_lag(p.newest, p.rates.incoming));
         let lagging = lag > self.target;
-        let lag_up = if lagging {
-            if self.last_interval_consumed(newest) <= 0.0 {
-                return hold(Hold::NotConsuming {
-                    lag_records: signals.lag_records,
+        let mut signals = p.signals;
+        let mut lag_up = None;
+        if lagging {
+            if self.last_interval_consumed(p.newest) <= 0.0 {
+                return Err(Hold::NotConsuming {
+                    lag_records: p.signals.lag_records,
                 });
             }
             // Behind, so what the replicas commit now is what they can do.
-            let c = capacity.unwrap_or_else(|| {
-                now_rates.consumed / ladder.worth(self.current).max(f64::MIN_POSITIVE)
+            let c = p.signals.replica_capacity.unwrap_or_else(|| {
+                p.rates.consumed / ladder.worth(self.current).max(f64::MIN_POSITIVE)
             });
-            let need = self.need_at(newest, now_rates.incoming, c);
+            let need = self.need_at(p.newest, p.rates.incoming, c);
+            signals.replica_capacity = Some(c);
+            signals.need = Some(need);
             // At or below what the count is worth, the backlog drains within the target.
-            (need > ladder.worth(self.current)).then_some((
-                ladder.fitting(need),
-                Reason::LagAboveTarget {
+            if need > ladder.worth(self.current) {
+                let reason = Reason::LagAboveTarget {
                     lag_seconds: lag,
                     target_seconds: non_negative(self.spec.target_lag_seconds),
                     need,
                     replica_capacity: c,
-                },
-            ))
-        } else {
-            None
-        };
-        let memory_up = self.memory_pressure(newest).map(|reason| {
-            let one_up = ladder.step(self.current, ladder.highest(), 1);
-            (one_up, reason)
-        });
+                };
+                lag_up = Some((ladder.fitting(need), reason));
+            }
+        }
+        let memory_up = self
+            .memory_pressure(p.newest)
+            .map(|reason| (ladder.step(self.current, ladder.highest(), 1), reason));
         let up = match (lag_up, memory_up) {
             (Some(l), Some(m)) => Some(if m.0 > l.0 { m } else { l }),
             (l, m) => l.or(m),
         };
-        if let Some((want, reason)) = up {
-            if self.current >= ladder.highest() {
-                return at_max(reason.reason());
+        match up {
+            Some((_, reason)) if self.current >= ladder.highest() => Err(Hold::AtMaximum {
+                replicas: self.current,
+                wanted: reason.reason(),
+            }),
+            Some((want, reason)) => {
+                let max_step = non_negative(self.spec.max_step);
+                let replicas = ladder.step(self.current, want, max_step);
+                Ok(Some(self.decision(replicas, reason, Some(signals))))
             }
-            let signals = match &reason {
-                Reason::LagAboveTarget {
-                    replica_capacity, ..
-                } => Signals {
-                    replica_capacity: Some(*replica_capacity),
-                    ..signals
-                },
-                _ => signals,
-            };
-            let replicas = ladder.step(self.current, want, max_step);
-            return Decision {
-                from: self.current,
-                replicas,
-                reason,
-                signals: Some(signals),
-            };
+            // Behind but draining in time: no scale-in while behind.
+            None if lagging => Ok(Some(self.decision(
+                self.current,
+                Reason::Steady,
+                Some(signals),
+            ))),
+            None => Ok(None),
         }
+    }
 
-        if lagging {
-            return decision(self.current, Reason::Steady);
-        }
-        // Down, or across to the new ladder: only with a known capacity, and only at the
-        // peak need of the stabilization window.
-        let Some(c) = capacity else {
+    /// Down, or across to the new ladder after partitions were added: only with a known
+    /// capacity, and only at the peak need of the stabilization window.
+    fn scale_in(&self, p: &Present<'_>) -> Decision {
+        let ladder = &p.ladder;
+        let signals = Some(p.signals);
+        let Some(c) = p.signals.replica_capacity else {
             return if self.current > ladder.lowest() {
-                hold(Hold::CapacityUnknown)
+                self.hold(Hold::CapacityUnknown, signals)
             } else {
-                decision(self.current, Reason::Steady)
+                self.decision(self.current, Reason::Steady, signals)
             };
         };
-        let need_now = need.unwrap_or(0.0);
+        let max_step = non_negative(self.spec.max_step);
+        let need_now = p.signals.need.unwrap_or(0.0);
         let (peak, covered) = self.peak_need(c);
         let peak = peak.max(need_now);
-        if newest.partition_count() != usize::try_from(self.partitions).unwrap_or(0)
-            || self
-                .samples
-                .iter()
-                .any(|o| o.partition_count() != newest.partition_count())
-        {
-            // Partitions were added within the window: Kafka has just rebalanced the group
-            // anyway, so an off-ladder count moves to the new ladder's rung for the peak.
-            if !ladder.contains(self.current) {
-                let from = self.samples.first().map_or(0, |o| o.partition_count());
-                let want = ladder.fitting(peak / SCALE_IN_UTILIZATION);
-                if want != self.current {
-                    return decision(
-                        ladder.step(self.current, want, max_step),
-                        Reason::PartitionsChanged {
-                            from,
-                            to: self.partitions,
-                            need: peak,
-                        },
-                    );
-                }
-            }
-        }
         let want = ladder.fitting(peak / SCALE_IN_UTILIZATION);
+        // Kafka has just rebalanced the group for the new partitions anyway, so an off-ladder
+        // count moves to the new ladder at once, either way.
+        if self.partitions_changed(p.newest)
+            && !ladder.contains(self.current)
+            && want != self.current
+        {
+            let from = self
+                .samples
+                .first()
+                .map_or(0, |o| count(o.partition_count()));
+            let reason = Reason::PartitionsChanged {
+                from,
+                to: self.partitions,
+                need: peak,
+            };
+            return self.decision(ladder.step(self.current, want, max_step), reason, signals);
+        }
         if want >= self.current {
             return if ladder.fitting(need_now / SCALE_IN_UTILIZATION) < self.current {
-                hold(Hold::Stabilizing {
-                    need: need_now,
-                    peak_need: peak,
-                })
+                self.hold(
+                    Hold::Stabilizing {
+                        need: need_now,
+                        peak_need: peak,
+                    },
+                    signals,
+                )
             } else {
-                decision(self.current, Reason::Steady)
+                self.decision(self.current, Reason::Steady, signals)
             };
         }
         if !covered {
-            return hold(Hold::Stabilizing {
+            let hold = Hold::Stabilizing {
                 need: need_now,
                 peak_need: peak,
-            });
+            };
+            return self.hold(hold, signals);
         }
         let replicas = ladder.step(self.current, want, max_step);
         if let Some(projected) =
             self.projected_memory_percent(ladder.worth(self.current), ladder.worth(replicas))
             && projected >= f64::from(self.spec.memory_high_water_percent)
         {
-            return hold(Hold::MemoryHeadroom {
+            let hold = Hold::MemoryHeadroom {
                 projected_percent: projected,
-            });
+            };
+            return self.hold(hold, signals);
         }
-        decision(
-            replicas,
-            Reason::LoadDeclined {
-                peak_need: peak,
-                window_seconds: non_negative(self.spec.scale_down_stabilization_seconds),
-                replica_capacity: c,
-            },
-        )
+        let reason = Reason::LoadDeclined {
+            peak_need: peak,
+            window_seconds: non_negative(self.spec.scale_down_stabilization_seconds),
+            replica_capacity: c,
+        };
+        self.decision(replicas, reason, signals)
+    }
+
+    /// The partition count differs between the samples, or from the topics' now.
+    fn partitions_changed(&self, newest: &Observation) -> bool {
+        count(newest.partition_count()) != self.partitions
+            || self
+                .samples
+                .iter()
+                .any(|o| o.partition_count() != newest.partition_count())
     }
 
     fn since(&self, t: Timestamp) -> f64 {
@@ -641,7 +672,8 @@ impl Decider<'_> {
 
     /// Records per second per replica's worth, over the intervals of the lookback in which
     /// the group never ran out of work (the backlog at the start was more than it committed
-    /// over the interval) and every pod was ready: the mean of those intervals.
+    /// over the interval) and the same pods, all ready, did the work: the median of those
+    /// intervals, so one interval spent rebalancing does not drag it down.
     fn measured_capacity(&self, newest: &Observation) -> Option<f64> {
         let recent: Vec<&Observation> = self
             .samples
@@ -649,21 +681,26 @@ impl Decider<'_> {
             .copied()
             .filter(|o| newest.at.duration_since(o.at).as_secs_f64() <= self.lookback)
             .collect();
-        let per_replica: Vec<f64> = recent
+        let mut per_replica: Vec<f64> = recent
             .windows(2)
             .filter_map(|pair| {
                 let (a, b) = (pair[0], pair[1]);
                 let r = rates(a, b)?;
-                let ready = count(b.ready_pods().min(a.ready_pods()));
-                let all_ready = a.ready_pods() == a.pods.len() && b.ready_pods() == b.pods.len();
+                let pods = b.pods.len();
+                let steady =
+                    a.pods.len() == pods && a.ready_pods() == pods && b.ready_pods() == pods;
                 let busy = a.backlog() as f64 >= r.consumed * r.seconds;
-                let p = count(b.partition_count());
-                (all_ready && busy && r.consumed > 0.0 && ready > 0)
-                    .then(|| r.consumed / super::ladder::worth(p, ready))
+                let worth = super::ladder::worth(count(b.partition_count()), count(pods));
+                (steady && busy && r.consumed > 0.0 && worth > 0.0).then(|| r.consumed / worth)
             })
             .collect();
-        (!per_replica.is_empty())
-            .then(|| per_replica.iter().sum::<f64>() / per_replica.len() as f64)
+        per_replica.sort_by(f64::total_cmp);
+        let n = per_replica.len();
+        match n {
+            0 => None,
+            _ if n % 2 == 1 => Some(per_replica[n / 2]),
+            _ => Some((per_replica[n / 2 - 1] + per_replica[n / 2]) / 2.0),
+        }
     }
 
     /// The highest need at any sample of the stabilization window, and whether the samples

@@ -629,3 +629,63 @@ fn reasons_are_stable_identifiers() {
     labels.dedup();
     assert_eq!(labels.len(), reasons.len());
 }
+
+#[test]
+fn a_full_inflight_budget_scales_out_only_when_asked_to() {
+    let mut g = Gateway::new(8, 2, 1_000.0);
+    g.history.replica_capacity = Some(1_000.0);
+    g.run(600, |_| 1_400.0);
+    let mut window = g.window.clone();
+    let newest = window.last_mut().unwrap();
+    for pod in &mut newest.pods {
+        pod.metrics.as_mut().unwrap().inflight_bytes = 63 << 20;
+    }
+    let now = newest.at;
+    let d = decide(&g.spec, &window, 2, 8, &g.history, now);
+    assert_eq!(d.replicas, 2, "off by default: {:?}", d.reason);
+    let spec = AutoscalingSpec {
+        inflight_high_water_percent: Some(90),
+        ..g.spec.clone()
+    };
+    let d = decide(&spec, &window, 2, 8, &g.history, now);
+    assert_eq!(d.replicas, 4);
+    assert!(
+        matches!(
+            d.reason,
+            Reason::MemoryPressure {
+                kind: MemoryKind::Inflight,
+                high_water_percent: 90,
+                ..
+            }
+        ),
+        "{:?}",
+        d.reason
+    );
+}
+
+#[test]
+fn history_keeps_the_last_step_time_and_the_last_measured_capacity() {
+    let mut g = Gateway::new(8, 1, 1_000.0);
+    g.run(120, |_| 3_000.0);
+    let (t, step) = g
+        .log
+        .iter()
+        .find(|(_, d)| d.replicas != d.from)
+        .map(|(t, d)| (*t, d.clone()))
+        .unwrap();
+    assert_eq!(step.reason.reason(), "LagAboveTarget");
+    // Measured while behind: about 1000 records/s per replica.
+    let c = step.signals.unwrap().replica_capacity.unwrap();
+    assert!((c - 1_000.0).abs() < 100.0, "{c}");
+    let after = step.history(&History::default(), at(t));
+    assert_eq!(after.last_scale, Some(at(t)));
+    assert_eq!(after.replica_capacity, Some(c));
+    // A hold keeps both.
+    let hold = Decision {
+        from: 4,
+        replicas: 4,
+        reason: Reason::Steady,
+        signals: None,
+    };
+    assert_eq!(hold.history(&after, at(t + 500)), after);
+}

@@ -96,7 +96,9 @@ pub enum Reason {
     /// The lag is above target: enough replicas to keep up and drain the backlog in time.
     LagAboveTarget {
         lag_seconds: f64,
+        lag_records: i64,
         target_seconds: u32,
+        incoming_records_per_second: f64,
         need: f64,
         replica_capacity: f64,
     },
@@ -127,49 +129,35 @@ pub enum Reason {
 impl Reason {
     /// CamelCase, for the status and the Event.
     pub fn reason(&self) -> &'static str {
-        match self {
-            Self::LagAboveTarget { .. } => "LagAboveTarget",
-            Self::MemoryPressure { .. } => "MemoryPressure",
-            Self::LoadDeclined { .. } => "LoadDeclined",
-            Self::PartitionsChanged { .. } => "PartitionsChanged",
-            Self::OutOfBounds { .. } => "OutOfBounds",
-            Self::Steady => "Steady",
-            Self::Hold(h) => match h {
-                Hold::NoPartitions => "NoPartitions",
-                Hold::StaleMetrics { .. } => "StaleMetrics",
-                Hold::TooFewSamples { .. } => "TooFewSamples",
-                Hold::MetricsMissing { .. } => "MetricsMissing",
-                Hold::PodNotReady { .. } => "PodNotReady",
-                Hold::Cooldown { .. } => "Cooldown",
-                Hold::Stabilizing { .. } => "Stabilizing",
-                Hold::MemoryHeadroom { .. } => "MemoryHeadroom",
-                Hold::NotConsuming { .. } => "NotConsuming",
-                Hold::CapacityUnknown => "CapacityUnknown",
-                Hold::AtMaximum { .. } => "AtMaximum",
-            },
-        }
+        self.names().0
     }
 
-    /// Label of the decision metric (`reason`): snake_case, one per variant.
+    /// Label of the decision metric (`reason`): the same name in snake_case.
     pub fn metric_label(&self) -> &'static str {
-        match self.reason() {
-            "LagAboveTarget" => "lag_above_target",
-            "MemoryPressure" => "memory_pressure",
-            "LoadDeclined" => "load_declined",
-            "PartitionsChanged" => "partitions_changed",
-            "OutOfBounds" => "out_of_bounds",
-            "Steady" => "steady",
-            "NoPartitions" => "no_partitions",
-            "StaleMetrics" => "stale_metrics",
-            "TooFewSamples" => "too_few_samples",
-            "MetricsMissing" => "metrics_missing",
-            "PodNotReady" => "pod_not_ready",
-            "Cooldown" => "cooldown",
-            "Stabilizing" => "stabilizing",
-            "MemoryHeadroom" => "memory_headroom",
-            "NotConsuming" => "not_consuming",
-            "CapacityUnknown" => "capacity_unknown",
-            _ => "at_maximum",
+        self.names().1
+    }
+
+    fn names(&self) -> (&'static str, &'static str) {
+        match self {
+            Self::LagAboveTarget { .. } => ("LagAboveTarget", "lag_above_target"),
+            Self::MemoryPressure { .. } => ("MemoryPressure", "memory_pressure"),
+            Self::LoadDeclined { .. } => ("LoadDeclined", "load_declined"),
+            Self::PartitionsChanged { .. } => ("PartitionsChanged", "partitions_changed"),
+            Self::OutOfBounds { .. } => ("OutOfBounds", "out_of_bounds"),
+            Self::Steady => ("Steady", "steady"),
+            Self::Hold(h) => match h {
+                Hold::NoPartitions => ("NoPartitions", "no_partitions"),
+                Hold::StaleMetrics { .. } => ("StaleMetrics", "stale_metrics"),
+                Hold::TooFewSamples { .. } => ("TooFewSamples", "too_few_samples"),
+                Hold::MetricsMissing { .. } => ("MetricsMissing", "metrics_missing"),
+                Hold::PodNotReady { .. } => ("PodNotReady", "pod_not_ready"),
+                Hold::Cooldown { .. } => ("Cooldown", "cooldown"),
+                Hold::Stabilizing { .. } => ("Stabilizing", "stabilizing"),
+                Hold::MemoryHeadroom { .. } => ("MemoryHeadroom", "memory_headroom"),
+                Hold::NotConsuming { .. } => ("NotConsuming", "not_consuming"),
+                Hold::CapacityUnknown => ("CapacityUnknown", "capacity_unknown"),
+                Hold::AtMaximum { .. } => ("AtMaximum", "at_maximum"),
+            },
         }
     }
 }
@@ -183,13 +171,16 @@ impl fmt::Display for Reason {
         match self {
             Self::LagAboveTarget {
                 lag_seconds,
+                lag_records,
                 target_seconds,
+                incoming_records_per_second,
                 need,
                 replica_capacity,
             } => write!(
                 f,
-                "lag {lag_seconds:.0}s above the {target_seconds}s target: the load needs \
-                 {need:.2} replicas at {replica_capacity:.0} records/s each"
+                "lag {lag_seconds:.0}s ({lag_records} records) above the {target_seconds}s \
+                 target: {incoming_records_per_second:.0} records/s incoming and the backlog \
+                 need {need:.2} replicas at {replica_capacity:.0} records/s each"
             ),
             Self::MemoryPressure {
                 pod,
@@ -518,7 +509,9 @@ impl Decider<'_> {
             if need > ladder.worth(self.current) {
                 let reason = Reason::LagAboveTarget {
                     lag_seconds: lag,
+                    lag_records: p.signals.lag_records,
                     target_seconds: non_negative(self.spec.target_lag_seconds),
+                    incoming_records_per_second: p.rates.incoming,
                     need,
                     replica_capacity: c,
                 };

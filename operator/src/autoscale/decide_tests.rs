@@ -689,3 +689,109 @@ fn history_keeps_the_last_step_time_and_the_last_measured_capacity() {
     };
     assert_eq!(hold.history(&after, at(t + 500)), after);
 }
+
+/// A small deterministic generator (xorshift), so the random series are the same every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[test]
+fn every_step_over_random_series_keeps_the_rules() {
+    for seed in 1..=80u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let partitions = 1 + rng.below(36) as usize;
+        let p = u32::try_from(partitions).unwrap();
+        let start = 1 + u32::try_from(rng.below(u64::from(p))).unwrap();
+        let mut g = Gateway::new(partitions, start, 500.0 + rng.below(1_500) as f64);
+        g.spec.min = 1 + i32::try_from(rng.below(4)).unwrap();
+        g.spec.max =
+            (rng.below(2) == 0).then(|| g.spec.min + i32::try_from(rng.below(12)).unwrap());
+        g.spec.max_step = 1 + i32::try_from(rng.below(3)).unwrap();
+        if rng.below(3) == 0 {
+            g.history.replica_capacity = Some(g.capacity);
+        }
+        // Piecewise-constant load: a new level every 1–10 minutes.
+        let levels: Vec<(i64, f64)> = (0..12)
+            .map(|_| {
+                (
+                    60 * (1 + i64::try_from(rng.below(10)).unwrap()),
+                    rng.below(u64::from(p) * 1_200) as f64,
+                )
+            })
+            .collect();
+        let load = move |t: i64| {
+            let mut at = 0;
+            for &(len, level) in &levels {
+                at += len;
+                if t < at {
+                    return level;
+                }
+            }
+            levels[levels.len() - 1].1
+        };
+        g.run(3_600, load);
+
+        let ladder = Ladder::new(
+            p,
+            u32::try_from(g.spec.min).unwrap(),
+            g.spec.max.map(|m| u32::try_from(m).unwrap()),
+        );
+        let max_step = usize::try_from(g.spec.max_step).unwrap();
+        let mut last_step: Option<i64> = None;
+        let mut last_up: Option<(i64, u32)> = None;
+        let window = i64::from(g.spec.scale_down_stabilization_seconds);
+        for (t, d) in &g.log {
+            let case = format!("seed {seed}, P={p}, t={t}: {d:?}");
+            assert!(d.replicas <= p, "{case}");
+            if d.replicas == d.from {
+                continue;
+            }
+            assert!(ladder.contains(d.replicas), "a rung: {case}");
+            if d.reason.reason() == "OutOfBounds" {
+                continue;
+            }
+            let (lo, hi) = (d.from.min(d.replicas), d.from.max(d.replicas));
+            let crossed = ladder
+                .rungs()
+                .iter()
+                .filter(|&&r| r > lo && r <= hi)
+                .count();
+            let crossed = if d.replicas < d.from {
+                // Going down, the rung arrived at counts, the one left does not.
+                ladder
+                    .rungs()
+                    .iter()
+                    .filter(|&&r| r >= lo && r < hi)
+                    .count()
+            } else {
+                crossed
+            };
+            assert!(crossed <= max_step, "at most maxStep rungs: {case}");
+            if let Some(prev) = last_step {
+                assert!(
+                    t - prev >= i64::from(g.spec.cooldown_seconds),
+                    "cooldown: {case}"
+                );
+            }
+            if d.replicas > d.from {
+                last_up = Some((*t, d.from));
+            } else if let Some((up_at, before)) = last_up
+                && t - up_at < window
+            {
+                assert!(d.replicas > before, "no way back within the window: {case}");
+            }
+            last_step = Some(*t);
+        }
+    }
+}

@@ -82,10 +82,14 @@ impl Observation {
         self.pods.iter().filter(|p| p.ready).count()
     }
 
-    fn offsets(&self, topic: &str, partition: i32) -> Option<&PartitionOffsets> {
+    /// The same partition's offsets; `hint` is where it sits in the other sample, which is
+    /// where it almost always sits here too (the shell lists partitions in one order).
+    fn offsets(&self, of: &PartitionOffsets, hint: usize) -> Option<&PartitionOffsets> {
+        let same = |p: &&PartitionOffsets| p.topic == of.topic && p.partition == of.partition;
         self.partitions
-            .iter()
-            .find(|p| p.topic == topic && p.partition == partition)
+            .get(hint)
+            .filter(same)
+            .or_else(|| self.partitions.iter().find(same))
     }
 }
 
@@ -107,8 +111,8 @@ pub fn rates(a: &Observation, b: &Observation) -> Option<Rates> {
         return None;
     }
     let (mut produced, mut committed) = (0i64, 0i64);
-    for p in &b.partitions {
-        if let Some(q) = a.offsets(&p.topic, p.partition) {
+    for (i, p) in b.partitions.iter().enumerate() {
+        if let Some(q) = a.offsets(p, i) {
             // Offsets only move forward; a topic recreated under the same name must not
             // count as negative traffic.
             produced += (p.end - q.end).max(0);

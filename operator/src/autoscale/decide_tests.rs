@@ -302,8 +302,9 @@ fn an_oscillating_load_does_not_flap() {
 
 #[test]
 fn a_load_at_a_rungs_edge_does_not_flap() {
-    // 1.9 replicas' worth: 2 is just enough, so it runs at 2 (lagging now and then is
-    // what scales it to 4; it comes back to 2 only below 80 % of 2).
+    // 1.95 and 1.7 replicas' worth, alternating every five minutes: 2 replicas keep up
+    // (97.5 % busy at the top), so the lag never crosses the target and nothing goes up; 1
+    // replica would be far above 80 % busy, so nothing goes down either.
     let mut g = Gateway::new(8, 2, 1_000.0);
     g.history.replica_capacity = Some(1_000.0);
     g.run(
@@ -395,31 +396,45 @@ fn memory_pressure_without_lag_scales_out_one_rung_and_holds_the_way_back() {
     assert_eq!(g.replicas, 2, "back in once the spike left the window");
 }
 
+/// Samples of a gateway falling behind at `replicas` (held there by `max`), and a spec
+/// without that bound: on these samples, as they are, the decision scales out.
+fn behind_at(replicas: u32) -> (Vec<Observation>, AutoscalingSpec) {
+    let mut g = Gateway::new(8, replicas, 1_000.0);
+    g.spec.max = Some(i32::try_from(replicas).unwrap());
+    g.run(300, |_| 5_000.0);
+    let spec = AutoscalingSpec {
+        max: None,
+        ..g.spec.clone()
+    };
+    let newest = g.window.last().unwrap().at;
+    let fresh = decide(&spec, &g.window, replicas, 8, &History::default(), newest);
+    assert_eq!(fresh.reason.reason(), "LagAboveTarget");
+    assert!(fresh.replicas > replicas);
+    (g.window, spec)
+}
+
 #[test]
 fn stale_samples_hold_whatever_they_say() {
-    let mut g = Gateway::new(8, 1, 1_000.0);
-    g.run(300, |_| 5_000.0); // far behind at 1 replica… but the cooldown is not in play:
-    g.history.last_scale = None;
-    let window = g.window.clone();
-    let newest = window.last().unwrap().at;
-    let later = newest + SignedDuration::from_secs(120);
-    let d = decide(&g.spec, &window, g.replicas, 8, &g.history, later);
-    assert_eq!(d.replicas, g.replicas);
-    assert_eq!(d.reason.reason(), "StaleMetrics");
+    let (window, spec) = behind_at(1);
+    // Two minutes after the last sample, the same samples say nothing.
+    let later = window.last().unwrap().at + SignedDuration::from_secs(120);
+    let d = decide(&spec, &window, 1, 8, &History::default(), later);
+    assert_eq!(d.replicas, 1);
+    assert_eq!(
+        d.reason,
+        Reason::Hold(Hold::StaleMetrics { age_seconds: 120.0 })
+    );
     assert_eq!(d.event_reason(), None);
 }
 
 #[test]
 fn a_missing_scrape_holds() {
-    let mut g = Gateway::new(8, 2, 1_000.0);
-    g.run(300, |_| 5_000.0);
-    g.history.last_scale = None;
-    let mut window = g.window.clone();
+    let (mut window, spec) = behind_at(2);
     let newest = window.last_mut().unwrap();
     newest.pods[1].metrics = None;
     let now = newest.at;
-    let d = decide(&g.spec, &window, g.replicas, 8, &g.history, now);
-    assert_eq!(d.replicas, g.replicas);
+    let d = decide(&spec, &window, 2, 8, &History::default(), now);
+    assert_eq!(d.replicas, 2);
     assert_eq!(
         d.reason,
         Reason::Hold(Hold::MetricsMissing {
@@ -442,24 +457,26 @@ fn a_single_sample_gives_no_rate_and_holds() {
 
 #[test]
 fn a_pod_not_ready_holds_even_when_lagging() {
-    let mut g = Gateway::new(8, 2, 1_000.0);
-    g.run(300, |_| 5_000.0);
-    g.history.last_scale = None;
-    let mut window = g.window.clone();
+    let (mut window, spec) = behind_at(2);
     let newest = window.last_mut().unwrap();
     newest.pods[0].ready = false;
     let now = newest.at;
-    let replicas = newest.pods.len() as u32;
-    let d = decide(&g.spec, &window, replicas, 8, &g.history, now);
-    assert_eq!(d.replicas, replicas);
+    let d = decide(&spec, &window, 2, 8, &History::default(), now);
+    assert_eq!(d.replicas, 2);
     assert_eq!(
         d.reason,
         Reason::Hold(Hold::PodNotReady {
-            ready: replicas - 1,
-            pods: replicas,
-            replicas
+            ready: 1,
+            pods: 2,
+            replicas: 2
         })
     );
+    // A third pod still starting after a step: the same.
+    let mut window = window;
+    let newest = window.last_mut().unwrap();
+    newest.pods[0].ready = true;
+    let d = decide(&spec, &window, 3, 8, &History::default(), now);
+    assert_eq!(d.reason.reason(), "PodNotReady");
 }
 
 #[test]

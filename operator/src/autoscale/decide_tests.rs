@@ -472,7 +472,6 @@ fn a_pod_not_ready_holds_even_when_lagging() {
         })
     );
     // A third pod still starting after a step: the same.
-    let mut window = window;
     let newest = window.last_mut().unwrap();
     newest.pods[0].ready = true;
     let d = decide(&spec, &window, 3, 8, &History::default(), now);

@@ -49,7 +49,8 @@ pub struct AutoscalingSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub inflight_high_water_percent: Option<i32>,
-    /// Seconds of history the incoming and consumed rates are measured over.
+    /// Seconds of history the incoming and consumed rates are measured over. A decision
+    /// needs two samples within it, the newest no older than half of it; otherwise it holds.
     #[serde(default = "default_lookback_seconds")]
     #[schemars(range(min = 10, max = 3_600))]
     pub lookback_seconds: i32,

@@ -25,6 +25,8 @@ use tracehouse_collector::config::{BatchConfig, ClickHouseConfig, LimitsConfig};
 pub use tracehouse_collector::decode::Encoding;
 pub use tracehouse_schema::{Attributes, EngineKind, InsertFormat};
 
+use crate::autoscale::AutoscalingSpec;
+
 /// API group of the CRD.
 pub const GROUP: &str = "tracehouse.dev";
 /// Condition types the operator maintains in `status.conditions`.
@@ -117,6 +119,14 @@ pub struct TracePipelineSpec {
     /// How many gateway replicas run.
     #[serde(default)]
     pub replicas: ReplicasSpec,
+    /// Size the gateway from its consumer lag and memory instead of from the partition count
+    /// alone: the replicas that keep the lag under `targetLagSeconds`, one rung more when a
+    /// collector nears its memory limit, only replica counts that spread the partitions well
+    /// (see `maxStep`), within `min`/`max` and never more than the partitions. Scale-in waits out
+    /// `scaleDownStabilizationSeconds`, and steps are `cooldownSeconds` apart: each one
+    /// rebalances the consumer group. Not acted on yet: `replicas` still sizes the gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<AutoscalingSpec>,
 }
 
 /// The Kafka side: brokers, topics, consumer group and record encoding.

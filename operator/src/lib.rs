@@ -2,6 +2,8 @@
 //! fleet sized to the topics' partitions out.
 //!
 //! - [`crd`]: the resource users write, and its status;
+//! - [`autoscale`]: the pure autoscaling decision (spec, partition ladder, window of
+//!   observations → replicas and reason), not wired into the reconcile yet;
 //! - [`builders`]: pure desired state (ConfigMap, Deployment, Service, PDB, replica math);
 //! - [`status`]: pure status and Event derivation;
 //! - [`reconcile`]: the controller — thin IO around the pure parts, through [`kafka`]
@@ -9,6 +11,7 @@
 //!   (server-side apply that skips what is already in place);
 //! - [`leader`]: Lease-based leader election; [`metrics`]: `/metrics` and `/healthz`.
 
+pub mod autoscale;
 pub mod builders;
 pub mod crd;
 pub mod error;

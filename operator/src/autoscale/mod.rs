@@ -48,6 +48,7 @@
 pub mod decide;
 pub mod ladder;
 pub mod observation;
+pub mod reason;
 pub mod report;
 pub mod spec;
 

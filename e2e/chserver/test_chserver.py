@@ -26,91 +26,98 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lz4.block  # noqa: E402
 import lz4.frame  # noqa: E402
 
-import chserver  # noqa: E402
-from chserver import CHError  # noqa: E402
+import chdb  # noqa: E402
+
+import blocks  # noqa: E402
+import errors  # noqa: E402
+import httpcompression  # noqa: E402
+import native  # noqa: E402
+import server  # noqa: E402
+import sqltext  # noqa: E402
+from errors import CHError  # noqa: E402
 
 
 def decompress_all(data: bytes) -> bytes:
-    return b"".join(chserver.BlockDecompressor(io.BytesIO(data).read))
+    return b"".join(blocks.BlockDecompressor(io.BytesIO(data).read))
 
 
 def frame(method: int, payload: bytes, plain_size: int) -> bytes:
     """One ClickHouse compressed block with a correct checksum."""
     header = struct.pack("<BII", method, len(payload) + 9, plain_size)
-    return chserver.checksum(header + payload) + header + payload
+    return blocks.checksum(header + payload) + header + payload
 
 
 class SplitInsertTest(unittest.TestCase):
     def test_format_with_newline(self):
         q = "INSERT INTO t (a, b) FORMAT RowBinary\n\x01\x02"
-        stmt, fmt, off = chserver.split_insert(q)
+        stmt, fmt, off = sqltext.split_insert(q)
         self.assertEqual((stmt, fmt, q[off:]), ("INSERT INTO t (a, b)", "RowBinary", "\x01\x02"))
 
     def test_data_right_after_the_format_name(self):
         q = 'INSERT INTO t FORMAT JSONEachRow{"a":1}'
-        stmt, fmt, off = chserver.split_insert(q)
+        stmt, fmt, off = sqltext.split_insert(q)
         self.assertEqual((stmt, fmt, q[off:]), ("INSERT INTO t", "JSONEachRow", '{"a":1}'))
 
     def test_blanks_then_one_newline_are_skipped_but_not_more(self):
         q = "INSERT INTO t FORMAT TSV  \t\r\n\n1\t2\n"
-        _, fmt, off = chserver.split_insert(q)
+        _, fmt, off = sqltext.split_insert(q)
         self.assertEqual((fmt, q[off:]), ("TSV", "\n1\t2\n"))
         q = "INSERT INTO t FORMAT CSV 1,2"
-        _, fmt, off = chserver.split_insert(q)
+        _, fmt, off = sqltext.split_insert(q)
         self.assertEqual((fmt, q[off:]), ("CSV", "1,2"))
 
     def test_values(self):
         q = "INSERT INTO t VALUES (1, 'FORMAT x'), (2, 'VALUES')"
-        stmt, fmt, off = chserver.split_insert(q)
+        stmt, fmt, off = sqltext.split_insert(q)
         self.assertEqual((stmt, fmt, q[off:]), ("INSERT INTO t", "Values", " (1, 'FORMAT x'), (2, 'VALUES')"))
 
     def test_keywords_inside_strings_comments_and_quoted_identifiers(self):
         q = ("INSERT INTO `FORMAT` /* FORMAT Bad */ -- VALUES (1)\n"
              "# FORMAT Worse\n(\"VALUES\", `format`) SETTINGS x = 'FORMAT y' FORMAT CSV\n1,2")
-        stmt, fmt, off = chserver.split_insert(q)
+        stmt, fmt, off = sqltext.split_insert(q)
         self.assertEqual(fmt, "CSV")
         self.assertEqual(q[off:], "1,2")
         self.assertTrue(stmt.endswith("SETTINGS x = 'FORMAT y'"), stmt)
 
     def test_escaped_and_doubled_quotes(self):
         q = r"INSERT INTO t SETTINGS s = 'it\'s FORMAT', u = 'a''b FORMAT' FORMAT TSV" + "\nx"
-        stmt, fmt, off = chserver.split_insert(q)
+        stmt, fmt, off = sqltext.split_insert(q)
         self.assertEqual((fmt, q[off:]), ("TSV", "x"))
 
     def test_columns_named_like_clauses(self):
         q = "INSERT INTO t (format, values, select) FORMAT TSV\n1\t2\t3"
-        stmt, fmt, off = chserver.split_insert(q)
+        stmt, fmt, off = sqltext.split_insert(q)
         self.assertEqual((stmt, fmt, q[off:]), ("INSERT INTO t (format, values, select)", "TSV", "1\t2\t3"))
         q = "INSERT INTO t (values) VALUES (1)"
-        stmt, fmt, off = chserver.split_insert(q)
+        stmt, fmt, off = sqltext.split_insert(q)
         self.assertEqual((stmt, fmt, q[off:]), ("INSERT INTO t (values)", "Values", " (1)"))
 
     def test_settings_before_format(self):
         q = "INSERT INTO db.t SETTINGS async_insert = 1, insert_deduplication_token = 'a-b' FORMAT Native"
-        self.assertEqual(chserver.split_insert(q),
+        self.assertEqual(sqltext.split_insert(q),
                          ("INSERT INTO db.t SETTINGS async_insert = 1, insert_deduplication_token = 'a-b'", "Native", len(q)))
 
     def test_insert_select_has_no_data(self):
-        self.assertIsNone(chserver.split_insert("INSERT INTO t SELECT * FROM s FORMAT Native"))
-        self.assertIsNone(chserver.split_insert("INSERT INTO t (a) SELECT 1"))
-        self.assertIsNone(chserver.split_insert("INSERT INTO t WITH 1 AS x SELECT x"))
+        self.assertIsNone(sqltext.split_insert("INSERT INTO t SELECT * FROM s FORMAT Native"))
+        self.assertIsNone(sqltext.split_insert("INSERT INTO t (a) SELECT 1"))
+        self.assertIsNone(sqltext.split_insert("INSERT INTO t WITH 1 AS x SELECT x"))
 
     def test_incomplete_insert(self):
-        self.assertIsNone(chserver.split_insert("INSERT INTO t FORMAT"))
-        self.assertIsNone(chserver.split_insert("INSERT INTO t FORMAT -- nothing yet"))
-        self.assertIsNone(chserver.split_insert("INSERT INTO t"))
+        self.assertIsNone(sqltext.split_insert("INSERT INTO t FORMAT"))
+        self.assertIsNone(sqltext.split_insert("INSERT INTO t FORMAT -- nothing yet"))
+        self.assertIsNone(sqltext.split_insert("INSERT INTO t"))
 
     def test_top_level_words(self):
-        words = [w for w, _, _ in chserver.top_level_words(
+        words = [w for w, _, _ in sqltext.top_level_words(
             "select 'FORMAT' AS \"x\", `VALUES` -- FORMAT\n/* VALUES */ from_t # c\nFROM t2")]
         self.assertEqual(words, ["SELECT", "AS", "FROM_T", "FROM", "T2"])
-        self.assertEqual(chserver.first_word("  /* c */ -- d\n insert into t"), "INSERT")
-        self.assertEqual(chserver.first_word("(SELECT 1) UNION ALL (SELECT 2)"), "SELECT")
-        self.assertEqual(chserver.first_word(""), "")
+        self.assertEqual(sqltext.first_word("  /* c */ -- d\n insert into t"), "INSERT")
+        self.assertEqual(sqltext.first_word("(SELECT 1) UNION ALL (SELECT 2)"), "SELECT")
+        self.assertEqual(sqltext.first_word(""), "")
 
     def test_unterminated_literal_does_not_hang(self):
-        self.assertEqual([w for w, _, _ in chserver.top_level_words("SELECT 'abc")], ["SELECT"])
-        self.assertEqual([w for w, _, _ in chserver.top_level_words("SELECT /* abc")], ["SELECT"])
+        self.assertEqual([w for w, _, _ in sqltext.top_level_words("SELECT 'abc")], ["SELECT"])
+        self.assertEqual([w for w, _, _ in sqltext.top_level_words("SELECT /* abc")], ["SELECT"])
 
 
 class FormatClauseTest(unittest.TestCase):
@@ -121,7 +128,7 @@ class FormatClauseTest(unittest.TestCase):
             ("SELECT 1 FORMAT Native SETTINGS max_threads = 1", "Native"),
             ("SELECT 1 FORMAT TSV -- comment\n ; ", "TSV"),
         ]:
-            clause = chserver.format_clause(q)
+            clause = sqltext.format_clause(q)
             self.assertIsNotNone(clause, q)
             self.assertEqual(clause[0], name, q)
             self.assertEqual(q[clause[1]:clause[2]], "FORMAT " + name)
@@ -134,18 +141,18 @@ class FormatClauseTest(unittest.TestCase):
             "SELECT * FROM (SELECT 1 FORMAT JSON)",
             "SELECT 1 FORMAT JSON, 2",
         ]:
-            self.assertIsNone(chserver.format_clause(q), q)
+            self.assertIsNone(sqltext.format_clause(q), q)
 
     def test_multi_statement(self):
-        self.assertEqual(chserver.multi_statement_at("SELECT 1; SELECT 2"), 8)
-        self.assertEqual(chserver.multi_statement_at("SELECT 1;; -- c\n x"), 8)
+        self.assertEqual(sqltext.multi_statement_at("SELECT 1; SELECT 2"), 8)
+        self.assertEqual(sqltext.multi_statement_at("SELECT 1;; -- c\n x"), 8)
         for q in ["SELECT 1", "SELECT 1;", "SELECT 1 ; -- trailing\n;", "SELECT ';' AS `a;b`", "SELECT 1 /* ; x */"]:
-            self.assertIsNone(chserver.multi_statement_at(q), q)
+            self.assertIsNone(sqltext.multi_statement_at(q), q)
 
     def test_strip_trailing_semicolon(self):
-        self.assertEqual(chserver.strip_trailing_semicolon("SELECT 1; -- x"), "SELECT 1 -- x")
-        self.assertEqual(chserver.strip_trailing_semicolon("SELECT ';'"), "SELECT ';'")
-        self.assertEqual(chserver.strip_trailing_semicolon("SELECT 1"), "SELECT 1")
+        self.assertEqual(sqltext.strip_trailing_semicolon("SELECT 1; -- x"), "SELECT 1 -- x")
+        self.assertEqual(sqltext.strip_trailing_semicolon("SELECT ';'"), "SELECT ';'")
+        self.assertEqual(sqltext.strip_trailing_semicolon("SELECT 1"), "SELECT 1")
 
 
 class FormTest(unittest.TestCase):
@@ -157,50 +164,50 @@ class FormTest(unittest.TestCase):
         body = self.form('Content-Disposition: form-data; name="query"\r\n\r\nSELECT {a:String}',
                          'Content-Disposition: form-data; name="param_a"\r\n\r\nline 1\r\nline 2 \u00fc',
                          'Content-Disposition: form-data; name="max_threads"\r\n\r\n1')
-        self.assertEqual(chserver.parse_form(body, "multipart/form-data; boundary=clickhouse-rs-boundary-x"),
+        self.assertEqual(server.parse_form(body, "multipart/form-data; boundary=clickhouse-rs-boundary-x"),
                          [("query", "SELECT {a:String}"), ("param_a", "line 1\r\nline 2 \u00fc"), ("max_threads", "1")])
 
     def test_external_table_file_is_not_implemented(self):
         body = self.form('Content-Disposition: form-data; name="t"; filename=""\r\n'
                          'Content-Type: application/octet-stream\r\n\r\n\x01\x02')
         with self.assertRaises(CHError) as ctx:
-            chserver.parse_form(body, "multipart/form-data; boundary=clickhouse-rs-boundary-x")
+            server.parse_form(body, "multipart/form-data; boundary=clickhouse-rs-boundary-x")
         self.assertEqual(ctx.exception.code, 48)
 
     def test_malformed(self):
         with self.assertRaises(CHError) as ctx:
-            chserver.parse_form(b"no boundary here", "multipart/form-data")
+            server.parse_form(b"no boundary here", "multipart/form-data")
         self.assertEqual(ctx.exception.code, 36)
 
 
 class BlockFramingTest(unittest.TestCase):
     def test_round_trip(self):
         for data in [b"", b"x", bytes(range(256)) * 5000, os.urandom(3 << 20)]:
-            framed = chserver.compress_blocks(data, block_size=1 << 20)
+            framed = blocks.compress_blocks(data, block_size=1 << 20)
             self.assertEqual(decompress_all(framed), data)
 
     def test_block_layout(self):
-        framed = chserver.compress_blocks(b"hello hello hello", block_size=1 << 20)
+        framed = blocks.compress_blocks(b"hello hello hello", block_size=1 << 20)
         method, size_compressed, size_plain = struct.unpack_from("<BII", framed, 16)
-        self.assertEqual(method, chserver.METHOD_LZ4)
+        self.assertEqual(method, blocks.METHOD_LZ4)
         self.assertEqual(size_plain, 17)
         self.assertEqual(size_compressed, len(framed) - 16)
-        self.assertEqual(chserver.checksum(framed[16:]), framed[:16])
+        self.assertEqual(blocks.checksum(framed[16:]), framed[:16])
 
     def test_checksum_is_cityhash128_as_two_little_endian_halves(self):
         # (That this matches ClickHouse is proven end to end: the Rust `clickhouse` crate and
         # clickhouse-go verify the checksums of chserver's compress=1 responses.)
-        self.assertEqual(len(chserver.checksum(b"")), 16)
-        h = chserver.CityHash128(b"abc")
-        self.assertEqual(chserver.checksum(b"abc"), struct.pack("<QQ", h >> 64, h & ((1 << 64) - 1)))
+        self.assertEqual(len(blocks.checksum(b"")), 16)
+        h = blocks.CityHash128(b"abc")
+        self.assertEqual(blocks.checksum(b"abc"), struct.pack("<QQ", h >> 64, h & ((1 << 64) - 1)))
 
     def test_none_and_zstd_methods(self):
         data = b"plain block " * 100
-        self.assertEqual(decompress_all(frame(chserver.METHOD_NONE, data, len(data))), data)
-        if chserver.zstandard is not None:
-            z = chserver.zstandard.ZstdCompressor().compress(data)
-            self.assertEqual(decompress_all(frame(chserver.METHOD_ZSTD, z, len(data))), data)
-        mixed = frame(chserver.METHOD_NONE, b"a", 1) + chserver.compress_blocks(b"b")
+        self.assertEqual(decompress_all(frame(blocks.METHOD_NONE, data, len(data))), data)
+        if blocks.zstandard is not None:
+            z = blocks.zstandard.ZstdCompressor().compress(data)
+            self.assertEqual(decompress_all(frame(blocks.METHOD_ZSTD, z, len(data))), data)
+        mixed = frame(blocks.METHOD_NONE, b"a", 1) + blocks.compress_blocks(b"b")
         self.assertEqual(decompress_all(mixed), b"ab")
 
     def assertCode(self, data: bytes, code: int, name: str):
@@ -210,24 +217,24 @@ class BlockFramingTest(unittest.TestCase):
         return ctx.exception
 
     def test_flipped_checksum_bit_is_code_40(self):
-        framed = bytearray(chserver.compress_blocks(b"some data " * 100))
+        framed = bytearray(blocks.compress_blocks(b"some data " * 100))
         framed[3] ^= 0x10
         err = self.assertCode(bytes(framed), 40, "CHECKSUM_DOESNT_MATCH")
         self.assertEqual(err.status, 500)
         self.assertIn("Checksum doesn't match", err.message)
 
     def test_flipped_data_bit_is_code_40(self):
-        framed = bytearray(chserver.compress_blocks(b"some data " * 100))
+        framed = bytearray(blocks.compress_blocks(b"some data " * 100))
         framed[-1] ^= 0x01
         self.assertCode(bytes(framed), 40, "CHECKSUM_DOESNT_MATCH")
 
     def test_bad_checksum_on_an_uncompressed_block(self):
-        block = bytearray(frame(chserver.METHOD_NONE, b"abc", 3))
+        block = bytearray(frame(blocks.METHOD_NONE, b"abc", 3))
         block[0] ^= 0xFF
         self.assertCode(bytes(block), 40, "CHECKSUM_DOESNT_MATCH")
 
     def test_truncated_block(self):
-        framed = chserver.compress_blocks(b"some data " * 100)
+        framed = blocks.compress_blocks(b"some data " * 100)
         self.assertCode(framed[:-5], 33, "CANNOT_READ_ALL_DATA")
         self.assertCode(framed[:20], 33, "CANNOT_READ_ALL_DATA")
         # A good block followed by a truncated header.
@@ -242,13 +249,13 @@ class BlockFramingTest(unittest.TestCase):
         self.assertCode(bytes(block), 432, "UNKNOWN_CODEC")
 
     def test_sizes(self):
-        header = struct.pack("<BII", chserver.METHOD_LZ4, 5, 3)
-        self.assertCode(chserver.checksum(header) + header, 246, "CORRUPTED_DATA")
-        header = struct.pack("<BII", chserver.METHOD_LZ4, (1 << 30) + 1, 3)
-        self.assertCode(chserver.checksum(header) + header, 39, "TOO_LARGE_SIZE_COMPRESSED")
+        header = struct.pack("<BII", blocks.METHOD_LZ4, 5, 3)
+        self.assertCode(blocks.checksum(header) + header, 246, "CORRUPTED_DATA")
+        header = struct.pack("<BII", blocks.METHOD_LZ4, (1 << 30) + 1, 3)
+        self.assertCode(blocks.checksum(header) + header, 39, "TOO_LARGE_SIZE_COMPRESSED")
 
     def test_corrupt_lz4_payload_with_valid_checksum(self):
-        self.assertCode(frame(chserver.METHOD_LZ4, b"\xff" * 20, 1000), 271, "CANNOT_DECOMPRESS")
+        self.assertCode(frame(blocks.METHOD_LZ4, b"\xff" * 20, 1000), 271, "CANNOT_DECOMPRESS")
 
 
 class ContentEncodingTest(unittest.TestCase):
@@ -261,9 +268,9 @@ class ContentEncodingTest(unittest.TestCase):
         yield "xz", lzma.compress(self.DATA)
         yield "bz2", bz2.compress(self.DATA)
         yield "lz4", lz4.frame.compress(self.DATA)
-        if chserver.zstandard is not None:
-            yield "zstd", chserver.zstandard.ZstdCompressor().compress(self.DATA)
-        yield "br", chserver.encode_content(self.DATA, "br")
+        if httpcompression.zstandard is not None:
+            yield "zstd", httpcompression.zstandard.ZstdCompressor().compress(self.DATA)
+        yield "br", httpcompression.encode_content(self.DATA, "br")
 
     @staticmethod
     def chunked(data: bytes, size: int = 4096):
@@ -272,18 +279,18 @@ class ContentEncodingTest(unittest.TestCase):
     def test_round_trips(self):
         for name, data in self.encoded():
             with self.subTest(name):
-                self.assertEqual(b"".join(chserver.decode_content(self.chunked(data), name)), self.DATA)
+                self.assertEqual(b"".join(httpcompression.decode_content(self.chunked(data), name)), self.DATA)
 
     def test_concatenated_streams(self):
         for name, enc in [("gzip", gzip.compress), ("xz", lzma.compress), ("bz2", bz2.compress),
-                          ("lz4", lz4.frame.compress), ("zstd", lambda d: chserver.zstandard.ZstdCompressor().compress(d))]:
+                          ("lz4", lz4.frame.compress), ("zstd", lambda d: httpcompression.zstandard.ZstdCompressor().compress(d))]:
             with self.subTest(name):
                 body = enc(b"first ") + enc(b"second")
-                self.assertEqual(b"".join(chserver.decode_content(self.chunked(body, 7), name)), b"first second")
+                self.assertEqual(b"".join(httpcompression.decode_content(self.chunked(body, 7), name)), b"first second")
 
     def test_identity(self):
-        self.assertEqual(b"".join(chserver.decode_content(self.chunked(self.DATA), "")), self.DATA)
-        self.assertEqual(b"".join(chserver.decode_content(self.chunked(self.DATA), "identity")), self.DATA)
+        self.assertEqual(b"".join(httpcompression.decode_content(self.chunked(self.DATA), "")), self.DATA)
+        self.assertEqual(b"".join(httpcompression.decode_content(self.chunked(self.DATA), "identity")), self.DATA)
 
     def test_corrupt_and_truncated_bodies_get_the_method_error(self):
         codes = {"gzip": 354, "x-gzip": 354, "deflate": 354, "xz": 554, "bz2": 594, "lz4": 618, "zstd": 561, "br": 448}
@@ -291,62 +298,62 @@ class ContentEncodingTest(unittest.TestCase):
             for label, bad in [("corrupt", b"\x00garbage" + data[20:]), ("truncated", data[: len(data) // 2])]:
                 with self.subTest(f"{name} {label}"):
                     with self.assertRaises(CHError) as ctx:
-                        b"".join(chserver.decode_content(self.chunked(bad), name))
+                        b"".join(httpcompression.decode_content(self.chunked(bad), name))
                     self.assertEqual(ctx.exception.code, codes[name], ctx.exception.message)
 
     def test_unknown_and_unimplemented_methods(self):
         for name in ("compress", "snappy"):
             with self.assertRaises(CHError) as ctx:
-                chserver.decode_content(iter([b"x"]), name)
+                httpcompression.decode_content(iter([b"x"]), name)
             self.assertEqual((ctx.exception.code, ctx.exception.status), (48, 501))
 
     def test_response_encoding_follows_clickhouse_preference(self):
-        self.assertEqual(chserver.choose_response_encoding("gzip, deflate, br"), "br")
-        self.assertEqual(chserver.choose_response_encoding("deflate, gzip"), "gzip")
-        self.assertEqual(chserver.choose_response_encoding("identity"), None)
-        for method in chserver.RESPONSE_ENCODINGS:
-            encoded = chserver.encode_content(self.DATA, method)
-            self.assertEqual(b"".join(chserver.decode_content(self.chunked(encoded), method)), self.DATA, method)
+        self.assertEqual(httpcompression.choose_response_encoding("gzip, deflate, br"), "br")
+        self.assertEqual(httpcompression.choose_response_encoding("deflate, gzip"), "gzip")
+        self.assertEqual(httpcompression.choose_response_encoding("identity"), None)
+        for method in httpcompression.RESPONSE_ENCODINGS:
+            encoded = httpcompression.encode_content(self.DATA, method)
+            self.assertEqual(b"".join(httpcompression.decode_content(self.chunked(encoded), method)), self.DATA, method)
 
 
 class EngineErrorTest(unittest.TestCase):
     def test_chdb_message(self):
         exc = RuntimeError("Code: 60. DB::Exception: Table default.nope does not exist. "
                            "Maybe you meant system.one?. (UNKNOWN_TABLE)")
-        err = chserver.engine_error(exc)
+        err = errors.engine_error(exc)
         self.assertEqual((err.code, err.name, err.status), (60, "UNKNOWN_TABLE", 404))
         self.assertEqual(err.message, "Table default.nope does not exist. Maybe you meant system.one?.")
         self.assertEqual(err.body().decode(),
                          "Code: 60. DB::Exception: Table default.nope does not exist. Maybe you meant system.one?. "
-                         f"(UNKNOWN_TABLE) (version {chserver.ENGINE_VERSION} (chserver))\n")
+                         f"(UNKNOWN_TABLE) (version {errors.ENGINE_VERSION} (chserver))\n")
 
     def test_message_with_version_and_parentheses(self):
         exc = RuntimeError("Code: 395. DB::Exception: boom (X): while executing 'f(1)'. "
                            "(FUNCTION_THROW_IF_VALUE_IS_NON_ZERO) (version 26.9.2.1)")
-        err = chserver.engine_error(exc)
+        err = errors.engine_error(exc)
         self.assertEqual((err.code, err.name), (395, "FUNCTION_THROW_IF_VALUE_IS_NON_ZERO"))
         self.assertEqual(err.message, "boom (X): while executing 'f(1)'.")
 
     def test_multiline_message(self):
-        err = chserver.engine_error(RuntimeError("Code: 62. DB::Exception: Syntax error: failed at position 1\n"
+        err = errors.engine_error(RuntimeError("Code: 62. DB::Exception: Syntax error: failed at position 1\n"
                                                  "Expected one of: SELECT. (SYNTAX_ERROR)"))
         self.assertEqual((err.code, err.name, err.status), (62, "SYNTAX_ERROR", 400))
         self.assertIn("Expected one of", err.message)
 
     def test_without_a_code(self):
-        err = chserver.engine_error(ValueError("something odd"))
+        err = errors.engine_error(ValueError("something odd"))
         self.assertEqual((err.code, err.name, err.message), (1001, "STD_EXCEPTION", "something odd"))
-        self.assertEqual(chserver.engine_error(ValueError("")).message, "ValueError")
+        self.assertEqual(errors.engine_error(ValueError("")).message, "ValueError")
 
     def test_real_engine_messages(self):
-        conn = chserver.chdb.connect(":memory:")
+        conn = chdb.connect(":memory:")
         try:
             for sql, code, name in [("SELECT * FROM nope", 60, "UNKNOWN_TABLE"),
                                     ("SELEC 1", 62, "SYNTAX_ERROR"),
                                     ("SELECT throwIf(1, 'x (Y)')", 395, "FUNCTION_THROW_IF_VALUE_IS_NON_ZERO")]:
                 with self.assertRaises(Exception) as ctx:
                     conn.query(sql)
-                err = chserver.engine_error(ctx.exception)
+                err = errors.engine_error(ctx.exception)
                 self.assertEqual((err.code, err.name), (code, name), str(ctx.exception))
         finally:
             conn.close()
@@ -371,7 +378,7 @@ class AuthTest(unittest.TestCase):
         users = {"default": "", "alice": "s3cret:with:colons"}
 
     def auth(self, headers=None, params=None):
-        handler = chserver.Handler.__new__(chserver.Handler)  # no socket: only _authenticate is used
+        handler = server.Handler.__new__(server.Handler)  # no socket: only _authenticate is used
         handler.headers = _Headers(headers or {})
         handler.engine = self.FakeEngine()
         return handler._authenticate(params or {})
@@ -426,47 +433,47 @@ class NativeForClientRevisionTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.conn = chserver.chdb.connect(":memory:")
+        cls.conn = chdb.connect(":memory:")
 
     @classmethod
     def tearDownClass(cls):
         cls.conn.close()
 
     def test_revision_0_reproduces_the_engines_native_output_byte_for_byte(self):
-        native = bytes(self.conn.query(self.QUERY, "Native").bytes())
-        converted, _ = chserver.native_result(self.conn, self.QUERY, 0)
-        self.assertGreater(len(native), 1 << 20)  # several blocks
-        self.assertEqual(converted, native)
+        engine_native = bytes(self.conn.query(self.QUERY, "Native").bytes())
+        converted, _ = native.native_result(self.conn, self.QUERY, 0)
+        self.assertGreater(len(engine_native), 1 << 20)  # several blocks
+        self.assertEqual(converted, engine_native)
 
     def test_header_of_a_select(self):
-        cols = chserver.result_header(self.conn, self.QUERY + " SETTINGS max_threads = 1;")
+        cols = native.result_header(self.conn, self.QUERY + " SETTINGS max_threads = 1;")
         self.assertEqual(cols[0], ("n", "UInt64"))
         self.assertEqual(cols[2], ("d", "DateTime('Asia/Tokyo')"))
         self.assertEqual(cols[-2:], [("1", "UInt8"), ("1", "UInt8")])  # duplicate names are kept
 
     def test_header_of_read_only_statements(self):
-        self.assertEqual(chserver.result_header(self.conn, "SHOW DATABASES"), [("name", "String")])
-        self.assertEqual([c[0] for c in chserver.result_header(self.conn, "DESCRIBE TABLE system.one")][:2],
+        self.assertEqual(native.result_header(self.conn, "SHOW DATABASES"), [("name", "String")])
+        self.assertEqual([c[0] for c in native.result_header(self.conn, "DESCRIBE TABLE system.one")][:2],
                          ["name", "type"])
 
     def test_client_revision_layout(self):
-        data, _ = chserver.native_result(self.conn, "SELECT toDateTime(0, 'UTC') AS d, 'x' AS s", 54460)
-        expect = (chserver.NATIVE_BLOCK_INFO + b"\x02\x01"
+        data, _ = native.native_result(self.conn, "SELECT toDateTime(0, 'UTC') AS d, 'x' AS s", 54460)
+        expect = (native.NATIVE_BLOCK_INFO + b"\x02\x01"
                   + b"\x01d" + bytes([len("DateTime('UTC')")]) + b"DateTime('UTC')" + b"\x00" + b"\x00\x00\x00\x00"
                   + b"\x01s" + b"\x06String" + b"\x00" + b"\x01x")
         self.assertEqual(data, expect)
 
     def test_old_revisions(self):
         # Before 54454 no serialization flag; before 54337 DateTime loses its time zone.
-        data, _ = chserver.native_result(self.conn, "SELECT toDateTime(0, 'UTC') AS d", 54300)
-        self.assertEqual(data, chserver.NATIVE_BLOCK_INFO + b"\x01\x01\x01d\x08DateTime\x00\x00\x00\x00")
+        data, _ = native.native_result(self.conn, "SELECT toDateTime(0, 'UTC') AS d", 54300)
+        self.assertEqual(data, native.NATIVE_BLOCK_INFO + b"\x01\x01\x01d\x08DateTime\x00\x00\x00\x00")
 
     def test_empty_result_is_an_empty_body(self):
-        data, _ = chserver.native_result(self.conn, "SELECT 1 WHERE 0", 54460)
+        data, _ = native.native_result(self.conn, "SELECT 1 WHERE 0", 54460)
         self.assertEqual(data, b"")
 
     def test_statement_without_a_result_is_an_empty_body(self):
-        data, _ = chserver.native_result(self.conn, "CREATE TABLE IF NOT EXISTS x (a UInt8) ENGINE = Memory", 54460)
+        data, _ = native.native_result(self.conn, "CREATE TABLE IF NOT EXISTS x (a UInt8) ENGINE = Memory", 54460)
         self.assertEqual(data, b"")
 
     def test_other_statements_that_return_rows_are_refused(self):
@@ -481,29 +488,29 @@ class NativeForClientRevisionTest(unittest.TestCase):
                 return Result()
 
         with self.assertRaises(CHError) as ctx:
-            chserver.native_result(Conn(), "KILL QUERY WHERE 1", 54460)
+            native.native_result(Conn(), "KILL QUERY WHERE 1", 54460)
         self.assertEqual((ctx.exception.code, ctx.exception.name), (48, "NOT_IMPLEMENTED"))
 
     def test_buffers_output_that_does_not_match_the_header_is_an_error(self):
         buf = bytes(self.conn.query("SELECT 1 AS a, 2 AS b", "Buffers").bytes())
         with self.assertRaises(CHError) as ctx:
-            chserver.buffers_to_native(buf, [("a", "UInt8")], 54460)
+            native.buffers_to_native(buf, [("a", "UInt8")], 54460)
         self.assertEqual(ctx.exception.code, 49)
         with self.assertRaises(CHError):
-            chserver.buffers_to_native(buf[:-1], [("a", "UInt8"), ("b", "UInt8")], 54460)
+            native.buffers_to_native(buf[:-1], [("a", "UInt8"), ("b", "UInt8")], 54460)
 
     def test_client_revision_parameter(self):
-        self.assertEqual(chserver.client_revision({}), 0)
-        self.assertEqual(chserver.client_revision({"client_protocol_version": "54460"}), 54460)
+        self.assertEqual(native.client_revision({}), 0)
+        self.assertEqual(native.client_revision({"client_protocol_version": "54460"}), 54460)
         with self.assertRaises(CHError) as ctx:
-            chserver.client_revision({"client_protocol_version": "x"})
+            native.client_revision({"client_protocol_version": "x"})
         self.assertEqual(ctx.exception.code, 72)
 
     def test_varint(self):
         for n in (0, 1, 127, 128, 300, 1 << 32, (1 << 64) - 1):
-            self.assertEqual(chserver.read_varint(chserver.varint(n), 0), (n, len(chserver.varint(n))))
+            self.assertEqual(native.read_varint(native.varint(n), 0), (n, len(native.varint(n))))
         with self.assertRaises(ValueError):
-            chserver.read_varint(b"\x80", 0)
+            native.read_varint(b"\x80", 0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,562 @@
+#!/usr/bin/env python3
+"""e2e/bench — tracehouse-collector side by side with the OpenTelemetry Collector.
+
+    e2e/bench --spans N --out FILE [--engine null|merge-tree] [--attributes json|map]
+              [--span-profile full|light|minimal]
+              [--partitions 8] [--legs tracehouse,otelcol] [--timeout SECONDS] [--keep]
+
+On the local stack (started with `e2e/stack up kafka clickhouse` if it is not running; it is
+left running afterwards, since other work may share it — `--stop-stack` stops it at the end
+if this run started it):
+
+1. builds the release binaries (tracehouse-collector, tracehouse-loadgen) and, cached in
+   $TRACEHOUSE_CACHE, the OpenTelemetry Collector (e2e/lib/otelcol.sh);
+2. pre-fills a fresh topic (8 partitions) with N numbered spans (`tracehouse-loadgen produce`,
+   otlp_proto, lz4);
+3. for each leg, into a fresh database whose table is created by
+   `tracehouse-collector schema apply` (the same DDL for both legs): starts the collector with
+   a fresh consumer group and waits until every row is in ClickHouse and the group's committed
+   lag is 0; measures the collector process (CPU-seconds = utime+stime from /proc/<pid>/stat
+   taken right before it is stopped, peak RSS = VmHWM, bytes sent to ClickHouse), stops it,
+   and verifies delivery with `tracehouse-loadgen verify`.
+
+With the Null engine nothing is stored, so each database also gets a MergeTree table fed by a
+materialized view that keeps only `loadgen.id` and `loadgen.seq` of every inserted span;
+verification and the progress count read that table. The view runs in the server, for both legs
+alike. A leg that lost or duplicated spans is reported with verified=false and no speed.
+
+Prints a markdown table and writes JSON: {"tracehouse": {...}, "otelcol": {...}, "run": {...}}.
+Artifacts (logs, configs, verify reports) go to $TRACEHOUSE_STATE/bench/<run-id>/.
+Every wait has a deadline; child processes are stopped on any exit.
+
+This is the runner; beside it, `procs.py` (child processes, /proc measurements) and `stack.py`
+(the stack's addresses, ClickHouse, Kafka offsets through confluent-kafka). `e2e/bench` runs it
+in a venv of its own with the pinned packages of requirements.txt (e2e/lib/bench.sh).
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from procs import (BenchError, SocketBytes, loadavg, machine, machine_busy_seconds, on_signal,
+                   proc_cpu_seconds, proc_status_kib, run, say, spawn, stop, stop_all)
+from stack import (E2E, REPO, STATE, ClickHouse, Kafka, free_port, git_revision, group_describe,
+                   kafka_java, log_tail_errors, metric_sum, metrics_scrape, stack_env)
+
+POLL = 0.25  # seconds between progress samples
+LEGS = ("tracehouse", "otelcol")
+
+
+# ---------------------------------------------------------------- the bench
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.run_id = datetime.now(timezone.utc).strftime("%Y%m%d_%H%M%S") + f"_{os.getpid()}"
+        self.dir = STATE / "bench" / self.run_id
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.topic = f"bench-{self.run_id}"
+        self.generator = f"bench-{self.run_id}"
+        self.stack_started = False
+        self.databases = []
+        self.env = None
+        self.ch = None
+        self.kafka = None
+
+    # -- setup
+
+    def ensure_stack(self):
+        st = run([str(E2E / "stack"), "status", "kafka", "clickhouse"], timeout=60).stdout.decode()
+        if len(re.findall(r"^(kafka|clickhouse)\s+running", st, re.M)) < 2:
+            say("starting the local stack (kafka, clickhouse)")
+            self.stack_started = True
+            run([str(E2E / "stack"), "up", "kafka", "clickhouse"], timeout=900, capture=False)
+        self.env = stack_env()
+        self.ch = ClickHouse(self.env["CLICKHOUSE_URL"], self.env["CLICKHOUSE_USER"],
+                             self.env["CLICKHOUSE_PASSWORD"])
+        self.ch.query("SELECT 1")
+        self.kafka = Kafka(self.env["KAFKA_BROKERS"])
+        self.ch_port = int(re.search(r":(\d+)", self.env["CLICKHOUSE_URL"].split("//", 1)[1]).group(1))
+
+    def build(self):
+        run([str(E2E / "setup")], timeout=1800, log=self.dir / "setup.log")  # build deps (idempotent)
+        say("cargo build --release -p tracehouse-collector -p tracehouse-loadgen "
+            f"(log: {self.dir / 'build.log'})")
+        run(["cargo", "build", "--release", "--locked", "-p", "tracehouse-collector",
+             "-p", "tracehouse-loadgen"], timeout=3600, log=self.dir / "build.log")
+        self.git = git_revision()
+        target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+        self.collector = target / "release" / "tracehouse-collector"
+        self.loadgen = target / "release" / "tracehouse-loadgen"
+        if "otelcol" in self.args.legs:
+            say("OpenTelemetry Collector (built once, cached in $TRACEHOUSE_CACHE)")
+            script = (f'source "{E2E}/lib/common.sh"; source "{E2E}/lib/otelcol.sh"; '
+                      'otelcol_install; otelcol_bin')
+            r = subprocess.run(["bash", "-c", script], stdout=subprocess.PIPE, timeout=1800)
+            if r.returncode != 0:
+                raise BenchError("building the OpenTelemetry Collector failed (see above)")
+            self.otelcol = Path(r.stdout.decode().strip().splitlines()[-1])
+
+    def produce(self):
+        a = self.args
+        say(f"producing {a.spans} spans into topic {self.topic} ({a.partitions} partitions, "
+            "otlp_proto, lz4)")
+        cmd = [str(self.loadgen), "produce", "--brokers", self.env["KAFKA_BROKERS"],
+               "--topic", self.topic, "--partitions", str(a.partitions), "--spans", str(a.spans),
+               "--encoding", "otlp_proto", "--compression", "lz4", "--seed", "1",
+               "--generator-id", self.generator, *SPAN_PROFILES[a.span_profile]]
+        try:
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, timeout=max(600, a.spans / 2000))
+        except subprocess.TimeoutExpired:
+            raise BenchError("tracehouse-loadgen produce did not finish in time")
+        if r.returncode != 0:
+            raise BenchError(f"tracehouse-loadgen produce exited with {r.returncode}")
+        self.produced = json.loads(r.stdout)
+        (self.dir / "produce.json").write_bytes(r.stdout)
+        if self.produced["spans"] != a.spans:
+            raise BenchError(f"produced {self.produced['spans']} spans, asked for {a.spans}")
+        self.end = self.kafka.end_offsets(self.topic, a.partitions)
+        say(f"topic holds {sum(self.end.values())} records, "
+            f"{self.produced['bytes'] / 1e6:.1f} MB of OTLP before Kafka's lz4")
+
+    def prepare_database(self, leg):
+        a = self.args
+        db = f"bench_{self.run_id}_{leg}"
+        self.databases.append(db)
+        run([str(self.collector), "schema", "apply", "--database", db, "--engine", a.engine,
+             "--attributes", a.attributes, "--clickhouse-url", self.env["CLICKHOUSE_URL"],
+             "--user", self.env["CLICKHOUSE_USER"]], timeout=300,
+            env={**os.environ, **self.env}, log=self.dir / f"{leg}-schema.log")
+        if a.engine == "null":
+            if a.attributes == "json":
+                id_expr = "toString(SpanAttributes.loadgen.id)"
+                seq_expr = "toString(SpanAttributes.loadgen.seq)"
+            else:
+                id_expr = "SpanAttributes['loadgen.id']"
+                seq_expr = "SpanAttributes['loadgen.seq']"
+            self.ch.query(f"CREATE TABLE `{db}`.delivered (SpanAttributes Map(String, String)) "
+                          "ENGINE = MergeTree ORDER BY tuple()")
+            self.ch.query(f"CREATE MATERIALIZED VIEW `{db}`.delivered_mv TO `{db}`.delivered AS "
+                          f"SELECT map('loadgen.id', {id_expr}, 'loadgen.seq', {seq_expr}) "
+                          f"AS SpanAttributes FROM `{db}`.otel_traces")
+            return db, "delivered", "map"
+        return db, "otel_traces", a.attributes
+
+    # -- one leg
+
+    def start_tracehouse(self, db, group, mport):
+        cfg = self.dir / "tracehouse.yaml"
+        # Connection settings only; batching, concurrency and limits are the collector's
+        # defaults (printed to tracehouse-effective-config.yaml).
+        cfg.write_text(
+            f"kafka:\n  brokers: \"{self.env['KAFKA_BROKERS']}\"\n  topics: [\"{self.topic}\"]\n"
+            f"  group_id: \"{group}\"\n  encoding: otlp_proto\n"
+            f"clickhouse:\n  url: \"{self.env['CLICKHOUSE_URL']}\"\n  database: \"{db}\"\n"
+            f"  table: otel_traces\n  attributes: {self.args.attributes}\n"
+            f"metrics_addr: \"127.0.0.1:{mport}\"\n")
+        env = {**os.environ, **self.env}
+        eff = run([str(self.collector), "run", "--config", str(cfg), "--print-config"],
+                  timeout=60, env=env)
+        (self.dir / "tracehouse-effective-config.yaml").write_bytes(eff.stdout)
+        return spawn([str(self.collector), "run", "--config", str(cfg)],
+                     self.dir / "tracehouse.log", env=env)
+
+    def start_otelcol(self, db, group, mport):
+        env = {**os.environ, **self.env, "BENCH_TOPIC": self.topic, "BENCH_GROUP": group,
+               "BENCH_DATABASE": db, "BENCH_METRICS_PORT": str(mport),
+               "BENCH_OTEL_JSON": "true" if self.args.attributes == "json" else "false"}
+        shutil.copy(self.args.otelcol_config, self.dir / "otelcol-config.yaml")
+        return spawn([str(self.otelcol), "--config", str(self.args.otelcol_config)],
+                     self.dir / "otelcol.log", env=env)
+
+    def run_leg(self, leg):
+        a = self.args
+        n = a.spans
+        db, table, verify_attrs = self.prepare_database(leg)
+        group = f"bench-{self.run_id}-{leg}"
+        mport = free_port()
+        ch_log = STATE / "logs" / "clickhouse.log"
+        ch_log_offset = ch_log.stat().st_size if ch_log.exists() else 0
+        ch_pid, kafka_pid = self._stack_pid("clickhouse"), self._stack_pid("kafka")
+        ch_cpu0, kafka_cpu0 = self._cpu_or_none(ch_pid), self._cpu_or_none(kafka_pid)
+        busy0, load0 = machine_busy_seconds(), loadavg()
+        sock = SocketBytes(self.ch_port)
+        res = {"spans": n, "database": db, "consumer_group": group,
+               "log": str(self.dir / f"{leg}.log")}
+        say(f"{leg}: starting (database {db}, group {group})")
+
+        t0 = time.monotonic()
+        p = self.start_tracehouse(db, group, mport) if leg == "tracehouse" \
+            else self.start_otelcol(db, group, mport)
+        deadline = t0 + a.timeout
+        rows, lag, last_change, last_rows, last_print = 0, None, t0, -1, t0
+        count_errors, last_error = 0, None
+        outcome = None
+        try:
+            while True:
+                now = time.monotonic()
+                if p.poll() is not None:
+                    outcome = f"the collector exited with code {p.returncode} after {now - t0:.1f}s"
+                    break
+                if now > deadline:
+                    outcome = f"not done within --timeout {a.timeout}s"
+                    break
+                sock.sample(p.pid)
+                try:
+                    rows = self.ch.count(f"`{db}`.`{table}`")
+                except BenchError as e:  # reported with the progress line, and in the JSON
+                    count_errors, last_error = count_errors + 1, str(e)
+                try:
+                    committed = self.kafka.committed(group, self.topic, a.partitions)
+                    lag = sum(self.end[q] - max(committed.get(q, -1), 0) for q in self.end)
+                except BenchError as e:  # the message names Kafka and the request
+                    count_errors, last_error, lag = count_errors + 1, str(e), None
+                if rows != last_rows:
+                    last_rows, last_change = rows, now
+                if rows >= n and lag == 0:
+                    outcome = "done"
+                    break
+                # Lag 0 but rows stopped short of N for a while: the rest is not coming.
+                if lag == 0 and now - last_change > a.stall:
+                    outcome = f"stalled: committed lag 0 but {rows}/{n} rows after {a.stall}s"
+                    break
+                if now - last_print >= 5:
+                    last_print = now
+                    if last_error:
+                        say(f"{leg}: polling failed {count_errors} times so far: {last_error}")
+                        last_error = None
+                    try:
+                        say(f"{leg}: {now - t0:6.1f}s rows {rows}/{n} lag {lag} records, "
+                            f"cpu {proc_cpu_seconds(p.pid):.1f}s, "
+                            f"rss {proc_status_kib(p.pid, 'VmRSS') / 1024:.0f} MiB")
+                    except OSError:
+                        pass
+                time.sleep(POLL)
+            t_done = time.monotonic()
+            ch_cpu1, kafka_cpu1 = self._cpu_or_none(ch_pid), self._cpu_or_none(kafka_pid)
+            pids_after = (self._stack_pid("clickhouse"), self._stack_pid("kafka"))
+            busy1, load1 = machine_busy_seconds(), loadavg()
+            alive = p.poll() is None
+            if alive:  # measure right before stopping
+                sock.sample(p.pid)
+                cpu = proc_cpu_seconds(p.pid)
+                hwm_kib = proc_status_kib(p.pid, "VmHWM")
+                metrics = metrics_scrape(mport)
+            else:
+                cpu, hwm_kib, metrics = None, None, None
+        finally:
+            code = stop(p)
+        wall = t_done - t0
+        ch_cpu = ch_cpu1 - ch_cpu0 if ch_cpu0 is not None and ch_cpu1 is not None else None
+        kafka_cpu = kafka_cpu1 - kafka_cpu0 \
+            if kafka_cpu0 is not None and kafka_cpu1 is not None else None
+        # Whatever else ran on the machine meanwhile (this harness, builds and tests of others):
+        # noise to report.
+        other = busy1 - busy0 - (cpu or 0) - (ch_cpu or 0) - (kafka_cpu or 0)
+        say(f"{leg}: {outcome} after {wall:.1f}s; stopped (exit code {code})")
+        if other / max(wall, 1e-9) > 0.25:
+            say(f"{leg}: note: other processes used {other:.1f} CPU-seconds during this leg "
+                f"({other / wall:.2f} cores): the machine was not quiet")
+
+        final_lags, describe = group_describe(self.env["KAFKA_BROKERS"], group)
+        (self.dir / f"{leg}-group.txt").write_text(describe)
+        verify = self.verify(leg, db, table, verify_attrs)
+        if not a.keep:  # no background merges of this leg's parts during the next leg
+            self.drop_database(db)
+
+        res.update({
+            "outcome": outcome,
+            "cpu_seconds": round(cpu, 3) if cpu is not None else None,
+            "wall_seconds": round(wall, 3),
+            "peak_rss_mib": round(hwm_kib / 1024, 1) if hwm_kib is not None else None,
+            "bytes_to_clickhouse": sock.total,
+            "clickhouse_connections": len(sock.by_inode),
+            "final_group_lag": sum(v for v in final_lags.values() if v is not None)
+            if final_lags and None not in final_lags.values() else None,
+            "rows_counted": rows,
+            "clickhouse_server_cpu_seconds": round(ch_cpu, 2) if ch_cpu is not None else None,
+            "kafka_broker_cpu_seconds": round(kafka_cpu, 2) if kafka_cpu is not None else None,
+            "other_processes_cpu_seconds": round(other, 2),
+            "loadavg_1m": [load0, load1],
+            "exit_code": code,
+            "harness_poll_errors": count_errors,
+        })
+        res.update(verify)
+        if leg == "tracehouse" and metrics:
+            res["collector_metrics"] = {
+                "rows_inserted_total": metric_sum(metrics, "tracehouse_rows_inserted_total"),
+                "bytes_inserted_total": metric_sum(metrics, "tracehouse_bytes_inserted_total"),
+                "inserts_total": metric_sum(metrics, "tracehouse_inserts_total"),
+                "insert_retries_total": metric_sum(metrics, "tracehouse_insert_retries_total"),
+                "records_skipped_total": metric_sum(metrics, "tracehouse_records_skipped_total"),
+            }
+        elif leg == "otelcol" and metrics:
+            res["collector_metrics"] = {
+                k: metric_sum(metrics, k) for k in (
+                    "otelcol_receiver_accepted_spans", "otelcol_receiver_refused_spans",
+                    "otelcol_receiver_failed_spans", "otelcol_exporter_sent_spans",
+                    "otelcol_exporter_send_failed_spans", "otelcol_exporter_enqueue_failed_spans")}
+        errors = log_tail_errors(ch_log, ch_log_offset)
+        if errors:
+            res["clickhouse_log_errors"] = errors
+        res["verified"] = bool(outcome == "done" and verify.get("exact")
+                               and res["final_group_lag"] == 0 and cpu is not None)
+        # The stack is shared: a restart of a component or failed polls during the leg make
+        # its timings meaningless, even when delivery was exact.
+        disturbed = []
+        for name, before, after, used in zip(("clickhouse", "kafka"), (ch_pid, kafka_pid),
+                                             pids_after, (ch_cpu, kafka_cpu)):
+            if before != after or used is None:
+                disturbed.append(f"{name} was restarted during the leg (pid {before} -> {after})")
+        if count_errors:
+            disturbed.append(f"{count_errors} progress polls failed (ClickHouse or Kafka unreachable)")
+        if disturbed:
+            res["disturbed"] = sorted(set(disturbed))
+            say(f"{leg}: DISTURBED, no speeds reported: {'; '.join(res['disturbed'])}")
+        if res["verified"] and not disturbed:
+            res["spans_per_cpu_second"] = round(n / cpu) if cpu > 0 else None
+            res["otlp_mb_per_cpu_second"] = (round(self.produced["bytes"] / cpu / 1e6, 1)
+                                             if cpu > 0 else None)
+            res["spans_per_second"] = round(n / wall)
+            res["mb_per_second"] = round(sock.total / wall / 1e6, 2)
+        else:
+            # A leg that lost, duplicated, did not finish or was disturbed gets no speed.
+            res["spans_per_cpu_second"] = None
+            res["otlp_mb_per_cpu_second"] = None
+            res["spans_per_second"] = None
+            res["mb_per_second"] = None
+        res.pop("exact", None)
+        return res
+
+    def verify(self, leg, db, table, attrs):
+        cmd = [str(self.loadgen), "verify", "--clickhouse-url", self.env["CLICKHOUSE_URL"],
+               "--database", db, "--table", table, "--attributes", attrs,
+               "--generator-id", self.generator, "--expected", str(self.args.spans),
+               "--timeout-seconds", "600"]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=900,
+                           env={**os.environ, **self.env})
+        (self.dir / f"{leg}-verify.txt").write_bytes(r.stderr + r.stdout)
+        if r.returncode not in (0, 3, 4, 5, 6):
+            return {"exact": False, "lost": None, "duplicates": None,
+                    "verify_error": r.stderr.decode(errors="replace").strip()[-500:]}
+        g = json.loads(r.stdout)["generators"][0]
+        return {"exact": r.returncode == 0, "lost": g["missing"], "duplicates": g["duplicated"],
+                "out_of_range": g["out_of_range"], "rows_found": g["rows"]}
+
+    @staticmethod
+    def _stack_pid(component):
+        try:
+            return int((STATE / "pids" / f"{component}.pid").read_text())
+        except (OSError, ValueError):
+            return None
+
+    @staticmethod
+    def _cpu_or_none(pid):
+        try:
+            return proc_cpu_seconds(pid) if pid else None
+        except OSError:
+            return None
+
+    # -- teardown
+
+    def drop_database(self, db):
+        try:
+            self.ch.query(f"DROP DATABASE IF EXISTS `{db}` SYNC", timeout=120)
+        except BenchError as e:
+            say(f"could not drop {db}: {e}")
+
+    def cleanup(self):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # finish cleaning up first
+            signal.signal(sig, signal.SIG_IGN)
+        stop_all()
+        if not (self.ch and self.databases) and not getattr(self, "produced", None):
+            pass
+        elif self.args.keep:
+            say(f"kept topic {self.topic} and databases {', '.join(self.databases)} (--keep)")
+        else:
+            for db in self.databases:
+                self.drop_database(db)
+            if self.env and getattr(self, "produced", None):
+                kafka_java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
+                           self.env["KAFKA_BROKERS"], "--delete", "--topic", self.topic)
+            say(f"cleaned up: topic {self.topic}, databases {', '.join(self.databases) or '-'}")
+        if self.kafka:
+            self.kafka.close()
+        if self.stack_started and self.args.stop_stack:
+            say("stopping the stack this run started (--stop-stack)")
+            subprocess.run([str(E2E / "stack"), "down", "kafka", "clickhouse"], timeout=300)
+        elif self.stack_started:
+            say("the stack this run started stays up (e2e/stack down stops it)")
+
+
+def fmt(v, unit=""):
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "**NO**"
+    if isinstance(v, float):
+        v = f"{v:,.2f}" if abs(v) < 100 else f"{v:,.0f}"
+    elif isinstance(v, int):
+        v = f"{v:,}"
+    return f"{v}{unit}"
+
+
+def table(report, legs):
+    rows = [("spans", "spans", ""), ("verified (no loss, no duplicates)", "verified", ""),
+            ("lost / duplicated", None, ""), ("CPU-seconds (collector process)", "cpu_seconds", " s"),
+            ("wall time to all rows in + lag 0", "wall_seconds", " s"),
+            ("**spans per CPU-second**", "spans_per_cpu_second", ""),
+            ("MB of OTLP per CPU-second", "otlp_mb_per_cpu_second", ""),
+            ("spans per second (wall)", "spans_per_second", ""),
+            ("MB/s to ClickHouse (compressed request bytes)", "mb_per_second", ""),
+            ("peak RSS (VmHWM)", "peak_rss_mib", " MiB")]
+    head = "| | " + " | ".join(legs) + (" | tracehouse / otelcol |" if len(legs) == 2 else " |")
+    lines = [head, "|---|" + "---:|" * (len(legs) + (1 if len(legs) == 2 else 0))]
+    for label, key, unit in rows:
+        cells = []
+        for leg in legs:
+            r = report[leg]
+            if key is None:
+                cells.append(f"{fmt(r.get('lost'))} / {fmt(r.get('duplicates'))}")
+            else:
+                cells.append(fmt(r.get(key), unit))
+        if len(legs) == 2:
+            x, y = (report[leg].get(key) if key else None for leg in legs)
+            ratio = f"{x / y:.2f}×" if isinstance(x, (int, float)) and isinstance(y, (int, float)) \
+                and not isinstance(x, bool) and y and key != "spans" else ""
+            cells.append(ratio)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# tracehouse-loadgen settings per span profile. "full" and "light" give every span every
+# attribute value kind, events and links; "full" is loadgen's default (about 1.08 KB of
+# protobuf per span: 4 extra 32-byte text attributes, up to 2 events and 1 link), "light" is
+# closer to an average instrumented span (about 0.7 KB: no extra attributes, at most 1 event,
+# no links). "minimal" is shaped like `telemetrygen traces` spans (two short attributes
+# besides loadgen's two verification keys, no events or links, resources with only
+# service.name): the weight of span behind published collector figures such as the
+# Rotel/OTel Collector benchmark's.
+SPAN_PROFILES = {
+    "full": [],
+    "light": ["--extra-attributes", "0", "--attribute-bytes", "16", "--max-events", "1",
+              "--max-links", "0"],
+    "minimal": ["--shape", "minimal"],
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="bench", description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--spans", type=int, required=True, help="spans to pre-fill the topic with")
+    ap.add_argument("--out", required=True, help="JSON report file")
+    ap.add_argument("--engine", choices=["null", "merge-tree"], default="null")
+    ap.add_argument("--attributes", choices=["json", "map"], default="json")
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--span-profile", choices=sorted(SPAN_PROFILES), default="full",
+                    help="loadgen span shape (default full: about 1.08 KB per span)")
+    ap.add_argument("--legs", default="tracehouse,otelcol",
+                    help="comma-separated, in run order (default: tracehouse,otelcol)")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="deadline per leg in seconds (default: 300 + N/1000)")
+    ap.add_argument("--stall", type=float, default=120,
+                    help="end a leg whose lag is 0 and whose row count has not moved for this long")
+    ap.add_argument("--keep", action="store_true", help="keep the topic and the databases")
+    ap.add_argument("--stop-stack", action="store_true",
+                    help="stop kafka and clickhouse at the end if this run started them")
+    ap.add_argument("--otelcol-config", default=str(E2E / "otelcol" / "config.yaml"),
+                    help="OpenTelemetry Collector config (default: e2e/otelcol/config.yaml)")
+    a = ap.parse_args()
+    a.legs = [x.strip() for x in a.legs.split(",") if x.strip()]
+    if not a.legs or any(x not in LEGS for x in a.legs):
+        ap.error(f"--legs: choose from {', '.join(LEGS)}")
+    if a.spans <= 0:
+        ap.error("--spans must be positive")
+    if a.timeout is None:
+        a.timeout = 300 + a.spans / 1000
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    a.otelcol_config = str(Path(a.otelcol_config).resolve())
+    a.out = str(Path(a.out).resolve())
+    os.chdir(REPO)
+    b = Bench(a)
+    say(f"run {b.run_id}: {a.spans} spans, engine {a.engine}, {a.attributes} attributes, "
+        f"{a.partitions} partitions; artifacts in {b.dir}")
+    report = {}
+    try:
+        b.ensure_stack()
+        b.build()
+        b.produce()
+        for leg in a.legs:
+            try:
+                report[leg] = b.run_leg(leg)
+            except BenchError as e:
+                say(f"{leg}: error: {e}")
+                report[leg] = {"spans": a.spans, "verified": False, "error": str(e),
+                               **{k: None for k in ("cpu_seconds", "wall_seconds",
+                                                    "spans_per_cpu_second", "mb_per_second",
+                                                    "otlp_mb_per_cpu_second",
+                                                    "peak_rss_mib", "lost", "duplicates")}}
+    finally:
+        b.cleanup()
+
+    report["run"] = {
+        "id": b.run_id,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "command": "e2e/bench " + " ".join(sys.argv[1:]),
+        "git": b.git,
+        "engine": a.engine,
+        "attributes": a.attributes,
+        "span_profile": a.span_profile,
+        "partitions": a.partitions,
+        "topic_records": sum(b.end.values()),
+        "otlp_bytes": b.produced["bytes"],
+        "otelcol_versions": {"builder": "v0.155.0", "kafkareceiver": "v0.155.0",
+                             "batchprocessor": "v0.155.0", "clickhouseexporter": "v0.149.0"},
+        "notes": "cpu_seconds: utime+stime of the collector process, read right before it is "
+                 "stopped; wall_seconds: start of the process until every row is in ClickHouse "
+                 "and the group's committed lag is 0; mb_per_second: bytes the process sent to "
+                 "ClickHouse's HTTP port (TCP bytes_acked of its sockets: request headers + "
+                 "compressed bodies) per wall second; peak_rss_mib: VmHWM. "
+                 "Null engine: verified through a materialized view into a MergeTree table.",
+        "artifacts": str(b.dir),
+    }
+    Path(a.out).write_text(json.dumps(report, indent=2) + "\n")
+    md = table(report, a.legs)
+    print(f"\n{a.spans:,} spans ({a.span_profile} profile, "
+          f"{b.produced['bytes'] / a.spans:.0f} B of OTLP each), {a.engine} engine, "
+          f"{a.attributes} attributes, "
+          f"{a.partitions} partitions — {report['run']['date']}, "
+          f"{report['run']['machine']['cpus']} CPUs, {report['run']['machine']['memory_gib']} GiB\n")
+    print(md)
+    for leg in a.legs:
+        r = report[leg]
+        notes = ([] if r.get("outcome") in (None, "done") else [r["outcome"]]) \
+            + r.get("disturbed", []) + ([r["error"]] if r.get("error") else [])
+        if notes:
+            print(f"\n{leg}: " + "; ".join(notes))
+    print(f"\nJSON: {a.out}")
+    return 0 if all(report[leg]["verified"] for leg in a.legs) else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BenchError as e:
+        say(f"error: {e}")
+        sys.exit(1)
+    except SystemExit as e:
+        if isinstance(e.code, int) and e.code > 128:
+            say(f"interrupted by signal {e.code - 128}; children stopped, run cleaned up")
+        raise

@@ -1,0 +1,175 @@
+"""What the bench talks to: the local stack (its addresses from `e2e/stack env`), ClickHouse over
+HTTP, Kafka (offsets through confluent-kafka's admin client; the group's final state through the
+Kafka CLI), the collectors' metrics endpoints, and the revision of the repository under test.
+"""
+
+import os
+import re
+import socket
+import subprocess
+import urllib.error
+import urllib.request
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from procs import BenchError, run
+
+E2E = Path(__file__).resolve().parent.parent
+REPO = E2E.parent
+CACHE = Path(os.environ.get("TRACEHOUSE_CACHE", Path.home() / ".cache" / "tracehouse"))
+STATE = Path(os.environ.get("TRACEHOUSE_STATE", CACHE / "state"))
+KAFKA_LIB = CACHE / "kafka-4.1.1" / "lib"
+KAFKA_TIMEOUT = 10  # seconds for one offsets request, broker lookup included
+
+
+# ---------------------------------------------------------------- ClickHouse over HTTP
+
+class ClickHouse:
+    def __init__(self, url, user, password):
+        self.url, self.user, self.password = url.rstrip("/"), user, password
+
+    def query(self, sql, timeout=60):
+        req = urllib.request.Request(self.url + "/", data=sql.encode(), method="POST", headers={
+            "X-ClickHouse-User": self.user, "X-ClickHouse-Key": self.password})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.read().decode()
+        except urllib.error.HTTPError as e:
+            raise BenchError(f"clickhouse: {e.read().decode(errors='replace').strip()[:500]}")
+        except (urllib.error.URLError, OSError) as e:
+            raise BenchError(f"clickhouse: {e}")
+
+    def count(self, table):
+        return int(self.query(f"SELECT count() FROM {table}", timeout=30).strip())
+
+
+# ---------------------------------------------------------------- Kafka
+
+class Kafka:
+    """A group's committed offsets and the partitions' end offsets, read every few hundred
+    milliseconds without starting a JVM per check, through confluent-kafka's admin client
+    (librdkafka): ListOffsets (latest) and OffsetFetch."""
+
+    def __init__(self, brokers):
+        # librdkafka's own log lines (a refused connection while a broker restarts, …) stay
+        # quiet: failed polls are counted and reported by the bench itself.
+        self.admin = AdminClient({"bootstrap.servers": brokers, "client.id": "tracehouse-bench",
+                                  "log_level": 2})
+
+    @staticmethod
+    def _result(future, what):
+        try:
+            return future.result(timeout=KAFKA_TIMEOUT + 5)
+        except (KafkaException, FutureTimeout) as e:
+            raise BenchError(f"kafka {what}: {e or 'timed out'}") from None
+
+    def end_offsets(self, topic, partitions):
+        futures = self.admin.list_offsets(
+            {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)},
+            request_timeout=KAFKA_TIMEOUT)
+        return {tp.partition: self._result(f, f"ListOffsets partition {tp.partition}").offset
+                for tp, f in futures.items()}
+
+    def committed(self, group, topic, partitions):
+        """Committed offset per partition (-1: nothing committed)."""
+        request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p)
+                                                       for p in range(partitions)])
+        futures = self.admin.list_consumer_group_offsets([request], request_timeout=KAFKA_TIMEOUT)
+        out = {}
+        for tp in self._result(futures[group], "OffsetFetch").topic_partitions:
+            out[tp.partition] = tp.offset if tp.error is None and tp.offset >= 0 else -1
+        return out
+
+    def close(self):
+        self.admin = None
+
+
+def kafka_java(*args, timeout=120):
+    cmd = ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+           f"-Dlog4j.configuration=file:{STATE / 'kafka' / 'log4j.properties'}",
+           "-cp", f"{KAFKA_LIB}/*", *args]
+    return run(cmd, timeout=timeout, check=False)
+
+
+def group_describe(brokers, group):
+    """The Kafka CLI's view of the group (authoritative, used once per leg after the run)."""
+    r = kafka_java("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+                   "--bootstrap-server", brokers, "--describe", "--group", group)
+    lags, text = {}, r.stdout.decode(errors="replace")
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) >= 6 and f[0] == group and f[2].isdigit():
+            lags[int(f[2])] = int(f[5]) if f[5].lstrip("-").isdigit() else None
+    return lags, text
+
+
+# ---------------------------------------------------------------- helpers
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stack_env():
+    out = run([str(E2E / "stack"), "env"], timeout=60).stdout.decode()
+    env = {}
+    for line in out.splitlines():
+        m = re.match(r"export (\w+)=(.*)$", line.strip())
+        if m:
+            env[m.group(1)] = m.group(2).strip("'\"")
+    for k in ("KAFKA_BROKERS", "CLICKHOUSE_URL", "CLICKHOUSE_USER", "CLICKHOUSE_PASSWORD"):
+        if not env.get(k):
+            raise BenchError(f"`e2e/stack env` gave no {k}")
+    return env
+
+
+def metrics_scrape(port):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except (urllib.error.URLError, OSError):
+        return None
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            try:
+                samples[name] = float(value)
+            except ValueError:
+                pass
+    return samples
+
+
+def metric_sum(samples, prefix):
+    return sum(v for k, v in (samples or {}).items() if k == prefix or k.startswith(prefix + "{"))
+
+
+
+def git_revision():
+    """HEAD of the work tree the binaries were built from, '+dirty' with local changes."""
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30).stdout.strip()
+        return head + ("+dirty" if dirty else "") if head else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def log_tail_errors(path, offset, limit=20):
+    """Lines of a log written after offset that report failures (for the chserver log)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    keep = [ln for ln in text.splitlines()
+            if re.search(r"failed|error|exception|traceback", ln, re.I)]
+    return keep[:limit]
+

@@ -11,7 +11,7 @@
 //! | int | decimal |
 //! | double | ES6 number-to-string (`float64AsString`): shortest round-trip digits, plain below 1e21 and from 1e-6, else exponent form `1e+21`, `1e-7`; `-0` for negative zero; NaN and ±Inf become `NaN`, `Infinity`, `-Infinity` |
 //! | bytes | standard base64 |
-//! | array, kvlist | Go's `json.Encoder` with HTML escaping off, of the raw value: map keys sorted and de-duplicated (last wins), `<`, `>`, `&` as they are, U+2028/U+2029 escaped, bytes as base64 strings; if it holds a NaN or ±Inf, encoding fails and the text is `""` |
+//! | array, kvlist | Go's `json.Encoder` with HTML escaping off, of the raw value: map keys sorted and de-duplicated (last wins), `<`, `>`, `&` as they are, U+2028/U+2029 escaped, bytes as base64 strings (no bytes: `null`); if it holds a NaN or ±Inf, encoding fails and the text is `""` |
 //! | empty | `""` |
 
 use std::io::Write as _;
@@ -173,6 +173,9 @@ pub fn push_go_json(value: Value<'_>, out: &mut Vec<u8>, depth: usize) -> Result
             }
             push_es6_float(d, out);
         }
+        // pdata's `AsRaw` copies bytes with `append(nil, b...)`: no bytes give a nil slice,
+        // which Go marshals as `null`.
+        Value::Bytes([]) => out.extend_from_slice(b"null"),
         Value::Bytes(b) => {
             out.push(b'"');
             push_base64(b, out);
@@ -377,6 +380,16 @@ mod tests {
             ],
         }));
         assert_eq!(text(arr), r#"["a",1,1.5,2,true,null,"AQID",[]]"#);
+        // No bytes are a nil slice for pdata's AsRaw: `null` (checked against the real
+        // collector by tests/e2e_conformance.rs); on their own they are "".
+        let no_bytes = v(Value::BytesValue(vec![]));
+        assert_eq!(text(no_bytes.clone()), "");
+        assert_eq!(
+            text(v(Value::ArrayValue(ArrayValue {
+                values: vec![no_bytes]
+            }))),
+            "[null]"
+        );
 
         let nested = v(Value::KvlistValue(KeyValueList {
             values: vec![

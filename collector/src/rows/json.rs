@@ -20,10 +20,13 @@
 //!   value given last: the server would refuse the whole insert otherwise.
 //!
 //! Deliberate differences from the exporter's text path, all because binary keeps
-//! what text loses: an integral double stays `Float64` (Go writes `1.0` as `1`, which
-//! the server reads as `Int64`); an array mixing bools and numbers is
-//! `Array(Dynamic)` (the server would turn `true` into `1`); NaN and ±Inf are stored
-//! as `Float64` (Go's `json.Marshal` fails and the exporter drops the whole batch).
+//! what text loses (listed in collector/README.md, "Differences from the OpenTelemetry
+//! Collector", and checked against the real collector by `tests/e2e_conformance.rs`): an
+//! integral double stays `Float64` (Go writes `1.0` as `1`, which the server reads as
+//! `Int64`); an array mixing bools and numbers is `Array(Dynamic)` (the server would turn
+//! `true` into `1`); an empty array is always `Array(Nullable(String))` (the server types
+//! the exporter's `[]` like the arrays it met before in the same insert); NaN and ±Inf are
+//! stored as `Float64` (Go's `json.Marshal` fails and the exporter drops the whole batch).
 //!
 //! The `*Keys` columns (`ResourceAttributesKeys`, `SpanAttributesKeys`) are the
 //! exporter's `UniqueFlattenedAttributes`: every flattened path, null values included,

@@ -9,8 +9,9 @@
 //! attribute.
 //!
 //! Expected rows are written out by hand in a canonical JSON form:
-//! times as integer nanoseconds, Map attributes as `[[key, value], …]` sorted by key as the exporter sends them, JSON
-//! attributes as `{path: [type, value]}` (non-finite floats as "nan"/"inf"/"-inf").
+//! times as integer nanoseconds, Map attributes as `[[key, value], …]` sorted by key as
+//! the exporter sends them, JSON attributes as `{path: [type, value]}` (non-finite floats
+//! as "nan"/"inf"/"-inf").
 #![allow(dead_code)] // each test binary uses a different subset
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;

@@ -18,6 +18,9 @@ pub struct EdgeRecord {
     pub request: ExportTraceServiceRequest,
     /// Some attribute value (resource, span, event or link, at any depth) is NaN or ±Inf.
     pub non_finite: bool,
+    /// Some id is neither empty nor of its proper length (16 bytes for a trace, 8 for a
+    /// span): pdata refuses the whole record.
+    pub wrong_length_ids: bool,
 }
 
 impl EdgeRecord {
@@ -141,6 +144,7 @@ fn record(spans: Vec<Span>) -> EdgeRecord {
     EdgeRecord {
         request: request(service("conformance"), scope(), spans),
         non_finite: false,
+        wrong_length_ids: false,
     }
 }
 
@@ -155,6 +159,8 @@ pub const END_BEFORE_START: &str = "time.end-before-start";
 pub const END_ZERO: &str = "time.end-zero";
 pub const BOOL_NUMBER_ARRAY: &str = "array.bools-and-numbers";
 pub const INTEGRAL_DOUBLES: &str = "double.integral";
+pub const WRONG_LENGTH_TRACE_ID: &str = "ids.trace-id-of-8-bytes";
+pub const WRONG_LENGTH_SPAN_ID: &str = "ids.span-id-of-16-bytes";
 
 /// The edge-case set; `t0`: a start time near now (ns), so the rows land in today's
 /// partition.
@@ -276,6 +282,7 @@ pub fn edge_records(t0: u64) -> Vec<EdgeRecord> {
             vec![sp.span("double.nan-in-resource")],
         ),
         non_finite: true,
+        wrong_length_ids: false,
     });
 
     // Ints, bools, bytes, the empty value.
@@ -408,6 +415,7 @@ pub fn edge_records(t0: u64) -> Vec<EdgeRecord> {
             vec![strings],
         ),
         non_finite: false,
+        wrong_length_ids: false,
     });
 
     // Resources and scopes: missing, empty, service.name of another type or repeated.
@@ -451,6 +459,7 @@ pub fn edge_records(t0: u64) -> Vec<EdgeRecord> {
     out.push(EdgeRecord {
         request: resources,
         non_finite: false,
+        wrong_length_ids: false,
     });
 
     // Events and links: empty ids, zero ids, times, names and attributes.
@@ -489,6 +498,18 @@ pub fn edge_records(t0: u64) -> Vec<EdgeRecord> {
         },
     ];
     out.push(record(vec![el]));
+
+    // Ids of the wrong length, each in a record of its own.
+    let mut short_trace = sp.span(WRONG_LENGTH_TRACE_ID);
+    short_trace.trace_id.truncate(8);
+    let mut long_span = sp.span(WRONG_LENGTH_SPAN_ID);
+    long_span.span_id.extend_from_slice(&[0xee; 8]);
+    for span in [short_trace, long_span] {
+        out.push(EdgeRecord {
+            wrong_length_ids: true,
+            ..record(vec![span])
+        });
+    }
 
     out
 }

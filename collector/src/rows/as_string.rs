@@ -1,15 +1,17 @@
 //! Attribute values as the strings the OTel exporter stores in `Map(String, String)`.
 //!
-//! The exporter calls pdata's `Value.AsString()`; this file reproduces it byte for byte:
+//! The exporter calls pdata's `Value.AsString()` (pdata v1.61, the one the OpenTelemetry
+//! Collector v0.155 builds with); this file reproduces it byte for byte, as the
+//! differential test against the real collector (`tests/e2e_conformance.rs`) checks:
 //!
 //! | value | text |
 //! |---|---|
 //! | string | as is |
 //! | bool | `true` / `false` |
 //! | int | decimal |
-//! | double | ES6 number-to-string (`float64AsString`): shortest round-trip digits, plain below 1e21 and from 1e-6, else exponent form `1e+21`, `1e-7`; `-0` for negative zero; NaN and ±Inf become `json: unsupported value: NaN` / `+Inf` / `-Inf` (pdata's own text) |
+//! | double | ES6 number-to-string (`float64AsString`): shortest round-trip digits, plain below 1e21 and from 1e-6, else exponent form `1e+21`, `1e-7`; `-0` for negative zero; NaN and ±Inf become `NaN`, `Infinity`, `-Infinity` |
 //! | bytes | standard base64 |
-//! | array, kvlist | Go `json.Marshal` of the raw value: map keys sorted and de-duplicated (last wins), HTML characters escaped (`\u003c`), bytes as base64 strings; if it holds a NaN or ±Inf, Marshal fails and the text is `""` |
+//! | array, kvlist | Go's `json.Encoder` with HTML escaping off, of the raw value: map keys sorted and de-duplicated (last wins), `<`, `>`, `&` as they are, U+2028/U+2029 escaped, bytes as base64 strings (no bytes: `null`); if it holds a NaN or ±Inf, encoding fails and the text is `""` |
 //! | empty | `""` |
 
 use std::io::Write as _;
@@ -73,16 +75,17 @@ pub(crate) fn push_base64(b: &[u8], out: &mut Vec<u8>) {
     out.truncate(start + written);
 }
 
-/// pdata's `float64AsString`, including its text for values JSON cannot represent.
+/// pdata's `float64AsString`, including its spelling of the values JSON cannot
+/// represent (the OTLP/JSON spelling: `NaN`, `Infinity`, `-Infinity`).
 pub fn push_double_as_string(d: f64, out: &mut Vec<u8>) {
     if d.is_finite() {
         push_es6_float(d, out);
     } else if d.is_nan() {
-        out.extend_from_slice(b"json: unsupported value: NaN");
+        out.extend_from_slice(b"NaN");
     } else if d > 0.0 {
-        out.extend_from_slice(b"json: unsupported value: +Inf");
+        out.extend_from_slice(b"Infinity");
     } else {
-        out.extend_from_slice(b"json: unsupported value: -Inf");
+        out.extend_from_slice(b"-Infinity");
     }
 }
 
@@ -140,6 +143,9 @@ pub fn push_go_json(value: Value<'_>, out: &mut Vec<u8>, depth: usize) -> Result
             }
             push_es6_float(d, out);
         }
+        // pdata's `AsRaw` copies bytes with `append(nil, b...)`: no bytes give a nil slice,
+        // which Go marshals as `null`.
+        Value::Bytes([]) => out.extend_from_slice(b"null"),
         Value::Bytes(b) => {
             out.push(b'"');
             push_base64(b, out);
@@ -202,9 +208,10 @@ pub fn go_json(value: &AnyValue) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// A JSON string as Go's `encoding/json` writes it (HTML-safe escaping on, Go ≥ 1.22):
-/// `\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t`, other control bytes and `<`, `>`, `&`
-/// as `\u00XX`, and U+2028/U+2029 as `\u2028`/`\u2029`. `s` is UTF-8.
+/// A JSON string as Go's `encoding/json` writes it with HTML escaping off (pdata's
+/// `marshalJSONNoHTMLEscape`, Go ≥ 1.22): `\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t`,
+/// other control bytes as `\u00XX`, and U+2028/U+2029 as `\u2028`/`\u2029` (Go escapes
+/// those two unconditionally); `<`, `>`, `&` as they are. `s` is UTF-8.
 pub fn push_go_json_string(s: &[u8], out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
@@ -223,7 +230,7 @@ pub fn push_go_json_string(s: &[u8], out: &mut Vec<u8>) {
             b'\t' => Some(b"\\t"),
             _ => None,
         };
-        let (skip, needs) = if escape.is_some() || b < 0x20 || matches!(b, b'<' | b'>' | b'&') {
+        let (skip, needs) = if escape.is_some() || b < 0x20 {
             (1, true)
         } else if b == 0xe2
             && bytes.get(i + 1) == Some(&0x80)
@@ -321,9 +328,11 @@ mod tests {
         assert_eq!(double(5e-324), "5e-324");
         assert_eq!(double(1e-100), "1e-100");
         assert_eq!(double(0.000123), "0.000123");
-        assert_eq!(double(f64::NAN), "json: unsupported value: NaN");
-        assert_eq!(double(f64::INFINITY), "json: unsupported value: +Inf");
-        assert_eq!(double(f64::NEG_INFINITY), "json: unsupported value: -Inf");
+        // pdata v1.61 `float64AsString`; what the real collector stores
+        // (tests/e2e_conformance.rs).
+        assert_eq!(double(f64::NAN), "NaN");
+        assert_eq!(double(f64::INFINITY), "Infinity");
+        assert_eq!(double(f64::NEG_INFINITY), "-Infinity");
     }
 
     #[test]
@@ -341,6 +350,16 @@ mod tests {
             ],
         }));
         assert_eq!(text(arr), r#"["a",1,1.5,2,true,null,"AQID",[]]"#);
+        // No bytes are a nil slice for pdata's AsRaw: `null` (checked against the real
+        // collector by tests/e2e_conformance.rs); on their own they are "".
+        let no_bytes = v(Value::BytesValue(vec![]));
+        assert_eq!(text(no_bytes.clone()), "");
+        assert_eq!(
+            text(v(Value::ArrayValue(ArrayValue {
+                values: vec![no_bytes]
+            }))),
+            "[null]"
+        );
 
         let nested = v(Value::KvlistValue(KeyValueList {
             values: vec![
@@ -384,8 +403,7 @@ mod tests {
         let out = String::from_utf8(out).unwrap();
         assert_eq!(
             out,
-            r#""a\"b\\c\b\f\n\r\t\u0001\u001f\u003c\u003e\u0026\u2028\u2029é✓"#.to_string()
-                + "\u{7f}\""
+            r#""a\"b\\c\b\f\n\r\t\u0001\u001f<>&\u2028\u2029é✓"#.to_string() + "\u{7f}\""
         );
         let mut plain = Vec::new();
         push_go_json_string(b"plain text", &mut plain);

@@ -9,7 +9,8 @@
 //! - a dotted key is a path (`http.method`); a kvlist is flattened into dotted paths
 //!   below its key; an empty kvlist and an empty (null) value store nothing;
 //! - string → `String`, int → `Int64`, double → `Float64`, bool → `Bool`, bytes →
-//!   `String` (standard base64, as Go marshals `[]byte`);
+//!   `String` (standard base64, as Go marshals `[]byte`; no bytes are `null`, as Go
+//!   marshals pdata's nil copy of them);
 //! - arrays get the type the server infers for them: `Array(Nullable(T))` when the
 //!   elements share one scalar type (ints mixed with doubles are `Float64`; empty or
 //!   all-null arrays are `Array(Nullable(String))`), nested arrays likewise
@@ -19,10 +20,13 @@
 //!   value given last: the server would refuse the whole insert otherwise.
 //!
 //! Deliberate differences from the exporter's text path, all because binary keeps
-//! what text loses: an integral double stays `Float64` (Go writes `1.0` as `1`, which
-//! the server reads as `Int64`); an array mixing bools and numbers is
-//! `Array(Dynamic)` (the server would turn `true` into `1`); NaN and ±Inf are stored
-//! as `Float64` (Go's `json.Marshal` fails and the exporter drops the whole batch).
+//! what text loses (listed in collector/README.md, "Differences from the OpenTelemetry
+//! Collector", and checked against the real collector by `tests/e2e_conformance.rs`): an
+//! integral double stays `Float64` (Go writes `1.0` as `1`, which the server reads as
+//! `Int64`); an array mixing bools and numbers is `Array(Dynamic)` (the server would turn
+//! `true` into `1`); an empty array is always `Array(Nullable(String))` (the server types
+//! the exporter's `[]` like the arrays it met before in the same insert); NaN and ±Inf are
+//! stored as `Float64` (Go's `json.Marshal` fails and the exporter drops the whole batch).
 //!
 //! The `*Keys` columns (`ResourceAttributesKeys`, `SpanAttributesKeys`) are the
 //! exporter's `UniqueFlattenedAttributes`: every flattened path, null values included,
@@ -33,6 +37,15 @@ use std::ops::Range;
 use crate::decode::proto::{self, Value, array_items, kvlist_items};
 use crate::rows::as_string::push_base64;
 use crate::wire::{put_f64, put_i64, put_str, put_varint};
+
+/// The value as pdata's `AsRaw` hands it to Go's `json.Marshal`: no bytes are a nil
+/// slice, marshalled as `null`, so they are stored as nothing, like an empty value.
+fn as_raw(v: Value<'_>) -> Value<'_> {
+    match v {
+        Value::Bytes([]) => Value::Empty,
+        v => v,
+    }
+}
 
 /// Binary type tags of ClickHouse's data-type encoding (used inside `Dynamic`).
 pub mod tag {
@@ -183,7 +196,8 @@ impl JsonObject {
 
     /// Adds one attribute below the current prefix; kvlists become dotted paths.
     /// `depth`: the message depth of the attribute's `AnyValue`.
-    fn flatten(&mut self, kv: proto::Kv<'_>, depth: usize) -> proto::Result<()> {
+    fn flatten(&mut self, mut kv: proto::Kv<'_>, depth: usize) -> proto::Result<()> {
+        kv.value = as_raw(kv.value);
         if kv.value != Value::Empty {
             proto::at_depth(depth)?;
         }
@@ -276,6 +290,7 @@ enum Ty {
 
 /// `depth`: the message depth of `v`'s `AnyValue`.
 fn infer(v: Value<'_>, depth: usize) -> proto::Result<Ty> {
+    let v = as_raw(v);
     if v != Value::Empty {
         proto::at_depth(depth)?;
     }
@@ -341,6 +356,7 @@ fn put_element_type(t: &Ty, out: &mut Vec<u8>) {
 /// Appends an array element's value, encoded for element type `t`; `depth`: the message
 /// depth of `v`'s `AnyValue`.
 fn put_element(v: Value<'_>, t: &Ty, out: &mut Vec<u8>, depth: usize) -> proto::Result<()> {
+    let v = as_raw(v);
     match t {
         Ty::Dynamic => match v {
             Value::Empty => out.push(tag::NOTHING),
@@ -503,6 +519,18 @@ mod tests {
             .collect();
         assert_eq!(stored, ["k8s.ns", "k8s.pod.name", "service.name"]);
         assert_eq!(o.stored_len(), 3);
+    }
+
+    #[test]
+    fn no_bytes_are_null_as_go_marshals_them() {
+        let none = v(Value::BytesValue(vec![]));
+        let o = obj(&[kv("b", none.clone())]);
+        assert_eq!(o.keys().collect::<Vec<_>>(), [b"b".as_slice()]);
+        assert_eq!(o.stored_len(), 0);
+        assert_eq!(
+            array_type(vec![none, s("x")]),
+            [tag::ARRAY, tag::NULLABLE, tag::STRING, 2, 1, 0, 1, b'x']
+        );
     }
 
     #[test]

@@ -118,8 +118,10 @@ pub fn service_name(resource_attrs: &[&[u8]], out: &mut Vec<u8>) -> proto::Resul
 /// One attribute list as `Map(String, String)` entries, reusable from span to span.
 ///
 /// Keys and values are copied into one buffer so the encoders can hold them without
-/// borrowing the request. Entries keep the order and any repetition of the input
-/// (the exporter does not de-duplicate either; `map['k']` returns the first).
+/// borrowing the request. Entries are sorted by key, bytewise, as the exporter's
+/// `orderedmap.CollectN` sorts them before the insert; a repeated key is kept, every
+/// time, in input order (the exporter does not de-duplicate either, and Go's sort is an
+/// insertion sort, so stable, up to 12 entries; `map['k']` returns the first).
 #[derive(Debug, Default)]
 pub struct MapAttrs {
     /// Counts fills: two equal generations of one `MapAttrs` mean the same content.
@@ -143,6 +145,12 @@ impl MapAttrs {
             push_value_as_string(kv.value, &mut self.buf, depth)?;
             self.entries.push((k..v, v..self.buf.len()));
         }
+        let buf = &self.buf;
+        let key = |e: &(Range<usize>, Range<usize>)| &buf[e.0.clone()];
+        // Instrumentations often emit their attributes sorted already: skip the sort then.
+        if !self.entries.is_sorted_by(|a, b| key(a) <= key(b)) {
+            self.entries.sort_by(|a, b| key(a).cmp(key(b)));
+        }
         Ok(())
     }
 
@@ -159,7 +167,7 @@ impl MapAttrs {
         self.entries.is_empty()
     }
 
-    /// `(key, value)` pairs in input order (UTF-8 bytes).
+    /// `(key, value)` pairs sorted by key, repeated keys in input order (UTF-8 bytes).
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (&[u8], &[u8])> + '_ {
         self.entries
             .iter()
@@ -255,7 +263,7 @@ mod tests {
     }
 
     #[test]
-    fn map_attrs_keep_order_and_repeats() {
+    fn map_attrs_are_sorted_by_key_and_keep_repeats_in_input_order() {
         let mut m = MapAttrs::default();
         let kvs = [
             kv("b", Value::BoolValue(true)),
@@ -264,7 +272,7 @@ mod tests {
         ];
         m.fill(&bodies(&kvs), proto::SPAN_VALUE_DEPTH).unwrap();
         let pairs: Vec<(&[u8], &[u8])> = m.iter().collect();
-        let want: [(&[u8], &[u8]); 3] = [(b"b", b"true"), (b"a", b"1e+21"), (b"b", b"7")];
+        let want: [(&[u8], &[u8]); 3] = [(b"a", b"1e+21"), (b"b", b"true"), (b"b", b"7")];
         assert_eq!(pairs, want);
         m.fill(&[], proto::SPAN_VALUE_DEPTH).unwrap();
         assert!(m.is_empty());

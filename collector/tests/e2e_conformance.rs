@@ -28,6 +28,7 @@ use conformance::cases::{self, EdgeRecord};
 use conformance::compare::{Diff, Table, differences};
 use serde_json::Value as J;
 use tracehouse_loadgen::{Encoding, Generator, GeneratorConfig, encode};
+use tracehouse_schema::Attributes;
 
 /// Loadgen spans per test (two records of 100).
 const LOADGEN_SPANS: usize = 200;
@@ -251,10 +252,10 @@ fn untyped_array(th: &str, go: &str) -> bool {
     th == NO_ELEMENT_TYPE && go.starts_with("Array(")
 }
 
-async fn differential(attributes: &'static str, encoding: Encoding) {
+async fn differential(attributes: Attributes, encoding: Encoding) {
     let started = Instant::now();
     let otelcol = otelcol_bin();
-    let json = attributes == "json";
+    let json = attributes == Attributes::Json;
     let name = format!("conf_{attributes}_{}", &encoding.as_str()[5..]);
     let w = World::new(&name, attributes);
     let go_db = OtelcolDatabase(tracehouse_e2e::unique_name(&format!("e2e_{name}_otelcol")));
@@ -400,20 +401,20 @@ async fn differential(attributes: &'static str, encoding: Encoding) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn map_rows_match_the_opentelemetry_collector_from_otlp_proto() {
-    differential("map", Encoding::OtlpProto).await;
+    differential(Attributes::Map, Encoding::OtlpProto).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn map_rows_match_the_opentelemetry_collector_from_otlp_json() {
-    differential("map", Encoding::OtlpJson).await;
+    differential(Attributes::Map, Encoding::OtlpJson).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_rows_match_the_opentelemetry_collector_from_otlp_proto() {
-    differential("json", Encoding::OtlpProto).await;
+    differential(Attributes::Json, Encoding::OtlpProto).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_rows_match_the_opentelemetry_collector_from_otlp_json() {
-    differential("json", Encoding::OtlpJson).await;
+    differential(Attributes::Json, Encoding::OtlpJson).await;
 }

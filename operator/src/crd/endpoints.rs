@@ -1,0 +1,260 @@
+//! The `TracePipeline` spec's endpoints: the Kafka side (brokers, topics, group, encoding,
+//! TLS and SASL), the ClickHouse side (URL, table, credentials) and the schema options
+//! (engine, TTL, deduplication window); Secrets only ever referenced.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+/// The Kafka side: brokers, topics, consumer group and record encoding.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.deadLetterTopic) || !(self.deadLetterTopic in self.topics)",
+        "message": "spec.kafka.deadLetterTopic must differ from every topic in spec.kafka.topics",
+        "fieldPath": ".deadLetterTopic"
+    }
+]))]
+pub struct KafkaSpec {
+    /// Bootstrap servers, `host:port[,host:port…]`.
+    #[schemars(regex(pattern = r"^[^,\s]+:[0-9]{1,5}(,[^,\s]+:[0-9]{1,5})*$"))]
+    pub bootstrap_servers: String,
+    /// Topics to consume; their partitions, summed, size the gateway.
+    #[serde(default = "default_topics")]
+    #[schemars(
+        length(min = 1, max = 64),
+        inner(
+            length(min = 1, max = 249),
+            regex(pattern = r"^[a-zA-Z0-9._-]{1,249}$")
+        )
+    )]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "set",
+        "x-kubernetes-validations" = [{
+            "rule": "self.all(t, t != '.' && t != '..')",
+            "message": "spec.kafka.topics: '.' and '..' are not valid topic names"
+        }]
+    ))]
+    pub topics: Vec<String>,
+    /// Consumer group of the gateway. Default: `tracehouse.<namespace>.<name>`, so two
+    /// pipelines never share offsets by accident.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 249))]
+    pub consumer_group: Option<String>,
+    /// Record encoding, as the OpenTelemetry Collector's kafka exporter names it:
+    /// `otlp_proto` (default) or `otlp_json`.
+    #[serde(default)]
+    pub encoding: Encoding,
+    /// Undecodable or oversized records are copied here before being skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-zA-Z0-9._-]{1,249}$"))]
+    pub dead_letter_topic: Option<String>,
+    /// Extra librdkafka properties (e.g. `fetch.max.bytes`). Connection, group and commit
+    /// settings are managed by the operator, and secrets go through `tls`/`sasl`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 128, "x-kubernetes-validations" = [{
+        "rule": "self.all(k, !(k in ['group.id', 'bootstrap.servers', 'enable.auto.commit', 'enable.auto.offset.store', 'security.protocol']) && !k.startsWith('sasl.') && !k.startsWith('ssl.'))",
+        "message": "spec.kafka.properties must not set group.id, bootstrap.servers, enable.auto.commit, enable.auto.offset.store, security.protocol, sasl.* or ssl.*: use spec.kafka.consumerGroup, spec.kafka.bootstrapServers, spec.kafka.tls and spec.kafka.sasl"
+    }]))]
+    pub properties: BTreeMap<String, String>,
+    /// TLS to the brokers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<KafkaTls>,
+    /// SASL authentication to the brokers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sasl: Option<KafkaSasl>,
+}
+
+fn default_topics() -> Vec<String> {
+    vec!["otlp_spans".to_owned()]
+}
+
+/// TLS to the brokers. Certificates come from Secrets mounted into the collector pods.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaTls {
+    /// CA bundle that signs the brokers' certificates (default: the system roots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<SecretKeyRef>,
+    /// A `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`) for mutual TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub client_cert_secret_name: Option<String>,
+    /// Skip verifying the brokers' certificates. Only for testing.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+}
+
+/// SASL authentication to the brokers.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaSasl {
+    /// `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`.
+    pub mechanism: SaslMechanism,
+    /// The Secret holding the user name and password.
+    pub credentials: CredentialsSecretRef,
+}
+
+/// SASL mechanism.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum SaslMechanism {
+    #[serde(rename = "PLAIN")]
+    Plain,
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    /// librdkafka's `sasl.mechanism` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Plain => "PLAIN",
+            Self::ScramSha256 => "SCRAM-SHA-256",
+            Self::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
+/// One key of a Secret in the pipeline's namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Secret name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key in the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// A Secret in the pipeline's namespace with a user name and a password.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialsSecretRef {
+    /// Secret name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key holding the user name.
+    #[serde(default = "default_username_key")]
+    #[schemars(length(min = 1, max = 253))]
+    pub username_key: String,
+    /// Key holding the password.
+    #[serde(default = "default_password_key")]
+    #[schemars(length(min = 1, max = 253))]
+    pub password_key: String,
+}
+
+fn default_username_key() -> String {
+    "username".to_owned()
+}
+
+fn default_password_key() -> String {
+    "password".to_owned()
+}
+
+/// The ClickHouse side: endpoint, traces table and how it is shaped.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.schema == oldSelf.schema || self.table != oldSelf.table || self.database != oldSelf.database",
+    "message": "spec.clickhouse.schema can only change together with spec.clickhouse.table or spec.clickhouse.database: applied migrations are never edited",
+    "fieldPath": ".schema"
+}]))]
+pub struct ClickHouseSpec {
+    /// HTTP(S) endpoint of ClickHouse, e.g. `http://clickhouse.db:8123`.
+    #[schemars(length(min = 1, max = 2048))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self.startsWith('http://') || self.startsWith('https://')",
+        "message": "spec.clickhouse.endpoint must start with http:// or https://"
+    }]))]
+    pub endpoint: String,
+    /// Database of the traces table (created if missing).
+    #[serde(default = "default_database")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_]{1,64}$"))]
+    pub database: String,
+    /// Traces table. The lookup table and view are named after it (`<table>_trace_id_ts`,
+    /// `<table>_trace_id_ts_mv`), hence the shorter limit.
+    #[serde(default = "default_table")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_]{1,49}$"))]
+    pub table: String,
+    /// The Secret with the ClickHouse user name and password (default: user `default`, no
+    /// password).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<CredentialsSecretRef>,
+    /// Shape of the traces table. Fixed once applied: change it only together with a new
+    /// table or database.
+    #[serde(default)]
+    pub schema: SchemaSpec,
+    /// Input format of inserts: `auto` (default, the measured best), `native` or
+    /// `row_binary`.
+    #[serde(default)]
+    pub insert_format: InsertFormat,
+}
+
+fn default_database() -> String {
+    tracehouse_schema::model::DEFAULT_DATABASE.to_owned()
+}
+
+fn default_table() -> String {
+    tracehouse_schema::model::DEFAULT_TABLE.to_owned()
+}
+
+/// Shape of the traces table, as the schema migrations render it.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.engine != 'ReplicatedMergeTree' || has(self.cluster)",
+    "message": "spec.clickhouse.schema.cluster is required when spec.clickhouse.schema.engine is ReplicatedMergeTree",
+    "fieldPath": ".cluster"
+}]))]
+pub struct SchemaSpec {
+    /// Attribute columns: `map` (`Map(LowCardinality(String), String)`, the OpenTelemetry
+    /// exporter's default) or `json`.
+    #[serde(default)]
+    pub attributes: Attributes,
+    /// `json` attributes only: add the sorted attribute-key columns newer exporters have.
+    #[serde(default = "default_true")]
+    pub attribute_keys_columns: bool,
+    /// Table engine: `MergeTree` (default), `ReplicatedMergeTree` (every statement runs
+    /// `ON CLUSTER`; needs `cluster`) or `Null` (stores nothing; for benchmarks).
+    #[serde(default)]
+    pub engine: EngineKind,
+    /// Cluster of `ReplicatedMergeTree` tables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]{1,64}$"))]
+    pub cluster: Option<String>,
+    /// Retention: days (`30`) or a duration (`30d`, `72h`, `90m`, `3600s`). Default: keep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]{1,9}[dhms]?$"))]
+    pub ttl: Option<String>,
+    /// How many recent insert blocks MergeTree remembers so a retried insert is not
+    /// stored twice (0 disables deduplication).
+    #[serde(default = "default_dedup_window")]
+    #[schemars(range(min = 0, max = 1_000_000))]
+    pub dedup_window: i64,
+}
+
+impl Default for SchemaSpec {
+    fn default() -> Self {
+        Self {
+            attributes: Attributes::default(),
+            attribute_keys_columns: true,
+            engine: EngineKind::default(),
+            cluster: None,
+            ttl: None,
+            dedup_window: default_dedup_window(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_dedup_window() -> i64 {
+    i64::try_from(tracehouse_schema::model::DEFAULT_DEDUP_WINDOW).unwrap_or(1000)
+}

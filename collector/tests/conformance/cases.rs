@@ -5,10 +5,12 @@
 //! Every span has a name saying what it tests and a start time of its own, so each row is
 //! found by (TraceId, SpanId, Timestamp) even when its ids are empty.
 
+#[path = "../otlp_values/mod.rs"]
+mod otlp_values;
+use otlp_values::*;
+
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{
-    AnyValue, ArrayValue, InstrumentationScope, KeyValue, KeyValueList, any_value::Value,
-};
+use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::span::{Event, Link};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
@@ -31,41 +33,6 @@ impl EdgeRecord {
             .flat_map(|rs| &rs.scope_spans)
             .map(|ss| ss.spans.len())
             .sum()
-    }
-}
-
-fn v(value: Value) -> AnyValue {
-    AnyValue { value: Some(value) }
-}
-fn s(x: &str) -> AnyValue {
-    v(Value::StringValue(x.into()))
-}
-fn i(x: i64) -> AnyValue {
-    v(Value::IntValue(x))
-}
-fn d(x: f64) -> AnyValue {
-    v(Value::DoubleValue(x))
-}
-fn b(x: bool) -> AnyValue {
-    v(Value::BoolValue(x))
-}
-fn bytes(x: &[u8]) -> AnyValue {
-    v(Value::BytesValue(x.to_vec()))
-}
-fn empty() -> AnyValue {
-    AnyValue { value: None }
-}
-fn arr(values: Vec<AnyValue>) -> AnyValue {
-    v(Value::ArrayValue(ArrayValue { values }))
-}
-fn kvl(values: Vec<KeyValue>) -> AnyValue {
-    v(Value::KvlistValue(KeyValueList { values }))
-}
-fn kv(k: &str, value: AnyValue) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(value),
-        ..Default::default()
     }
 }
 

@@ -14,10 +14,12 @@
 //! as "nan"/"inf"/"-inf").
 #![allow(dead_code)] // each test binary uses a different subset
 
+#[path = "../otlp_values/mod.rs"]
+mod otlp_values;
+pub use otlp_values::*;
+
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{
-    AnyValue, ArrayValue, InstrumentationScope, KeyValue, KeyValueList, any_value::Value,
-};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, any_value::Value};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::span::{Event, Link};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
@@ -32,34 +34,6 @@ pub fn big_string() -> String {
     s
 }
 
-fn v(value: Value) -> AnyValue {
-    AnyValue { value: Some(value) }
-}
-fn s(x: &str) -> AnyValue {
-    v(Value::StringValue(x.into()))
-}
-fn i(x: i64) -> AnyValue {
-    v(Value::IntValue(x))
-}
-fn d(x: f64) -> AnyValue {
-    v(Value::DoubleValue(x))
-}
-fn b(x: bool) -> AnyValue {
-    v(Value::BoolValue(x))
-}
-fn arr(values: Vec<AnyValue>) -> AnyValue {
-    v(Value::ArrayValue(ArrayValue { values }))
-}
-fn kvl(values: Vec<KeyValue>) -> AnyValue {
-    v(Value::KvlistValue(KeyValueList { values }))
-}
-fn kv(k: &str, value: AnyValue) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(value),
-        ..Default::default()
-    }
-}
 fn hex(s: &str) -> Vec<u8> {
     (0..s.len())
         .step_by(2)

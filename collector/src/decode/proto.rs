@@ -20,6 +20,10 @@
 //!
 //! So the rows written are always those of `prost`'s decoding; the differential tests
 //! in `tests` (and `golden_rows.rs`) hold the two readers to that.
+//!
+//! Why one file of ~650 lines: it is one walk over one schema, read top to bottom from the
+//! wire primitives to the span views; split, its depth accounting (which must match
+//! `prost`'s to the message) would be spread over files.
 
 use std::ops::Range;
 

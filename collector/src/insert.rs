@@ -129,8 +129,8 @@ pub struct Inserts<I, D> {
 impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
     /// Insert one encoded batch (splitting it on permanent rejections), dead-letter its
     /// skipped records and acknowledge it. On abandonment nothing is acknowledged: the batch
-    /// stays uncommitted and is replayed later. The batch's budget comes back when its last
-    /// holder drops it (the acknowledgement holds it until the source has taken it).
+    /// stays uncommitted and is replayed later. The batch's payload is freed here; its budget
+    /// permit travels with the acknowledgement until the source has taken it.
     pub async fn insert_batch(&self, encoded: Encoded) {
         let batch = encoded.batch.clone();
         let mut skipped: Vec<Skipped> = batch.skipped.clone();
@@ -157,7 +157,7 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
             // Could not park the skipped records before shutdown: leave the batch uncommitted.
             return;
         }
-        let _ = self.acks.send(Ack(batch));
+        let _ = self.acks.send(Ack::new(batch));
     }
 
     /// Insert one slice; false when abandoned.

@@ -193,7 +193,7 @@ async fn a_refused_record_is_isolated_by_bisection_dead_lettered_and_every_good_
     );
     let ack = acks.try_recv().expect("the batch is acknowledged");
     assert_eq!(
-        ack.0.range,
+        ack.range,
         BatchRange {
             first: 100,
             last: 107

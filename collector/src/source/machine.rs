@@ -23,8 +23,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::batch::{BatchBuilder, CutPolicy, RecordBatch, SkipReason, Skipped};
-use crate::budget::Budget;
-use crate::offsets::PartitionLedger;
+use crate::budget::{Budget, BudgetPermit};
+use crate::offsets::{BatchRange, PartitionLedger};
 use crate::pool::BufPool;
 
 /// How long a batch replaying a previous owner's recorded cut waits for the records up to
@@ -91,12 +91,37 @@ pub enum Command {
     Resume(Vec<PartitionId>),
 }
 
-/// ClickHouse acknowledged every row of this batch (or skipped records for a stated
-/// reason). The acknowledgement holds the batch, and so its budget permit, until the
-/// machine has taken it: acknowledgements waiting in their channel are bounded by the
-/// budget like the batches themselves.
-#[derive(Debug, Clone)]
-pub struct Ack(pub Arc<RecordBatch>);
+/// ClickHouse acknowledged every row of a batch (or skipped records for a stated reason).
+/// The acknowledgement carries the batch's budget permit until the machine has taken it, so
+/// acknowledgements waiting in their channel are bounded by the budget like the batches
+/// themselves; the batch's payload chunks go back to their pool at once.
+#[derive(Debug)]
+pub struct Ack {
+    pub partition: PartitionId,
+    pub generation: u64,
+    pub range: BatchRange,
+    /// Held, not read: dropped when the machine has taken the acknowledgement.
+    _permit: BudgetPermit,
+}
+
+impl Ack {
+    /// The acknowledgement of `batch`, taking its permit when this is the batch's last
+    /// holder (the insert stage's case; otherwise the permit stays with the other holders).
+    pub fn new(batch: Arc<RecordBatch>) -> Self {
+        let partition = PartitionId::new(&batch.topic, batch.partition);
+        let (generation, range) = (batch.generation, batch.range);
+        let permit = match Arc::try_unwrap(batch) {
+            Ok(mut b) => std::mem::take(&mut b.permit),
+            Err(_) => BudgetPermit::default(),
+        };
+        Self {
+            partition,
+            generation,
+            range,
+            _permit: permit,
+        }
+    }
+}
 
 /// A record as the consumer delivered it.
 #[derive(Debug, Clone, Copy)]
@@ -340,15 +365,14 @@ impl Machine {
     /// partition (or of a partition no longer held) is dropped: the current owner replays
     /// those records and its own acknowledgement will count.
     pub fn acknowledged(&mut self, ack: Ack) {
-        let batch = &ack.0;
-        let Some(p) = self.find(&batch.topic, batch.partition) else {
+        let Some(p) = self.find(&ack.partition.topic, ack.partition.partition) else {
             return;
         };
-        if p.generation != batch.generation {
+        if p.generation != ack.generation {
             return;
         }
         if let Some(l) = p.ledger.as_mut()
-            && l.ack(batch.range)
+            && l.ack(ack.range)
         {
             while p
                 .pending_ts

@@ -143,7 +143,7 @@ impl Owner {
     }
 
     fn ack(&mut self, batch: &Arc<RecordBatch>) {
-        self.m.acknowledged(Ack(batch.clone()));
+        self.m.acknowledged(Ack::new(batch.clone()));
         self.m.take_commits(&mut self.out);
         self.kafka.run(&mut self.out);
     }
@@ -288,7 +288,7 @@ fn a_revoke_drops_the_open_batch_commits_progress_and_stale_acks_are_ignored() {
     o.deliver(0, 0..25, b"abcd");
     let b = o.kafka.sent.clone();
     // Acknowledged, not yet committed, when the group takes the partition away.
-    o.m.acknowledged(Ack(b[0].clone()));
+    o.m.acknowledged(Ack::new(b[0].clone()));
     assert_eq!(
         o.budget.used(),
         25 * 4,
@@ -464,4 +464,22 @@ fn the_linger_timer_waits_for_a_recorded_cut() {
         LINGER,
         opened + REPLAY_LINGER * 2
     ));
+}
+
+#[test]
+fn an_acknowledgement_takes_over_the_permit_of_its_last_holder_and_frees_the_payload() {
+    let mut o = Owner::new(config(2), 1 << 20);
+    o.assign(0);
+    o.deliver(0, 0..2, b"abcd");
+    let batch = o.kafka.sent.pop().unwrap();
+    assert_eq!(o.budget.used(), 8);
+    let ack = Ack::new(batch);
+    assert_eq!(
+        o.budget.used(),
+        8,
+        "held by the acknowledgement in its channel"
+    );
+    o.m.acknowledged(ack);
+    assert_eq!(o.budget.used(), 0, "given back once the machine took it");
+    assert_eq!(o.m.in_flight(), 0);
 }

@@ -9,8 +9,8 @@
 //!
 //! Channels: batches leave through an unbounded channel and acknowledgements come back
 //! through another; both are bounded in bytes rather than in count, by type: a
-//! [`RecordBatch`] carries its [`crate::budget::BudgetPermit`] and an [`Ack`] carries its
-//! batch, and the machine pauses every partition while the budget is spent. A count bound
+//! [`RecordBatch`] carries its [`crate::budget::BudgetPermit`] and an [`Ack`] takes over its
+//! permit, and the machine pauses every partition while the budget is spent. A count bound
 //! would block the Kafka thread instead — and a blocked Kafka thread can neither pause nor
 //! heartbeat.
 

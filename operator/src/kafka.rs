@@ -1,4 +1,5 @@
-//! How many partitions the pipeline's topics have, read from the brokers' metadata.
+//! How many partitions the pipeline's topics have, read from the brokers' metadata, and where
+//! the consumer group stands in each ([`offsets`], for the autoscaler).
 //!
 //! A fresh client per call: metadata is read at most once per reconcile (every requeue
 //! period), and a fresh client never answers from a stale metadata cache, so a partition
@@ -9,9 +10,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::autoscale::PartitionOffsets;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaError {
@@ -64,20 +67,74 @@ pub async fn partitions(
         .map_err(|e| KafkaError::Task(e.to_string()))?
 }
 
-fn partitions_blocking(
+/// The consumer `group`'s committed offset and the end offset of every partition (`counts`:
+/// partitions per topic, from [`partitions`]); the start offset where the group has not
+/// committed. Reads only: the client never joins the group, so the gateway's assignment is
+/// untouched.
+pub async fn offsets(
     access: &KafkaAccess,
-    topics: &[String],
+    group: &str,
+    counts: &BTreeMap<String, i32>,
     timeout: Duration,
-) -> Result<BTreeMap<String, i32>, KafkaError> {
+) -> Result<Vec<PartitionOffsets>, KafkaError> {
+    let access = access.clone();
+    let counts = counts.clone();
+    let group = group.to_owned();
+    tokio::task::spawn_blocking(move || offsets_blocking(&access, &group, &counts, timeout))
+        .await
+        .map_err(|e| KafkaError::Task(e.to_string()))?
+}
+
+fn offsets_blocking(
+    access: &KafkaAccess,
+    group: &str,
+    counts: &BTreeMap<String, i32>,
+    timeout: Duration,
+) -> Result<Vec<PartitionOffsets>, KafkaError> {
     let unreachable = |source| KafkaError::Unreachable {
         brokers: access.brokers.clone(),
         source,
     };
+    let consumer = client(access, group, timeout).map_err(unreachable)?;
+    let mut tpl = TopicPartitionList::new();
+    for (topic, &n) in counts {
+        for p in 0..n {
+            tpl.add_partition(topic, p);
+        }
+    }
+    let committed = consumer
+        .committed_offsets(tpl, timeout)
+        .map_err(unreachable)?;
+    let mut out = Vec::with_capacity(committed.count());
+    for e in committed.elements() {
+        let (start, end) = consumer
+            .fetch_watermarks(e.topic(), e.partition(), timeout)
+            .map_err(unreachable)?;
+        let committed = match e.offset() {
+            Offset::Offset(o) => o,
+            _ => start,
+        };
+        out.push(PartitionOffsets {
+            topic: e.topic().to_owned(),
+            partition: e.partition(),
+            committed,
+            end,
+        });
+    }
+    Ok(out)
+}
+
+fn client(
+    access: &KafkaAccess,
+    group: &str,
+    timeout: Duration,
+) -> Result<BaseConsumer, rdkafka::error::KafkaError> {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &access.brokers)
-        // Metadata only: never join a group, never create a topic by asking about it.
-        .set("group.id", "tracehouse-operator-metadata")
+        // Reads only: never join a group, never create a topic by asking about it.
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
         .set("allow.auto.create.topics", "false")
         .set(
             "socket.timeout.ms",
@@ -87,7 +144,19 @@ fn partitions_blocking(
     for (k, v) in &access.properties {
         config.set(k, v);
     }
-    let consumer: BaseConsumer = config.create().map_err(unreachable)?;
+    config.create()
+}
+
+fn partitions_blocking(
+    access: &KafkaAccess,
+    topics: &[String],
+    timeout: Duration,
+) -> Result<BTreeMap<String, i32>, KafkaError> {
+    let unreachable = |source| KafkaError::Unreachable {
+        brokers: access.brokers.clone(),
+        source,
+    };
+    let consumer = client(access, "tracehouse-operator-metadata", timeout).map_err(unreachable)?;
     let mut out = BTreeMap::new();
     for topic in topics {
         let metadata = consumer

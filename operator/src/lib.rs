@@ -2,8 +2,8 @@
 //! fleet sized to the topics' partitions out.
 //!
 //! - [`crd`]: the resource users write, and its status;
-//! - [`autoscale`]: the pure autoscaling decision (spec, partition ladder, window of
-//!   observations → replicas and reason), not wired into the reconcile yet;
+//! - [`autoscale`]: the pure autoscaling decision (spec, replica owner, partition ladder,
+//!   window of observations → replicas and reason); [`signals`] takes the samples;
 //! - [`builders`]: pure desired state (ConfigMap, Deployment, Service, PDB, replica math);
 //! - [`status`]: pure status and Event derivation;
 //! - [`reconcile`]: the controller — thin IO around the pure parts, through [`kafka`]
@@ -12,6 +12,7 @@
 //! - [`leader`]: Lease-based leader election; [`metrics`]: `/metrics` and `/healthz`.
 
 pub mod autoscale;
+pub mod autoscaler;
 pub mod builders;
 pub mod crd;
 pub mod error;
@@ -23,6 +24,7 @@ pub mod objects;
 pub mod pipeline_metrics;
 pub mod reconcile;
 pub mod secrets;
+pub mod signals;
 pub mod status;
 
 /// The one field manager of every server-side apply (objects and status), also the

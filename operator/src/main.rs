@@ -164,7 +164,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             identity: identity.clone(),
             ..Settings::default()
         },
-    ));
+    )?);
     tracing::info!(
         %identity, namespace = args.namespace.as_deref().unwrap_or("<all>"),
         "starting {FIELD_MANAGER} {}", env!("CARGO_PKG_VERSION")

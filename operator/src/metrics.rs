@@ -28,10 +28,19 @@ pub const RECONCILE_ERRORS: &str = "reconcile_errors";
 pub const RECONCILE_DURATION: &str = "reconcile_duration_seconds";
 pub const WRITES: &str = "writes";
 pub const LEADER: &str = "leader";
+pub const AUTOSCALE_DECISIONS: &str = "autoscale_decisions";
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// `up`, `down` or `hold`.
+    pub direction: &'static str,
+    /// The decision's reason in snake_case (`lag_above_target`, `cooldown`, …).
+    pub reason: &'static str,
 }
 
 /// Every metric the operator exports.
@@ -43,6 +52,8 @@ pub struct Metrics {
     /// nothing changes.
     pub writes: Family<KindLabels, Counter>,
     pub leader: Gauge,
+    /// Autoscaler decisions by direction and reason.
+    pub decisions: Family<DecisionLabels, Counter>,
     /// Per-pipeline conditions, schema version, partitions and limits (pipeline_metrics.rs).
     pub pipelines: PipelineMetrics,
     /// The controller loop is running (as leader) or waiting for the Lease.
@@ -57,6 +68,7 @@ impl Metrics {
             duration: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
             writes: Family::default(),
             leader: Gauge::default(),
+            decisions: Family::default(),
             pipelines: PipelineMetrics::default(),
             alive: AtomicBool::new(true),
         };
@@ -87,7 +99,18 @@ impl Metrics {
             "1 while this replica holds the Lease",
             m.leader.clone(),
         );
+        r.register(
+            AUTOSCALE_DECISIONS,
+            "Autoscaler decisions by direction (up, down, hold) and reason",
+            m.decisions.clone(),
+        );
         m
+    }
+
+    pub fn decided(&self, direction: &'static str, reason: &'static str) {
+        self.decisions
+            .get_or_create(&DecisionLabels { direction, reason })
+            .inc();
     }
 
     /// Counts a reconcile and times it until the guard drops.

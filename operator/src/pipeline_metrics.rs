@@ -42,6 +42,10 @@ pub struct Gauges {
     /// The collector container's memory limit, as the gateway Deployment sets it.
     pub memory_limit_bytes: Option<i64>,
     pub inflight_budget_bytes: i64,
+    /// From `status.autoscaling` (pipelines with `spec.autoscaling`).
+    pub lag_seconds: Option<i64>,
+    pub lag_records: Option<i64>,
+    pub incoming_spans_per_second: Option<i64>,
 }
 
 /// What the gauges of `tp` should read, given the status just computed for it.
@@ -70,6 +74,12 @@ pub fn gauges(tp: &TracePipeline, status: &TracePipelineStatus) -> Gauges {
         desired_replicas: status.desired_replicas.map(i64::from),
         memory_limit_bytes,
         inflight_budget_bytes: tp.spec.collector.max_inflight_bytes,
+        lag_seconds: status.autoscaling.as_ref().and_then(|a| a.lag_seconds),
+        lag_records: status.autoscaling.as_ref().and_then(|a| a.lag_records),
+        incoming_spans_per_second: status
+            .autoscaling
+            .as_ref()
+            .and_then(|a| a.incoming_spans_per_second),
     }
 }
 
@@ -111,6 +121,9 @@ pub struct PipelineMetrics {
     desired_replicas: Family<PipelineLabels, Gauge>,
     memory_limit_bytes: Family<PipelineLabels, Gauge>,
     inflight_budget_bytes: Family<PipelineLabels, Gauge>,
+    lag_seconds: Family<PipelineLabels, Gauge>,
+    lag_records: Family<PipelineLabels, Gauge>,
+    incoming_spans_per_second: Family<PipelineLabels, Gauge>,
 }
 
 impl PipelineMetrics {
@@ -147,6 +160,22 @@ impl PipelineMetrics {
             "In-flight record bytes each collector holds before pausing partitions",
             m.inflight_budget_bytes.clone(),
         );
+        registry.register(
+            "pipeline_lag_seconds",
+            "Age of the oldest record the gateway has not written, as the autoscaler last \
+             read it (pipelines with spec.autoscaling)",
+            m.lag_seconds.clone(),
+        );
+        registry.register(
+            "pipeline_lag_records",
+            "Records the pipeline's consumer group is behind, read from Kafka by the operator",
+            m.lag_records.clone(),
+        );
+        registry.register(
+            "pipeline_incoming_spans_per_second",
+            "Spans per second arriving on the pipeline's topics",
+            m.incoming_spans_per_second.clone(),
+        );
     }
 
     /// Sets the gauges of `tp` from the status just computed for it.
@@ -174,6 +203,9 @@ impl PipelineMetrics {
         set(&self.partitions, g.partitions);
         set(&self.desired_replicas, g.desired_replicas);
         set(&self.memory_limit_bytes, g.memory_limit_bytes);
+        set(&self.lag_seconds, g.lag_seconds);
+        set(&self.lag_records, g.lag_records);
+        set(&self.incoming_spans_per_second, g.incoming_spans_per_second);
         self.inflight_budget_bytes
             .get_or_create(&labels)
             .set(g.inflight_budget_bytes);
@@ -195,6 +227,9 @@ impl PipelineMetrics {
             &self.desired_replicas,
             &self.memory_limit_bytes,
             &self.inflight_budget_bytes,
+            &self.lag_seconds,
+            &self.lag_records,
+            &self.incoming_spans_per_second,
         ] {
             family.remove(&labels);
         }

@@ -27,6 +27,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracehouse_schema::ConnectionConfig;
 
+use crate::autoscaler::{Autoscaler, Sizing};
 use crate::builders::{self, Names};
 use crate::crd::{KafkaSpec, TracePipeline, TracePipelineSpec, TracePipelineStatus};
 use crate::error::Error;
@@ -35,6 +36,7 @@ use crate::metrics::Metrics;
 use crate::migrations;
 use crate::objects::{self, Change};
 use crate::secrets::Secrets;
+use crate::signals::Sampler;
 use crate::status::{self, Gateway, Observation, Step};
 use crate::{FIELD_MANAGER, FINALIZER};
 
@@ -74,12 +76,15 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     pub settings: Settings,
+    /// Samples and decides the gateway size of pipelines with `spec.autoscaling`.
+    pub autoscaler: Autoscaler,
     /// Consecutive failures per pipeline (`namespace/name`), for the retry backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
 
 impl Context {
-    pub fn new(client: Client, metrics: Arc<Metrics>, settings: Settings) -> Self {
+    pub fn new(client: Client, metrics: Arc<Metrics>, settings: Settings) -> anyhow::Result<Self> {
+        let sampler = Sampler::new(Duration::from_secs(2))?;
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -87,13 +92,14 @@ impl Context {
                 instance: Some(settings.identity.clone()),
             },
         );
-        Self {
+        Ok(Self {
             client,
             recorder,
             metrics,
             settings,
+            autoscaler: Autoscaler::new(sampler),
             failures: Mutex::new(HashMap::new()),
-        }
+        })
     }
 
     fn failed(&self, key: &str) -> u32 {
@@ -159,7 +165,9 @@ async fn apply(tp: &TracePipeline, ctx: &Context) -> Result<Action, Error> {
     };
     let result = if tp.spec.paused {
         // Frozen: look, never touch.
-        observe_gateway(tp, ctx, &mut obs).await
+        observe_gateway(tp, ctx, &mut obs)
+            .await
+            .map(|()| Sizing::default())
     } else {
         converge(tp, ctx, &mut obs).await
     };
@@ -167,9 +175,15 @@ async fn apply(tp: &TracePipeline, ctx: &Context) -> Result<Action, Error> {
         obs.error = Some((e.reason(), e.to_string()));
     }
     let published = publish(tp, ctx, &prev, &obs).await;
-    result?;
+    let sizing = result?;
     published?;
-    Ok(Action::requeue(ctx.settings.requeue))
+    if let Some((reason, note)) = sizing.event {
+        publish_event(tp, ctx, EventType::Normal, reason, note).await;
+    }
+    let requeue = sizing
+        .requeue
+        .map_or(ctx.settings.requeue, |r| r.min(ctx.settings.requeue));
+    Ok(Action::requeue(requeue))
 }
 
 /// The deletion path. Owned objects go through Kubernetes garbage collection (owner
@@ -182,18 +196,23 @@ async fn cleanup(tp: &TracePipeline, ctx: &Context) -> Result<Action, Error> {
     );
     tracing::info!(pipeline = %key(tp), "{note}");
     ctx.metrics.pipelines.forget(tp);
+    ctx.autoscaler.forget(&key(tp));
     publish_event(tp, ctx, EventType::Normal, "Deleting", note).await;
     Ok(Action::await_change())
 }
 
-async fn converge(tp: &TracePipeline, ctx: &Context, obs: &mut Observation) -> Result<(), Error> {
+async fn converge(
+    tp: &TracePipeline,
+    ctx: &Context,
+    obs: &mut Observation,
+) -> Result<Sizing, Error> {
     let spec = &tp.spec;
     let secrets = Secrets::for_pipeline(ctx.client.clone(), tp);
 
     let access = kafka_access(&secrets, &spec.kafka).await?;
-    let partitions =
+    let counts =
         match kafka::partitions(&access, &spec.kafka.topics, ctx.settings.kafka_timeout).await {
-            Ok(p) => p.values().sum::<i32>(),
+            Ok(p) => p,
             Err(e) => {
                 let e = Error::from(e);
                 obs.kafka = Step::Failed {
@@ -203,11 +222,31 @@ async fn converge(tp: &TracePipeline, ctx: &Context, obs: &mut Observation) -> R
                 return Err(e);
             }
         };
+    let partitions = counts.values().sum::<i32>();
     obs.kafka = Step::Ok(partitions);
 
     // Pure; a spec the collector would refuse never reaches ClickHouse or the cluster.
-    let desired = builders::desired(tp, partitions)?;
+    let mut desired = builders::desired(tp, partitions)?;
     let options = builders::table_options(&spec.clickhouse)?;
+
+    // Who sizes the gateway: the scale subresource, the autoscaler or the partitions.
+    let mut sizing = ctx
+        .autoscaler
+        .size(
+            &ctx.client,
+            &ctx.metrics,
+            &key(tp),
+            tp,
+            &access,
+            &counts,
+            partitions,
+            ctx.settings.kafka_timeout,
+        )
+        .await?;
+    if let Some(replicas) = sizing.replicas {
+        desired = desired.with_replicas(replicas);
+    }
+    obs.autoscaling = Step::Ok(sizing.status.take());
     obs.desired_replicas = Some(desired.replicas);
 
     // The schema first: collectors must never start against a table that is not there.
@@ -264,7 +303,7 @@ async fn converge(tp: &TracePipeline, ctx: &Context, obs: &mut Observation) -> R
     count(ctx, "Deployment", c);
     obs.config_hash = Some(desired.config_hash);
     obs.gateway = Some(Gateway::of(&deployment));
-    Ok(())
+    Ok(sizing)
 }
 
 fn count(ctx: &Context, kind: &'static str, change: Change) {

@@ -9,6 +9,7 @@
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use crate::autoscale::AutoscalingStatus;
 use crate::crd::{TracePipelineStatus, condition};
 
 /// The outcome of one step of a reconcile.
@@ -69,6 +70,9 @@ pub struct Observation {
     pub config_hash: Option<String>,
     pub selector: Option<String>,
     pub gateway: Option<Gateway>,
+    /// `status.autoscaling`: `Ok(None)` when the spec has no autoscaling (the field goes);
+    /// not run, the stored one stands.
+    pub autoscaling: Step<Option<AutoscalingStatus>>,
     /// A failure outside the steps above (spec, Secret, API), as `(reason, message)`.
     pub error: Option<(&'static str, String)>,
 }
@@ -241,6 +245,10 @@ pub fn next(prev: &TracePipelineStatus, obs: &Observation, now: &Time) -> TraceP
         },
         config_hash: obs.config_hash.clone().or_else(|| prev.config_hash.clone()),
         last_error: obs.failure().map(|(_, m)| m),
+        autoscaling: match &obs.autoscaling {
+            Step::Ok(a) => a.clone(),
+            _ => prev.autoscaling.clone(),
+        },
     }
 }
 

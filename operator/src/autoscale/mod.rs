@@ -1,7 +1,7 @@
-//! Autoscaling the gateway on time lag and memory (issue 14): the spec, the partition ladder
-//! and the decision, pure and unit-tested. Reading the signals, publishing the status and
-//! Events and applying the count are the reconcile's job (not wired yet: `spec.replicas`
-//! still sizes the gateway).
+//! Autoscaling the gateway on time lag and memory: the spec, who owns the replica count
+//! ([`owner`]), the partition ladder, the /metrics reading ([`scrape`]) and the decision, pure
+//! and unit-tested. Taking the samples (`crate::signals`), publishing the status and Events
+//! and applying the count are the reconcile's job.
 //!
 //! **The step rule.** The gateway only ever runs a rung of the partition ladder
 //! ([`ladder`]): for P partitions, the fewest replicas for each number of partitions the
@@ -48,8 +48,10 @@
 pub mod decide;
 pub mod ladder;
 pub mod observation;
+pub mod owner;
 pub mod reason;
 pub mod report;
+pub mod scrape;
 pub mod spec;
 
 #[cfg(test)]
@@ -60,4 +62,5 @@ pub use decide::{
 };
 pub use ladder::Ladder;
 pub use observation::{Observation, PartitionOffsets, PodMetrics, PodSample};
+pub use owner::{Owner, Window};
 pub use spec::{AutoscalingSpec, AutoscalingStatus};

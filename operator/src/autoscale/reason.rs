@@ -44,6 +44,9 @@ pub enum Hold {
     CapacityUnknown,
     /// More replicas are wanted, but the count is at `max` or the partition count.
     AtMaximum { replicas: u32, wanted: &'static str },
+    /// `spec.replicas.count` is set: the scale subresource (kubectl scale, an HPA, KEDA)
+    /// owns the count, and the autoscaler only reports what it measures.
+    ScaleSubresource { replicas: u32 },
 }
 
 /// Why the decision is what it is; each carries the numbers behind it.
@@ -113,6 +116,7 @@ impl Reason {
                 Hold::NotConsuming { .. } => ("NotConsuming", "not_consuming"),
                 Hold::CapacityUnknown => ("CapacityUnknown", "capacity_unknown"),
                 Hold::AtMaximum { .. } => ("AtMaximum", "at_maximum"),
+                Hold::ScaleSubresource { .. } => ("ScaleSubresource", "scale_subresource"),
             },
         }
     }
@@ -219,6 +223,11 @@ impl fmt::Display for Reason {
                 Hold::AtMaximum { replicas, wanted } => {
                     write!(f, "{wanted} wants more, but {replicas} is the most allowed")
                 }
+                Hold::ScaleSubresource { replicas } => write!(
+                    f,
+                    "spec.replicas.count sets {replicas} replicas (the scale subresource owns \
+                     the count): reporting only"
+                ),
             },
         }
     }

@@ -1,5 +1,5 @@
-//! What a user writes under `spec.autoscaling`, and what the operator will report under
-//! `status.autoscaling` once the decision is wired in.
+//! What a user writes under `spec.autoscaling`, and what the operator reports under
+//! `status.autoscaling`.
 //!
 //! Every field has a default that works without tuning; the doc comments are what
 //! `kubectl explain tp.spec.autoscaling` shows. Durations are whole seconds and fractions are
@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 /// when a collector nears its memory limit, and moves only between replica counts that spread
 /// the partitions well (see `maxStep`), never more replicas than partitions. Scale-downs
 /// wait for `scaleDownStabilizationSeconds` of lower load, and no step follows another within
-/// `cooldownSeconds`: each step costs the consumer group a rebalance. Not acted on yet: the
-/// gateway is still sized by `spec.replicas`.
+/// `cooldownSeconds`: each step costs the consumer group a rebalance. `spec.replicas.count`,
+/// when set, wins: the scale subresource owns the count and the autoscaler only reports.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
@@ -118,8 +118,7 @@ fn default_max_step() -> i32 {
     2
 }
 
-/// What the autoscaler measured and did, for `status.autoscaling` (published by the
-/// reconcile once the decision is wired in).
+/// What the autoscaler measured and did, for `status.autoscaling`.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AutoscalingStatus {

@@ -194,6 +194,19 @@ pub fn desired(tp: &TracePipeline, partitions: i32) -> Result<Desired, BuildErro
     })
 }
 
+impl Desired {
+    /// The same gateway at `replicas` (another owner of the count decided it, see
+    /// `crate::autoscale::owner`); the partitions still cap it.
+    pub fn with_replicas(mut self, replicas: i32) -> Self {
+        let replicas = replicas.clamp(0, self.partitions.max(0));
+        self.replicas = replicas;
+        if let Some(spec) = self.deployment.spec.as_mut() {
+            spec.replicas = Some(replicas);
+        }
+        self
+    }
+}
+
 /// Pipelines the builders' tests share.
 #[cfg(test)]
 pub(crate) mod fixtures {
@@ -233,6 +246,7 @@ mod tests {
     fn spec_replicas(per: i32, min: i32, max: i32) -> ReplicasSpec {
         ReplicasSpec {
             partitions_per_replica: per,
+            count: None,
             min,
             max,
         }
@@ -414,9 +428,18 @@ mod tests {
     }
 
     #[test]
-    fn snapshot_of_the_sample_gateway() {
+    fn another_owner_sets_the_replicas_the_partitions_still_cap() {
         let d = desired(&sample(), 8).unwrap();
         assert_eq!(d.replicas, 4);
+        let scaled = d.clone().with_replicas(5);
+        assert_eq!(scaled.replicas, 5);
+        assert_eq!(scaled.deployment.spec.as_ref().unwrap().replicas, Some(5));
+        assert_eq!(d.with_replicas(12).replicas, 8);
+    }
+
+    #[test]
+    fn snapshot_of_the_sample_gateway() {
+        let d = desired(&sample(), 8).unwrap();
         assert_snapshot("configmap", &yaml::to_string(&d.config_map).unwrap());
         assert_snapshot("deployment", &yaml::to_string(&d.deployment).unwrap());
         assert_snapshot("service", &yaml::to_string(&d.service).unwrap());

@@ -25,7 +25,7 @@ use tracehouse_collector::config::{BatchConfig, ClickHouseConfig, LimitsConfig};
 pub use tracehouse_collector::decode::Encoding;
 pub use tracehouse_schema::{Attributes, EngineKind, InsertFormat};
 
-use crate::autoscale::AutoscalingSpec;
+use crate::autoscale::{AutoscalingSpec, AutoscalingStatus};
 
 mod endpoints;
 
@@ -60,9 +60,9 @@ pub mod condition {
     status = "TracePipelineStatus",
     derive = "PartialEq",
     doc = "A pipeline that moves OpenTelemetry spans from Kafka into ClickHouse: the operator applies the traces table's schema migrations, then runs a gateway of tracehouse collectors sized to the topics' partitions.",
-    // `kubectl scale tp`, an HPA or KEDA set the replica floor; partitions still cap it.
+    // `kubectl scale tp`, an HPA or KEDA own the count through `spec.replicas.count`.
     scale(
-        spec_replicas_path = ".spec.replicas.min",
+        spec_replicas_path = ".spec.replicas.count",
         status_replicas_path = ".status.replicas",
         label_selector_path = ".status.selector"
     )
@@ -84,6 +84,26 @@ pub mod condition {
     type_ = "integer",
     json_path = ".status.readyReplicas",
     description = "Ready gateway replicas"
+))]
+#[kube(printcolumn(
+    name = "Lag",
+    type_ = "integer",
+    json_path = ".status.autoscaling.lagSeconds",
+    description = "Seconds the gateway is behind: the age of the oldest record not yet in ClickHouse"
+))]
+#[kube(printcolumn(
+    name = "Behind",
+    type_ = "integer",
+    priority = 1,
+    json_path = ".status.autoscaling.lagRecords",
+    description = "Records the consumer group is behind"
+))]
+#[kube(printcolumn(
+    name = "Spans/s",
+    type_ = "integer",
+    priority = 1,
+    json_path = ".status.autoscaling.incomingSpansPerSecond",
+    description = "Spans per second arriving on the topics"
 ))]
 #[kube(printcolumn(
     name = "Schema",
@@ -128,7 +148,8 @@ pub struct TracePipelineSpec {
     /// collector nears its memory limit, only replica counts that spread the partitions well
     /// (see `maxStep`), within `min`/`max` and never more than the partitions. Scale-in waits out
     /// `scaleDownStabilizationSeconds`, and steps are `cooldownSeconds` apart: each one
-    /// rebalances the consumer group. Not acted on yet: `replicas` still sizes the gateway.
+    /// rebalances the consumer group. While `replicas.count` is set, the scale subresource
+    /// (kubectl scale, an HPA or KEDA) owns the count and the autoscaler only reports the lag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<AutoscalingSpec>,
 }
@@ -278,8 +299,10 @@ fn default_batch_linger_ms() -> i64 {
     i64::try_from(BatchConfig::default().linger_ms).unwrap_or(2_000)
 }
 
-/// Gateway size: `ceil(partitions / partitionsPerReplica)`, clamped to `[min, max]`, and
-/// never more replicas than partitions (an extra consumer would sit idle).
+/// Gateway size, never more replicas than partitions (an extra consumer would sit idle). One
+/// owner sets it: `count` when it is set (the scale subresource: `kubectl scale tp`, an HPA or
+/// KEDA), else `spec.autoscaling` when it is set, else `ceil(partitions /
+/// partitionsPerReplica)` clamped to `[min, max]`.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
@@ -292,8 +315,14 @@ pub struct ReplicasSpec {
     #[serde(default = "default_partitions_per_replica")]
     #[schemars(range(min = 1, max = 10_000))]
     pub partitions_per_replica: i32,
-    /// Fewest replicas (still capped by the partition count). This is the field the scale
-    /// subresource writes: `kubectl scale tp`, an HPA or KEDA raise or lower the floor.
+    /// Exactly this many replicas (capped by the partition count), whatever the partitions
+    /// and `spec.autoscaling` say. This is the field the scale subresource reads and writes:
+    /// set it, or `kubectl scale tp`, to hand the count to an HPA or KEDA; the operator then
+    /// only reports the lag (`status.autoscaling`). Remove it to give the count back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10_000))]
+    pub count: Option<i32>,
+    /// Fewest replicas when sized by partitions (still capped by the partition count).
     #[serde(default = "default_min_replicas")]
     #[schemars(range(min = 1, max = 10_000))]
     pub min: i32,
@@ -307,6 +336,7 @@ impl Default for ReplicasSpec {
     fn default() -> Self {
         Self {
             partitions_per_replica: default_partitions_per_replica(),
+            count: None,
             min: default_min_replicas(),
             max: default_max_replicas(),
         }
@@ -360,6 +390,9 @@ pub struct TracePipelineStatus {
     /// The last reconcile error, cleared by the next success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// What the autoscaler measured and decided (with `spec.autoscaling`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<AutoscalingStatus>,
 }
 
 impl CollectorSpec {
@@ -448,7 +481,7 @@ mod tests {
         let sub = v.subresources.as_ref().unwrap();
         assert!(sub.status.is_some());
         let scale = sub.scale.as_ref().unwrap();
-        assert_eq!(scale.spec_replicas_path, ".spec.replicas.min");
+        assert_eq!(scale.spec_replicas_path, ".spec.replicas.count");
         assert_eq!(scale.status_replicas_path, ".status.replicas");
         let columns: Vec<&str> = v
             .additional_printer_columns

@@ -167,6 +167,15 @@ pub fn sample(ns: &str, topic: &str, database: &str) -> Value {
     tp["spec"]["clickhouse"]["database"] = json!(database);
     // Two partitions per collector: 4 partitions → 2 replicas, 8 → 4 (the sample's max).
     tp["spec"]["replicas"]["partitionsPerReplica"] = json!(2);
+    // Sized by partitions: these tests count replicas and writes; e2e_autoscale.rs puts the
+    // sample's autoscaling back.
+    let autoscaling = tp["spec"]
+        .as_object_mut()
+        .and_then(|s| s.remove("autoscaling"));
+    assert!(
+        autoscaling.is_some(),
+        "the local sample enables autoscaling"
+    );
     tp
 }
 

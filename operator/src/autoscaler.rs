@@ -1,0 +1,209 @@
+//! The reconcile's sizing step: who owns the replica count ([`Owner`]) → how many replicas
+//! the gateway runs; with `spec.autoscaling`, one new sample into the pipeline's window, the
+//! decision ([`autoscale::decide()`]), its `status.autoscaling`, its `ScaledUp`/`ScaledDown`
+//! Event and its metric.
+//!
+//! State: the window of samples per pipeline, in memory. What the decisions must remember
+//! across operator restarts and leader changes (last step, measured capacity) lives in the
+//! status; a new leader only waits one lookback for fresh rates.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::{Api, Client, ResourceExt};
+
+use crate::autoscale::{
+    self, AutoscalingSpec, AutoscalingStatus, Decision, History, Owner, Window, owner, report,
+};
+use crate::builders::Names;
+use crate::crd::TracePipeline;
+use crate::error::Error;
+use crate::kafka::KafkaAccess;
+use crate::metrics::Metrics;
+use crate::signals::Sampler;
+
+/// What the sizing step settled for one reconcile.
+#[derive(Debug, Default)]
+pub struct Sizing {
+    /// Replicas to run when another owner than the partitions decided; `None`: the
+    /// partition count's rule.
+    pub replicas: Option<i32>,
+    /// The new `status.autoscaling` (`None` clears it).
+    pub status: Option<AutoscalingStatus>,
+    /// `(ScaledUp|ScaledDown, note)` when the autoscaler changed the count.
+    pub event: Option<(&'static str, String)>,
+    /// How soon the next sample is due.
+    pub requeue: Option<Duration>,
+}
+
+/// Samples are taken about this often: six within a lookback, between 2 and 15 seconds.
+pub fn sample_interval(spec: &AutoscalingSpec) -> Duration {
+    let secs = f64::from(spec.lookback_seconds.max(1)) / 6.0;
+    Duration::from_secs_f64(secs.clamp(2.0, 15.0))
+}
+
+/// The autoscaler of every pipeline this operator reconciles.
+pub struct Autoscaler {
+    sampler: Sampler,
+    windows: Mutex<HashMap<String, Window>>,
+}
+
+impl Autoscaler {
+    pub fn new(sampler: Sampler) -> Self {
+        Self {
+            sampler,
+            windows: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn windows(&self) -> std::sync::MutexGuard<'_, HashMap<String, Window>> {
+        self.windows.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forgets a deleted pipeline's samples.
+    pub fn forget(&self, key: &str) {
+        self.windows().remove(key);
+    }
+
+    /// The replicas for `tp` over `partitions` (summed over the topics in `counts`).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn size(
+        &self,
+        client: &Client,
+        metrics: &Metrics,
+        key: &str,
+        tp: &TracePipeline,
+        access: &KafkaAccess,
+        counts: &BTreeMap<String, i32>,
+        partitions: i32,
+        kafka_timeout: Duration,
+    ) -> Result<Sizing, Error> {
+        let owner = Owner::of(&tp.spec);
+        let Some(spec) = &tp.spec.autoscaling else {
+            self.forget(key);
+            return Ok(Sizing {
+                replicas: match owner {
+                    Owner::ScaleSubresource { replicas } => Some(replicas.min(partitions)),
+                    _ => None,
+                },
+                ..Default::default()
+            });
+        };
+        let interval = sample_interval(spec);
+        // One sample per interval, however often the pipeline is reconciled (a status
+        // patch triggers a reconcile of its own).
+        let due = self
+            .windows()
+            .get(key)
+            .and_then(Window::newest)
+            .is_none_or(|t| {
+                Timestamp::now().duration_since(t).as_secs_f64() >= interval.as_secs_f64() * 0.8
+            });
+        if due {
+            match self
+                .sampler
+                .observe(client, tp, access, counts, kafka_timeout)
+                .await
+            {
+                Ok(sample) => self
+                    .windows()
+                    .entry(key.to_owned())
+                    .or_default()
+                    .push(sample, spec),
+                Err(e) => {
+                    tracing::warn!(pipeline = %key, error = %e, "autoscaler: cannot take a sample")
+                }
+            }
+        }
+        let current = current_replicas(client, tp)
+            .await?
+            .unwrap_or(spec.min.max(1));
+        let previous = tp
+            .status
+            .as_ref()
+            .and_then(|s| s.autoscaling.clone())
+            .unwrap_or_default();
+        let history = History::from_status(&previous);
+        let now = Timestamp::now();
+        let partitions_u = u32::try_from(partitions.max(0)).unwrap_or(0);
+        let current_u = u32::try_from(current.max(0)).unwrap_or(0);
+        let decision = {
+            let mut windows = self.windows();
+            let window = windows.entry(key.to_owned()).or_default();
+            autoscale::decide(
+                spec,
+                window.contiguous(),
+                current_u,
+                partitions_u,
+                &history,
+                now,
+            )
+        };
+        let decision = match owner {
+            Owner::ScaleSubresource { replicas } => {
+                owner::report_only(decision, replicas, partitions)
+            }
+            _ => decision,
+        };
+        if due {
+            metrics.decided(direction(&decision), decision.reason.metric_label());
+        }
+        let event = match owner {
+            Owner::Autoscaler => decision
+                .event_reason()
+                .map(|reason| (reason, decision.message())),
+            _ => None,
+        };
+        if let Some((reason, note)) = &event {
+            tracing::info!(pipeline = %key, reason, "{note}");
+        }
+        Ok(Sizing {
+            replicas: i32::try_from(decision.replicas).ok(),
+            status: Some(report::status(&previous, &decision, &Time(now))),
+            event,
+            requeue: Some(interval),
+        })
+    }
+}
+
+fn direction(d: &Decision) -> &'static str {
+    match d.replicas.cmp(&d.from) {
+        std::cmp::Ordering::Greater => "up",
+        std::cmp::Ordering::Less => "down",
+        std::cmp::Ordering::Equal => "hold",
+    }
+}
+
+/// The gateway Deployment's replicas now, if it exists.
+async fn current_replicas(client: &Client, tp: &TracePipeline) -> Result<Option<i32>, Error> {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), &tp.namespace().unwrap_or_default());
+    let name = Names::of(&tp.name_any()).deployment;
+    Ok(api
+        .get_opt(&name)
+        .await?
+        .and_then(|d| d.spec.and_then(|s| s.replicas)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn six_samples_a_lookback_within_two_and_fifteen_seconds() {
+        let at = |lookback| {
+            sample_interval(&AutoscalingSpec {
+                lookback_seconds: lookback,
+                ..Default::default()
+            })
+            .as_secs_f64()
+        };
+        assert_eq!(at(60), 10.0);
+        assert_eq!(at(10), 2.0);
+        assert_eq!(at(30), 5.0);
+        assert_eq!(at(3600), 15.0);
+    }
+}

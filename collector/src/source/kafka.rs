@@ -7,7 +7,8 @@
 //! rebalances to the machine. The thread never blocks on ClickHouse: batches leave through
 //! a channel and acknowledgements come back through another.
 
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -172,6 +173,19 @@ fn commit(
     }
 }
 
+/// Batches whose cut is not in Kafka yet (its synchronous commit failed, typically while the
+/// group rebalances), oldest first. They are not sent until Kafka has their cut: a new owner
+/// that never saw the cut would cut elsewhere and insert the same rows under another token.
+/// Retried every [`UNSENT_RETRY`]; dropped when their partition is given away (the new
+/// owner replays the records) or at shutdown. Bounded by the budget: each holds its permit.
+#[derive(Default)]
+pub(super) struct Unsent {
+    queue: VecDeque<(CommitOffset, RecordBatch)>,
+    retry_at: Option<Instant>,
+}
+
+const UNSENT_RETRY: Duration = Duration::from_millis(500);
+
 pub(super) struct SourceLoop {
     pub(super) cfg: SourceConfig,
     pub(super) consumer: BaseConsumer<SourceContext>,
@@ -182,6 +196,7 @@ pub(super) struct SourceLoop {
     pub(super) stop: Arc<AtomicBool>,
     pub(super) heartbeat: Heartbeat,
     pub(super) watermarks: Watermarks,
+    pub(super) unsent: RefCell<Unsent>,
 }
 
 /// Consumed-records and -bytes counters per topic, resolved once (no label allocation per
@@ -227,6 +242,7 @@ impl SourceLoop {
             }
             self.machine().linger(Instant::now(), &mut out);
             self.execute(&mut out);
+            self.send_unsent(false);
             if last_metrics.elapsed() >= Duration::from_millis(500) {
                 self.update_lag();
                 last_metrics = Instant::now();
@@ -249,18 +265,23 @@ impl SourceLoop {
                     durable,
                 } => {
                     // A cut made by time is not reproducible from the data alone: Kafka must
-                    // have it before the rows can reach ClickHouse. Size cuts are, so their
-                    // intent is recorded asynchronously.
-                    commit(
-                        &self.consumer,
-                        &self.metrics,
-                        std::slice::from_ref(&intent),
-                        durable,
-                        "recording a batch cut",
-                    );
-                    // Workers gone (shutdown): the batch is dropped with its permit; its
-                    // records stay uncommitted and are replayed.
-                    let _ = self.batches.send(batch);
+                    // have it before the rows can reach ClickHouse. Nor is a size cut that
+                    // starts where an unrecorded time cut ends, so while any batch waits for
+                    // its cut, the ones after it wait too.
+                    if durable || !self.unsent.borrow().queue.is_empty() {
+                        self.unsent.borrow_mut().queue.push_back((intent, batch));
+                        self.send_unsent(true);
+                    } else {
+                        // Size cuts are reproducible: their intent is recorded asynchronously.
+                        commit(
+                            &self.consumer,
+                            &self.metrics,
+                            std::slice::from_ref(&intent),
+                            false,
+                            "recording a batch cut",
+                        );
+                        self.send(batch);
+                    }
                 }
                 Command::Commit { offsets, sync } => {
                     commit(
@@ -291,6 +312,42 @@ impl SourceLoop {
                 },
             }
         }
+    }
+
+    /// Workers gone (shutdown): the batch is dropped with its permit; its records stay
+    /// uncommitted and are replayed.
+    fn send(&self, batch: RecordBatch) {
+        let _ = self.batches.send(batch);
+    }
+
+    /// Records the cuts of the [`Unsent`] batches, oldest first, and sends each once Kafka
+    /// has it; stops at the first failure until the retry time (`now`: ignore it).
+    fn send_unsent(&self, now: bool) {
+        let mut unsent = self.unsent.borrow_mut();
+        if unsent.queue.is_empty() || (!now && unsent.retry_at.is_some_and(|t| Instant::now() < t))
+        {
+            return;
+        }
+        while let Some((intent, batch)) = unsent.queue.pop_front() {
+            if !self.machine().holds(&intent.partition, batch.generation) {
+                tracing::info!(topic = %intent.partition.topic, partition = intent.partition.partition, first = batch.range.first, "dropping an unsent batch of a partition given away; its new owner replays it");
+                continue;
+            }
+            if commit(
+                &self.consumer,
+                &self.metrics,
+                std::slice::from_ref(&intent),
+                true,
+                "recording a batch cut",
+            ) {
+                self.send(batch);
+            } else {
+                unsent.queue.push_front((intent, batch));
+                unsent.retry_at = Some(Instant::now() + UNSENT_RETRY);
+                return;
+            }
+        }
+        unsent.retry_at = None;
     }
 
     fn on_record(&self, r: Record<'_>, out: &mut Vec<Command>, counters: &mut TopicCounters) {
@@ -388,6 +445,14 @@ impl SourceLoop {
     fn shutdown(&self, out: &mut Vec<Command>) {
         self.machine().close_for_shutdown(out);
         self.execute(out);
+        self.send_unsent(true);
+        let dropped = std::mem::take(&mut self.unsent.borrow_mut().queue).len();
+        if dropped > 0 {
+            tracing::warn!(
+                batches = dropped,
+                "batches whose cut Kafka never took stay unsent and uncommitted; the next owner replays them"
+            );
+        }
         let deadline = Instant::now() + self.cfg.drain_deadline;
         loop {
             self.beat();

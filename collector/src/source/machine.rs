@@ -296,6 +296,15 @@ impl Machine {
         }
     }
 
+    /// Whether `id` is still held in assignment `generation`: a batch cut in an earlier
+    /// generation, or of a partition given away since, must not be sent any more (the
+    /// current owner replays its records).
+    pub fn holds(&self, id: &PartitionId, generation: u64) -> bool {
+        self.partitions
+            .iter()
+            .any(|p| p.id == *id && p.generation == generation)
+    }
+
     /// Whether the shell must read the committed offset and recorded cuts of this
     /// partition ([`Machine::load_ledger`]) before handing it the partition's record.
     pub fn needs_ledger(&self, topic: &str, partition: i32) -> bool {

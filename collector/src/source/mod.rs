@@ -124,6 +124,7 @@ pub fn spawn(
         stop: stop.clone(),
         heartbeat,
         watermarks,
+        unsent: Default::default(),
     };
     let thread = std::thread::Builder::new()
         .name("kafka-source".into())

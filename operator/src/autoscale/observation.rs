@@ -51,7 +51,7 @@ pub struct PodMetrics {
     pub inflight_bytes: u64,
     /// The pod's in-flight budget (`spec.collector.maxInflightBytes`).
     pub inflight_budget_bytes: u64,
-    /// `process_resident_memory_bytes`.
+    /// `tracehouse_process_resident_memory_bytes`.
     pub rss_bytes: u64,
     /// The collector container's memory limit, if it has one.
     pub memory_limit_bytes: Option<u64>,

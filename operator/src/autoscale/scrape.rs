@@ -13,7 +13,7 @@ pub const LAG_SECONDS: &str = "tracehouse_consumer_lag_seconds";
 pub const RECORDS_CONSUMED: &str = "tracehouse_records_consumed_total";
 pub const SPANS_DECODED: &str = "tracehouse_spans_decoded_total";
 pub const INFLIGHT_BYTES: &str = "tracehouse_inflight_bytes";
-pub const RESIDENT_MEMORY: &str = "process_resident_memory_bytes";
+pub const RESIDENT_MEMORY: &str = "tracehouse_process_resident_memory_bytes";
 
 /// Why a scrape gave nothing usable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -97,7 +97,7 @@ tracehouse_records_consumed_total{topic="otlp_spans"} 1000
 tracehouse_records_consumed_total{topic="other"} 24
 tracehouse_spans_decoded_total 51200
 tracehouse_inflight_bytes 1048576
-process_resident_memory_bytes 2.5e8
+tracehouse_process_resident_memory_bytes 2.5e8
 tracehouse_insert_errors_total{reason="a b}c"} 3
 # EOF
 "#;
@@ -134,6 +134,40 @@ tracehouse_insert_errors_total{reason="a b}c"} 3
         assert_eq!(
             pod_metrics("garbage line\n{ 1\n", 1, None),
             Err(ScrapeError::Missing(RECORDS_CONSUMED))
+        );
+    }
+
+    /// The names are the collector's own: its registry, encoded, is what this reads.
+    #[test]
+    fn reads_what_the_collector_exports() {
+        use tracehouse_collector::metrics::{Metrics, PartitionLabels, TopicLabels};
+        let mut registry = prometheus_client::registry::Registry::default();
+        let m = Metrics::new(&mut registry);
+        m.records_consumed
+            .get_or_create(&TopicLabels { topic: "t".into() })
+            .inc_by(40);
+        m.spans_decoded.inc_by(2_000);
+        m.lag_seconds
+            .get_or_create(&PartitionLabels {
+                topic: "t".into(),
+                partition: 3,
+            })
+            .set(7.5);
+        m.inflight_bytes.set(1_000);
+        m.resident_memory_bytes.set(64 << 20);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let p = pod_metrics(&text, 1, None).unwrap();
+        assert_eq!(
+            (
+                p.records_total,
+                p.spans_total,
+                p.lag_seconds,
+                p.inflight_bytes,
+                p.rss_bytes
+            ),
+            (40, 2_000, 7.5, 1_000, 64 << 20),
+            "{text}"
         );
     }
 }

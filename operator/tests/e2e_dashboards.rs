@@ -61,6 +61,8 @@ async fn every_dashboard_and_alert_query_returns_data_after_a_load() {
             let mut map = sample(&ns, &map_topic, &map_db);
             map["metadata"]["name"] = json!("map");
             map["spec"]["kafka"]["deadLetterTopic"] = json!(dead_letters);
+            // Autoscaled (every default): the Operator dashboard's Autoscaling row reads it.
+            map["spec"]["autoscaling"] = json!({});
             let mut js = sample(&ns, &json_topic, &json_db);
             js["metadata"]["name"] = json!("json");
             js["spec"]["clickhouse"]["schema"]["attributes"] = json!(Attributes::Json);

@@ -67,6 +67,36 @@ def build() -> dashboard.Dashboard:
         w=12, minimum=None,
     ))
 
+    d = d.with_row(dashboard.Row("Autoscaling"))
+    d = d.with_panel(ts(
+        "Time lag per pipeline", "s",
+        [prom(f"max by (namespace, pipeline) (tracehouse_operator_pipeline_lag_seconds{{{PIPE_SEL}}})",
+              "{{namespace}}/{{pipeline}}")],
+        description="Age of the oldest record the gateway has not written, as the autoscaler read it "
+                    "(pipelines with spec.autoscaling); it scales out above spec.autoscaling.targetLagSeconds.",
+        w=8, steps=thresholds((None, "green"), (30, "yellow"), (120, "red")),
+    ))
+    d = d.with_panel(ts(
+        "Incoming spans /s and records behind", "short",
+        [
+            prom(f"max by (namespace, pipeline) (tracehouse_operator_pipeline_incoming_spans_per_second{{{PIPE_SEL}}})",
+                 "{{namespace}}/{{pipeline}} spans/s in", "A"),
+            prom(f"max by (namespace, pipeline) (tracehouse_operator_pipeline_lag_records{{{PIPE_SEL}}})",
+                 "{{namespace}}/{{pipeline}} records behind", "B"),
+        ],
+        description="What the autoscaler measures from Kafka: the incoming rate and the consumer group's backlog.",
+        w=8,
+    ))
+    d = d.with_panel(ts(
+        "Autoscaler decisions by reason /s", "ops",
+        [prom(f"sum by (direction, reason) (rate(tracehouse_operator_autoscale_decisions_total[{RATE}]))",
+              "{{direction}} {{reason}}")],
+        description="One decision per sample: up, down or hold, and why (LagAboveTarget, LoadDeclined, "
+                    "Cooldown, Stabilizing, ScaleSubresource, ...). `kubectl describe tp` shows the ScaledUp/"
+                    "ScaledDown Events with their numbers.",
+        w=8,
+    ))
+
     d = d.with_row(dashboard.Row("Controller"))
     d = d.with_panel(ts(
         "Reconciles /s", "ops",

@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
-"""e2e/bench — tracehouse-collector side by side with the OpenTelemetry Collector.
+"""e2e/bench — tracehouse-collector side by side with the OpenTelemetry Collector and Rotel.
 
     e2e/bench --spans N --out FILE [--engine null|merge-tree] [--attributes json|map]
               [--span-profile full|light|minimal]
-              [--partitions 8] [--legs tracehouse,otelcol] [--timeout SECONDS] [--keep]
+              [--partitions 8] [--legs tracehouse,otelcol,rotel] [--timeout SECONDS] [--keep]
 
 On the local stack (started with `e2e/stack up kafka clickhouse` if it is not running; it is
 left running afterwards, since other work may share it — `--stop-stack` stops it at the end
 if this run started it):
 
 1. builds the release binaries (tracehouse-collector, tracehouse-loadgen) and, cached in
-   $TRACEHOUSE_CACHE, the OpenTelemetry Collector (e2e/lib/otelcol.sh);
+   $TRACEHOUSE_CACHE, the OpenTelemetry Collector (e2e/lib/otelcol.sh); Rotel is the release
+   binary provided beside the repository (`$ROTEL_BIN`, default ../shared/peers/rotel/rotel,
+   built from streamfold/rotel 0.2.1 — its README there says how);
 2. pre-fills a fresh topic (8 partitions) with N numbered spans (`tracehouse-loadgen produce`,
    otlp_proto, lz4);
 3. for each leg, into a fresh database whose table is created by
-   `tracehouse-collector schema apply` (the same DDL for both legs): starts the collector with
+   `tracehouse-collector schema apply` (the same DDL for every leg): starts the collector with
    a fresh consumer group and waits until every row is in ClickHouse and the group's committed
    lag is 0; measures the collector process (CPU-seconds = utime+stime from /proc/<pid>/stat
    taken right before it is stopped, peak RSS = VmHWM, bytes sent to ClickHouse), stops it,
@@ -25,7 +27,12 @@ materialized view that keeps only `loadgen.id` and `loadgen.seq` of every insert
 verification and the progress count read that table. The view runs in the server, for both legs
 alike. A leg that lost or duplicated spans is reported with verified=false and no speed.
 
-Prints a markdown table and writes JSON: {"tracehouse": {...}, "otelcol": {...}, "run": {...}}.
+The ClickHouse server's share is reported per leg too: its CPU-seconds per span and the bytes
+each collector sent per span, for the same table (Rotel leaves the `*AttributesKeys` columns
+empty; the others fill them).
+
+Prints a markdown table (with tracehouse's ratio to every other leg) and writes JSON:
+{"tracehouse": {...}, "otelcol": {...}, "rotel": {...}, "run": {...}}.
 Artifacts (logs, configs, verify reports) go to $TRACEHOUSE_STATE/bench/<run-id>/.
 Every wait has a deadline; child processes are stopped on any exit.
 
@@ -52,7 +59,8 @@ from stack import (E2E, REPO, STATE, ClickHouse, Kafka, free_port, git_revision,
                    kafka_java, log_tail_errors, metric_sum, metrics_scrape, stack_env)
 
 POLL = 0.25  # seconds between progress samples
-LEGS = ("tracehouse", "otelcol")
+LEGS = ("tracehouse", "otelcol", "rotel")
+ROTEL_DEFAULT = REPO.parent / "shared" / "peers" / "rotel" / "rotel"
 
 
 # ---------------------------------------------------------------- the bench
@@ -104,6 +112,12 @@ class Bench:
             if r.returncode != 0:
                 raise BenchError("building the OpenTelemetry Collector failed (see above)")
             self.otelcol = Path(r.stdout.decode().strip().splitlines()[-1])
+        if "rotel" in self.args.legs:
+            self.rotel = Path(os.environ.get("ROTEL_BIN", ROTEL_DEFAULT))
+            if not os.access(self.rotel, os.X_OK):
+                raise BenchError(f"Rotel binary not found at {self.rotel}: set ROTEL_BIN to a release "
+                                 "build of streamfold/rotel (cargo build --release --no-default-features "
+                                 "--features rdkafka --bin rotel)")
 
     def produce(self):
         a = self.args
@@ -177,6 +191,32 @@ class Bench:
         return spawn([str(self.otelcol), "--config", str(self.args.otelcol_config)],
                      self.dir / "otelcol.log", env=env)
 
+    def start_rotel(self, db, group, mport):
+        # The flags of ../shared/peers/rotel/README.md: our topic and table, at-least-once with
+        # a 60 s request timeout like the OpenTelemetry Collector leg, and the batch size that
+        # was best for the span weight (50 000 for 240-byte spans, 20 000 for heavier ones).
+        del mport  # this build has no Prometheus exporter
+        batch = "50000" if self.args.span_profile == "minimal" else "20000"
+        cmd = [str(self.rotel), "start",
+               "--receiver", "kafka", "--kafka-receiver-brokers", self.env["KAFKA_BROKERS"],
+               "--kafka-receiver-traces", "--kafka-receiver-traces-topic", self.topic,
+               "--kafka-receiver-format", "protobuf",
+               "--kafka-receiver-group-id", group, "--kafka-receiver-client-id", group,
+               "--kafka-receiver-auto-offset-reset", "earliest",
+               "--exporter", "clickhouse", "--clickhouse-exporter-endpoint", self.env["CLICKHOUSE_URL"],
+               "--clickhouse-exporter-database", db, "--clickhouse-exporter-table-prefix", "otel",
+               "--clickhouse-exporter-compression", "lz4",
+               "--clickhouse-exporter-async-insert", "false",
+               "--clickhouse-exporter-user", self.env["CLICKHOUSE_USER"],
+               "--clickhouse-exporter-request-timeout", "60s",
+               "--batch-max-size", batch, "--batch-timeout", "200ms"]
+        if self.args.attributes == "json":
+            cmd.append("--clickhouse-exporter-enable-json")
+        (self.dir / "rotel-command.txt").write_text(" ".join(cmd) + "\n")
+        env = {**os.environ, **self.env,
+               "ROTEL_CLICKHOUSE_EXPORTER_PASSWORD": self.env["CLICKHOUSE_PASSWORD"]}
+        return spawn(cmd, self.dir / "rotel.log", env=env)
+
     def run_leg(self, leg):
         a = self.args
         n = a.spans
@@ -194,8 +234,9 @@ class Bench:
         say(f"{leg}: starting (database {db}, group {group})")
 
         t0 = time.monotonic()
-        p = self.start_tracehouse(db, group, mport) if leg == "tracehouse" \
-            else self.start_otelcol(db, group, mport)
+        start = {"tracehouse": self.start_tracehouse, "otelcol": self.start_otelcol,
+                 "rotel": self.start_rotel}[leg]
+        p = start(db, group, mport)
         deadline = t0 + a.timeout
         rows, lag, last_change, last_rows, last_print = 0, None, t0, -1, t0
         count_errors, last_error = 0, None
@@ -327,6 +368,9 @@ class Bench:
                                              if cpu > 0 else None)
             res["spans_per_second"] = round(n / wall)
             res["mb_per_second"] = round(sock.total / wall / 1e6, 2)
+            res["bytes_to_clickhouse_per_span"] = round(sock.total / n, 1)
+            res["clickhouse_server_cpu_us_per_span"] = (round(ch_cpu / n * 1e6, 2)
+                                                        if ch_cpu is not None else None)
         else:
             # A leg that lost, duplicated, did not finish or was disturbed gets no speed.
             res["spans_per_cpu_second"] = None
@@ -417,9 +461,13 @@ def table(report, legs):
             ("MB of OTLP per CPU-second", "otlp_mb_per_cpu_second", ""),
             ("spans per second (wall)", "spans_per_second", ""),
             ("MB/s to ClickHouse (compressed request bytes)", "mb_per_second", ""),
+            ("bytes to ClickHouse per span", "bytes_to_clickhouse_per_span", " B"),
+            ("ClickHouse server CPU per span", "clickhouse_server_cpu_us_per_span", " µs"),
             ("peak RSS (VmHWM)", "peak_rss_mib", " MiB")]
-    head = "| | " + " | ".join(legs) + (" | tracehouse / otelcol |" if len(legs) == 2 else " |")
-    lines = [head, "|---|" + "---:|" * (len(legs) + (1 if len(legs) == 2 else 0))]
+    # tracehouse's ratio to every other leg.
+    peers = [leg for leg in legs if leg != "tracehouse"] if "tracehouse" in legs else []
+    head = "| | " + " | ".join(legs) + "".join(f" | tracehouse / {q}" for q in peers) + " |"
+    lines = [head, "|---|" + "---:|" * (len(legs) + len(peers))]
     for label, key, unit in rows:
         cells = []
         for leg in legs:
@@ -428,8 +476,8 @@ def table(report, legs):
                 cells.append(f"{fmt(r.get('lost'))} / {fmt(r.get('duplicates'))}")
             else:
                 cells.append(fmt(r.get(key), unit))
-        if len(legs) == 2:
-            x, y = (report[leg].get(key) if key else None for leg in legs)
+        for q in peers:
+            x, y = (report[leg].get(key) if key else None for leg in ("tracehouse", q))
             ratio = f"{x / y:.2f}×" if isinstance(x, (int, float)) and isinstance(y, (int, float)) \
                 and not isinstance(x, bool) and y and key != "spans" else ""
             cells.append(ratio)
@@ -464,7 +512,8 @@ def main():
     ap.add_argument("--span-profile", choices=sorted(SPAN_PROFILES), default="full",
                     help="loadgen span shape (default full: about 1.08 KB per span)")
     ap.add_argument("--legs", default="tracehouse,otelcol",
-                    help="comma-separated, in run order (default: tracehouse,otelcol)")
+                    help="comma-separated, in run order, of tracehouse, otelcol, rotel "
+                         "(default: tracehouse,otelcol)")
     ap.add_argument("--timeout", type=float, default=None,
                     help="deadline per leg in seconds (default: 300 + N/1000)")
     ap.add_argument("--stall", type=float, default=120,
@@ -524,6 +573,9 @@ def main():
         "otlp_bytes": b.produced["bytes"],
         "otelcol_versions": {"builder": "v0.155.0", "kafkareceiver": "v0.155.0",
                              "batchprocessor": "v0.155.0", "clickhouseexporter": "v0.149.0"},
+        "rotel": ({"binary": str(b.rotel), "version": "0.2.1 (streamfold/rotel 9ff0ed0)",
+                   "columns": "leaves ResourceAttributesKeys and SpanAttributesKeys empty"}
+                  if "rotel" in a.legs else None),
         "notes": "cpu_seconds: utime+stime of the collector process, read right before it is "
                  "stopped; wall_seconds: start of the process until every row is in ClickHouse "
                  "and the group's committed lag is 0; mb_per_second: bytes the process sent to "

@@ -4,13 +4,21 @@
 //! period), and a fresh client never answers from a stale metadata cache, so a partition
 //! increase is seen at the next reconcile. librdkafka blocks, so the call runs on the
 //! blocking pool with a deadline.
+//!
+//! librdkafka reports why it cannot connect (wrong password, unknown CA, a plaintext client
+//! on a TLS listener) only through its error callback, while the metadata call merely times
+//! out; the client's context keeps the last such report so the failure can be named
+//! ([`classify`], pure).
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::types::RDKafkaRespErr;
 
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +39,67 @@ pub enum KafkaError {
     },
     #[error("the Kafka metadata task failed: {0}")]
     Task(String),
+    /// The brokers refused the SASL credentials.
+    #[error("Kafka brokers {brokers} refused the SASL credentials: {detail}")]
+    AuthFailed { brokers: String, detail: String },
+    /// The TLS handshake with the brokers failed (unknown CA, bad or missing certificate).
+    #[error("TLS to the Kafka brokers {brokers} failed: {detail}")]
+    TlsFailed { brokers: String, detail: String },
+    /// The client's `security.protocol` does not match the listener (e.g. plaintext on TLS).
+    #[error(
+        "Kafka brokers {brokers} hung up during the handshake, security settings do not match the listener: {detail}"
+    )]
+    ProtocolMismatch { brokers: String, detail: String },
 }
+
+/// A connection failure librdkafka named, as a pipeline condition tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    Auth,
+    Tls,
+    ProtocolMismatch,
+}
+
+/// Pure: what an error librdkafka reported through its error callback says. `None` for
+/// failures that are not about security (a broker down, a timeout).
+pub fn classify(code: RDKafkaErrorCode, reason: &str) -> Option<Failure> {
+    let r = reason.to_ascii_lowercase();
+    match code {
+        RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed => {
+            Some(Failure::Auth)
+        }
+        RDKafkaErrorCode::SSL => Some(Failure::Tls),
+        _ if r.contains("authentication") && r.contains("sasl") => Some(Failure::Auth),
+        _ if r.contains("ssl handshake failed") || r.contains("certificate verify failed") => {
+            Some(Failure::Tls)
+        }
+        _ if r.contains("incorrect security.protocol")
+            || r.contains("connecting to a ssl listener")
+            || r.contains("connecting to a plaintext listener") =>
+        {
+            Some(Failure::ProtocolMismatch)
+        }
+        _ => None,
+    }
+}
+
+/// Keeps the last security failure librdkafka reported.
+#[derive(Default)]
+struct Reports(Mutex<Option<(Failure, String)>>);
+
+impl ClientContext for Reports {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        let Some(code) = error.rdkafka_error_code() else {
+            return;
+        };
+        if let Some(f) = classify(code, reason) {
+            // librdkafka's texts name brokers and mechanisms, never the password.
+            *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((f, reason.to_owned()));
+        }
+    }
+}
+
+impl ConsumerContext for Reports {}
 
 /// How to reach the brokers: bootstrap servers and librdkafka client properties (security
 /// settings with inline PEMs and SASL credentials, never file paths).
@@ -69,9 +137,27 @@ fn partitions_blocking(
     topics: &[String],
     timeout: Duration,
 ) -> Result<BTreeMap<String, i32>, KafkaError> {
-    let unreachable = |source| KafkaError::Unreachable {
-        brokers: access.brokers.clone(),
-        source,
+    let brokers = access.brokers.clone();
+    let unreachable = |source, reports: Option<&Reports>| {
+        let named = reports.and_then(|r| r.0.lock().unwrap_or_else(|p| p.into_inner()).take());
+        match named {
+            Some((Failure::Auth, detail)) => KafkaError::AuthFailed {
+                brokers: brokers.clone(),
+                detail,
+            },
+            Some((Failure::Tls, detail)) => KafkaError::TlsFailed {
+                brokers: brokers.clone(),
+                detail,
+            },
+            Some((Failure::ProtocolMismatch, detail)) => KafkaError::ProtocolMismatch {
+                brokers: brokers.clone(),
+                detail,
+            },
+            None => KafkaError::Unreachable {
+                brokers: brokers.clone(),
+                source,
+            },
+        }
     };
     let mut config = ClientConfig::new();
     config
@@ -87,12 +173,14 @@ fn partitions_blocking(
     for (k, v) in &access.properties {
         config.set(k, v);
     }
-    let consumer: BaseConsumer = config.create().map_err(unreachable)?;
+    let consumer: BaseConsumer<Reports> = config
+        .create_with_context(Reports::default())
+        .map_err(|e| unreachable(e, None))?;
     let mut out = BTreeMap::new();
     for topic in topics {
         let metadata = consumer
             .fetch_metadata(Some(topic), timeout)
-            .map_err(unreachable)?;
+            .map_err(|e| unreachable(e, Some(consumer.context())))?;
         let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
             return Err(KafkaError::TopicNotFound {
                 topic: topic.clone(),
@@ -122,4 +210,43 @@ fn partitions_blocking(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn security_failures_are_named_from_what_librdkafka_reports() {
+        let cases = [
+            (
+                RDKafkaErrorCode::Authentication,
+                "SASL authentication error: Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512",
+                Some(Failure::Auth),
+            ),
+            (
+                RDKafkaErrorCode::SSL,
+                "ssl:127.0.0.1:19094: SSL handshake failed: error:0A000086:SSL routines::certificate verify failed",
+                Some(Failure::Tls),
+            ),
+            (
+                RDKafkaErrorCode::BrokerTransportFailure,
+                "127.0.0.1:19094/bootstrap: Disconnected while requesting ApiVersion: might be caused by incorrect security.protocol configuration (connecting to a SSL listener?) or broker version is < 0.10",
+                Some(Failure::ProtocolMismatch),
+            ),
+            (
+                RDKafkaErrorCode::AllBrokersDown,
+                "1/1 brokers are down",
+                None,
+            ),
+            (
+                RDKafkaErrorCode::BrokerTransportFailure,
+                "127.0.0.1:19092/bootstrap: Connect to ipv4#127.0.0.1:19092 failed: Connection refused",
+                None,
+            ),
+        ];
+        for (code, reason, want) in cases {
+            assert_eq!(classify(code, reason), want, "{reason}");
+        }
+    }
 }

@@ -206,7 +206,11 @@ async fn converge(tp: &TracePipeline, ctx: &Context, obs: &mut Observation) -> R
     obs.kafka = Step::Ok(partitions);
 
     // Pure; a spec the collector would refuse never reaches ClickHouse or the cluster.
-    let desired = builders::desired(tp, partitions)?;
+    let desired = builders::desired(tp, partitions)?.with_secrets_hash(
+        secrets
+            .fingerprint(&builders::referenced_secrets(tp))
+            .await?,
+    );
     let options = builders::table_options(&spec.clickhouse)?;
     obs.desired_replicas = Some(desired.replicas);
 
@@ -334,6 +338,7 @@ async fn clickhouse_connection(
         url: ch.endpoint.clone(),
         user,
         password,
+        tls: secrets.clickhouse_tls(ch.tls.as_ref()).await?,
     })
 }
 

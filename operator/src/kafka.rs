@@ -93,9 +93,23 @@ impl ClientContext for Reports {
             return;
         };
         if let Some(f) = classify(code, reason) {
-            // librdkafka's texts name brokers and mechanisms, never the password.
-            *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((f, reason.to_owned()));
+            self.record(f, reason);
         }
+    }
+
+    /// A plaintext client on a TLS listener is only ever logged ("Disconnected while
+    /// requesting ApiVersion: might be caused by incorrect security.protocol …").
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        if let Some(f) = classify(RDKafkaErrorCode::Fail, message) {
+            self.record(f, message);
+        }
+    }
+}
+
+impl Reports {
+    fn record(&self, failure: Failure, detail: &str) {
+        // librdkafka's texts name brokers and mechanisms, never the password.
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((failure, detail.to_owned()));
     }
 }
 
@@ -178,9 +192,14 @@ fn partitions_blocking(
         .map_err(|e| unreachable(e, None))?;
     let mut out = BTreeMap::new();
     for topic in topics {
-        let metadata = consumer
-            .fetch_metadata(Some(topic), timeout)
-            .map_err(|e| unreachable(e, Some(consumer.context())))?;
+        let metadata = consumer.fetch_metadata(Some(topic), timeout).map_err(|e| {
+            // librdkafka's error events wait in the queue until polled: serve them so
+            // the context sees why the brokers could not be reached.
+            for _ in 0..5 {
+                let _ = consumer.poll(Duration::from_millis(20));
+            }
+            unreachable(e, Some(consumer.context()))
+        })?;
         let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
             return Err(KafkaError::TopicNotFound {
                 topic: topic.clone(),

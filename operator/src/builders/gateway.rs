@@ -143,10 +143,11 @@ fn volumes(tp: &TracePipeline, names: &Names) -> (Vec<Volume>, Vec<VolumeMount>)
         }]),
         ..Default::default()
     };
-    // A `kubernetes.io/tls` Secret, readable by the collector's user only.
+    // A `kubernetes.io/tls` Secret. Readable by all: Secret files are owned by root and the
+    // collector runs as 65532 (0400 made the key unreadable to it); the pod has no other user.
     let client_cert = |name: &String| SecretVolumeSource {
         secret_name: Some(name.clone()),
-        default_mode: Some(0o400),
+        default_mode: Some(0o444),
         ..Default::default()
     };
     if let Some(r) = kafka.and_then(|t| t.ca.as_ref()) {

@@ -99,7 +99,7 @@ impl ClientContext for Reports {
 
     /// A plaintext client on a TLS listener is only ever logged ("Disconnected while
     /// requesting ApiVersion: might be caused by incorrect security.protocol …").
-    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+    fn log(&self, _level: rdkafka::config::RDKafkaLogLevel, _fac: &str, message: &str) {
         if let Some(f) = classify(RDKafkaErrorCode::Fail, message) {
             self.record(f, message);
         }

@@ -218,6 +218,16 @@ mod tests {
     }
 
     #[test]
+    fn tls_failures_have_their_own_reason() {
+        let e = InsertError::Transport(
+            "cannot connect: invalid peer certificate: UnknownIssuer".into(),
+        );
+        assert_eq!(e.reason(), "tls");
+        assert_eq!(e.verdict(), Verdict::Retry);
+        assert!(crate::metrics::INSERT_FAILURE_REASONS.contains(&e.reason()));
+    }
+
+    #[test]
     fn errors_map_to_verdicts_and_reasons() {
         let e = InsertError::Server {
             code: 252,

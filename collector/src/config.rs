@@ -59,6 +59,31 @@ pub struct ClickHouseConfig {
     pub request_timeout_ms: u64,
     pub retry_initial_ms: u64,
     pub retry_max_ms: u64,
+    /// TLS for `https://` URLs. Left out when default, so configs (and their hashes)
+    /// without TLS stay as they were.
+    #[serde(skip_serializing_if = "ClickHouseTlsConfig::is_default")]
+    pub tls: ClickHouseTlsConfig,
+}
+
+/// TLS to ClickHouse: files the collector reads at start (the operator mounts them from
+/// Secrets). Without `ca_file` the system roots are trusted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClickHouseTlsConfig {
+    /// PEM CA bundle that signs the server's certificate.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate (mutual TLS); needs `client_key_file`.
+    pub client_cert_file: Option<PathBuf>,
+    /// PEM private key of the client certificate. Never logged.
+    pub client_key_file: Option<PathBuf>,
+    /// Accept any server certificate. Only for tests.
+    pub insecure_skip_verify: bool,
+}
+
+impl ClickHouseTlsConfig {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -124,6 +149,7 @@ impl Default for ClickHouseConfig {
             request_timeout_ms: 60_000,
             retry_initial_ms: 200,
             retry_max_ms: 30_000,
+            tls: ClickHouseTlsConfig::default(),
         }
     }
 }
@@ -233,6 +259,12 @@ impl Config {
             .map_err(|e| invalid("clickhouse.database", e.to_string()))?;
         tracehouse_schema::Ident::new("clickhouse.table", c.table.as_str())
             .map_err(|e| invalid("clickhouse.table", e.to_string()))?;
+        if c.tls.client_cert_file.is_some() != c.tls.client_key_file.is_some() {
+            return Err(invalid(
+                "clickhouse.tls",
+                "client_cert_file and client_key_file go together: set both or neither",
+            ));
+        }
         if c.max_inflight_inserts == 0 {
             return Err(invalid(
                 "clickhouse.max_inflight_inserts",
@@ -300,6 +332,18 @@ impl std::fmt::Debug for Credentials {
 }
 
 impl ClickHouseConfig {
+    /// Read the TLS files named in `tls` (the CA bundle, the client certificate and key).
+    pub fn tls(&self) -> Result<tracehouse_schema::TlsConfig, ConfigError> {
+        let t = &self.tls;
+        tracehouse_schema::TlsConfig::from_files(
+            t.ca_file.as_deref(),
+            t.client_cert_file.as_deref(),
+            t.client_key_file.as_deref(),
+            t.insecure_skip_verify,
+        )
+        .map_err(|e| invalid("clickhouse.tls", e.to_string()))
+    }
+
     /// Resolve credentials: `user`/`password_file` first, then `CLICKHOUSE_USER`/`CLICKHOUSE_PASSWORD`.
     pub fn credentials(&self) -> Result<Credentials, ConfigError> {
         let user = self
@@ -345,6 +389,15 @@ mod tests {
         .unwrap();
         assert_eq!(c.kafka.encoding, Encoding::OtlpJson);
         assert_eq!(c.clickhouse.attributes, Attributes::Json);
+        let c: Config = crate::yaml::from_str(
+            "clickhouse: {tls: {ca_file: /ca.crt, insecure_skip_verify: true}}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.clickhouse.tls.ca_file.as_deref(),
+            Some(Path::new("/ca.crt"))
+        );
+        assert!(c.clickhouse.tls.insecure_skip_verify);
         assert_eq!(c.batch, BatchConfig::default());
         let err = crate::yaml::from_str::<Config>("kafka: {brokerz: 'a:1'}").unwrap_err();
         assert!(err.to_string().contains("brokerz"), "{err}");
@@ -370,6 +423,10 @@ mod tests {
             field_of(c.validate().unwrap_err()),
             "limits.max_inflight_bytes"
         );
+
+        let mut c = Config::default();
+        c.clickhouse.tls.client_cert_file = Some("/tls/tls.crt".into());
+        assert_eq!(field_of(c.validate().unwrap_err()), "clickhouse.tls");
 
         let mut c = Config::default();
         c.kafka

@@ -19,8 +19,9 @@ pub const CONSUMER_LAG_SECONDS: &str = "consumer_lag_seconds";
 /// Every `reason` of `insert_errors`/`insert_retries` (`sink::InsertError::reason`). Both
 /// families start with these at zero, so dashboards and alerts see the series before the
 /// first failure (a rate of a series that does not exist is no series at all).
-pub const INSERT_FAILURE_REASONS: [&str; 4] = [
+pub const INSERT_FAILURE_REASONS: [&str; 5] = [
     "unreachable",
+    "tls",
     "server_busy",
     "rejected_data",
     "config_or_access",

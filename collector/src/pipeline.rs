@@ -36,6 +36,7 @@ pub async fn run(
     let sink = Sink::new(
         &cfg.clickhouse.url,
         credentials,
+        &cfg.clickhouse.tls()?,
         Duration::from_millis(cfg.clickhouse.request_timeout_ms),
     )?;
     let health = Arc::new(Health::default());
@@ -61,7 +62,15 @@ pub async fn run(
                     Ok(()) => health.clickhouse_ok.store(true, Ordering::Relaxed),
                     Err(e) => {
                         if !logged {
-                            tracing::warn!(error = %e, "ClickHouse is not reachable yet");
+                            let https = sink.is_https();
+                            match tracehouse_schema::tls::classify(&e.to_string(), https) {
+                                Some(f) => {
+                                    tracing::error!(error = %e, tls = f.describe(), "ClickHouse TLS failed; retrying every 5 s")
+                                }
+                                None => {
+                                    tracing::warn!(error = %e, "ClickHouse is not reachable yet")
+                                }
+                            }
                             logged = true;
                         }
                         health.clickhouse_ok.store(false, Ordering::Relaxed)

@@ -34,6 +34,10 @@ impl InsertError {
     /// A low-cardinality label for metrics.
     pub fn reason(&self) -> &'static str {
         match self {
+            // TLS failures are not outages: the certificate or the URL needs fixing.
+            InsertError::Transport(t) if tracehouse_schema::tls::classify(t, true).is_some() => {
+                "tls"
+            }
             InsertError::Transport(_) => "unreachable",
             InsertError::Server { code, .. } => match classify(*code) {
                 Verdict::Retry => "server_busy",
@@ -71,10 +75,16 @@ impl Sink {
     pub fn new(
         base_url: &str,
         credentials: Credentials,
+        tls: &tracehouse_schema::TlsConfig,
         timeout: Duration,
     ) -> Result<Self, InsertError> {
         install_crypto_provider();
+        // The same rustls configuration as every other ClickHouse client (schema, verify).
+        let tls = tls
+            .client_config()
+            .map_err(|e| InsertError::Transport(format!("ClickHouse TLS: {e}")))?;
         let client = reqwest::Client::builder()
+            .use_preconfigured_tls(tls)
             .timeout(timeout)
             .connect_timeout(Duration::from_secs(5))
             .pool_idle_timeout(Duration::from_secs(5))
@@ -88,6 +98,11 @@ impl Sink {
         })
     }
 
+    /// Whether the endpoint is `https://`.
+    pub fn is_https(&self) -> bool {
+        self.base_url.starts_with("https://")
+    }
+
     /// `GET /ping`: is the server there?
     pub async fn ping(&self) -> Result<(), InsertError> {
         let resp = self
@@ -95,7 +110,7 @@ impl Sink {
             .get(format!("{}/ping", self.base_url))
             .send()
             .await
-            .map_err(|e| InsertError::Transport(e.to_string()))?;
+            .map_err(|e| InsertError::Transport(describe_reqwest(&e)))?;
         if resp.status().is_success() {
             Ok(())
         } else {
@@ -200,6 +215,16 @@ mod tests {
         );
         assert_eq!(parse_exception_code("Ok."), None);
         assert_eq!(parse_exception_code(""), None);
+    }
+
+    #[test]
+    fn tls_failures_have_their_own_reason() {
+        let e = InsertError::Transport(
+            "cannot connect: invalid peer certificate: UnknownIssuer".into(),
+        );
+        assert_eq!(e.reason(), "tls");
+        assert_eq!(e.verdict(), Verdict::Retry);
+        assert!(crate::metrics::INSERT_FAILURE_REASONS.contains(&e.reason()));
     }
 
     #[test]

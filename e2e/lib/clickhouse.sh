@@ -5,6 +5,7 @@ CHDB_VERSION=26.9.0
 VENV="$TRACEHOUSE_CACHE/venv-chdb-$CHDB_VERSION"
 CLICKHOUSE_DATA="$TRACEHOUSE_STATE/clickhouse"
 CLICKHOUSE_USER_NAME="${TRACEHOUSE_CLICKHOUSE_USER:-tracehouse}"
+source "$E2E_DIR/lib/tls.sh"
 
 clickhouse_install() {
   [[ -f "$VENV/.installed" ]] && return 0
@@ -27,6 +28,10 @@ clickhouse_password() {
   cat "$f"
 }
 
+clickhouse_tls_ping() {
+  [[ "$(curl -fsS --cacert "$TLS_DIR/ca.crt" "https://127.0.0.1:$CLICKHOUSE_TLS_PORT/ping" 2>/dev/null)" == "Ok." ]]
+}
+
 clickhouse_ping() { [[ "$(curl -fsS "http://127.0.0.1:$CLICKHOUSE_PORT/ping" 2>/dev/null)" == "Ok." ]]; }
 
 clickhouse_up() {
@@ -37,15 +42,21 @@ clickhouse_up() {
   # The password reaches the server through a file, never the command line (ps would show it).
   printf '%s:%s\n' "$CLICKHOUSE_USER_NAME" "$pw" >"$CLICKHOUSE_DATA/users"
   chmod 600 "$CLICKHOUSE_DATA/users"
+  # HTTPS (and HTTPS with client certificates) beside plain HTTP, certificates from e2e/lib/tls.sh.
+  tls_ensure
+  port_taken "$CLICKHOUSE_TLS_PORT" && die "clickhouse: port $CLICKHOUSE_TLS_PORT is already taken"
   start_bg clickhouse "$CLICKHOUSE_PORT" "$VENV/bin/python" -u "$E2E_DIR/chserver/chserver.py" \
-    --listen "127.0.0.1:$CLICKHOUSE_PORT" --data "$CLICKHOUSE_DATA/db" --users-file "$CLICKHOUSE_DATA/users"
+    --listen "127.0.0.1:$CLICKHOUSE_PORT" --data "$CLICKHOUSE_DATA/db" --users-file "$CLICKHOUSE_DATA/users" \
+    --https-listen "127.0.0.1:$CLICKHOUSE_TLS_PORT" --mtls-listen "127.0.0.1:$CLICKHOUSE_MTLS_PORT" \
+    --tls-cert "$TLS_DIR/server.crt" --tls-key "$TLS_DIR/server.key" --tls-ca "$TLS_DIR/ca.crt"
   wait_until clickhouse 120 clickhouse_ping
+  wait_until clickhouse 30 clickhouse_tls_ping
 }
 
 clickhouse_down() { stop_bg clickhouse 30; }
 
 clickhouse_status() {
-  if pid_alive clickhouse; then echo "clickhouse  running  pid $(cat "$PID_DIR/clickhouse.pid")  http://127.0.0.1:$CLICKHOUSE_PORT  log $LOG_DIR/clickhouse.log"
+  if pid_alive clickhouse; then echo "clickhouse  running  pid $(cat "$PID_DIR/clickhouse.pid")  http://127.0.0.1:$CLICKHOUSE_PORT https://127.0.0.1:$CLICKHOUSE_TLS_PORT (mTLS :$CLICKHOUSE_MTLS_PORT)  log $LOG_DIR/clickhouse.log"
   else echo "clickhouse  stopped"; fi
 }
 
@@ -53,6 +64,8 @@ clickhouse_env() {
   echo "export CLICKHOUSE_URL=http://127.0.0.1:$CLICKHOUSE_PORT"
   echo "export CLICKHOUSE_USER=$CLICKHOUSE_USER_NAME"
   echo "export CLICKHOUSE_PASSWORD=$(clickhouse_password)"
+  echo "export CLICKHOUSE_TLS_URL=https://127.0.0.1:$CLICKHOUSE_TLS_PORT"
+  echo "export CLICKHOUSE_MTLS_URL=https://127.0.0.1:$CLICKHOUSE_MTLS_PORT"
 }
 
 # clickhouse_query SQL: run a query as the stack user, print the result.

@@ -4,6 +4,11 @@
 KAFKA_VERSION=4.1.1
 KAFKA_HOME="$TRACEHOUSE_CACHE/kafka-$KAFKA_VERSION"
 KAFKA_DATA="$TRACEHOUSE_STATE/kafka"
+# The SCRAM-SHA-512 user of the SASL_SSL listener; its password is generated once per state
+# directory (like ClickHouse's) and reaches the broker through ConfigCommand on the plaintext
+# listener, from a private file rather than the command line.
+KAFKA_SCRAM_USER_NAME="${TRACEHOUSE_KAFKA_SCRAM_USER:-tracehouse}"
+source "$E2E_DIR/lib/tls.sh"
 
 kafka_install() {
   [[ -f "$KAFKA_HOME/.installed" ]] && return 0
@@ -27,11 +32,20 @@ kafka_configure() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_SSL_PORT,MTLS://127.0.0.1:$KAFKA_MTLS_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_SSL_PORT,MTLS://127.0.0.1:$KAFKA_MTLS_PORT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,MTLS:SSL
+# Secured listeners (certificates from e2e/lib/tls.sh): SCRAM-SHA-512 over TLS, and mutual TLS.
+ssl.keystore.type=PEM
+ssl.keystore.location=$TLS_DIR/server.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$TLS_DIR/ca.crt
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.mtls.ssl.client.auth=required
 log.dirs=$KAFKA_DATA/logs
 num.partitions=8
 offsets.topic.replication.factor=1
@@ -65,25 +79,60 @@ kafka_ready() {
     >/dev/null 2>&1
 }
 
+# The SCRAM user's password, generated once per state directory.
+kafka_scram_password() {
+  local f="$KAFKA_DATA/scram-password"
+  if [[ ! -s "$f" ]]; then
+    mkdir -p "$KAFKA_DATA"
+    (umask 077; head -c 18 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' >"$f")
+  fi
+  cat "$f"
+}
+
+# Create (or reset) the SCRAM-SHA-512 user through the plaintext listener. The password goes
+# through a properties file read by the tool, not the command line (ps would show it).
+kafka_scram_user() {
+  local f="$KAFKA_DATA/scram-user.properties"
+  (umask 077; printf 'SCRAM-SHA-512=iterations=4096,password=%s\n' "$(kafka_scram_password)" >"$f")
+  # The tool's errors can echo the password: they are not logged, only the verdict is.
+  if ! kafka_java kafka.admin.ConfigCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" --alter \
+    --entity-type users --entity-name "$KAFKA_SCRAM_USER_NAME" --add-config-file "$f" >/dev/null 2>&1; then
+    rm -f "$f"
+    die "kafka: creating the SCRAM user $KAFKA_SCRAM_USER_NAME failed (kafka.admin.ConfigCommand --alter --entity-type users)"
+  fi
+  rm -f "$f"
+}
+
 kafka_up() {
   kafka_install
+  tls_ensure
   if pid_alive kafka; then say "kafka already running"; return 0; fi
+  local p; for p in "$KAFKA_SASL_SSL_PORT" "$KAFKA_MTLS_PORT"; do
+    port_taken "$p" && die "kafka: port $p on 127.0.0.1 is already taken by another process"
+  done
   kafka_configure
   start_bg kafka "$KAFKA_PORT" java -Xms256m -Xmx1g -XX:+UseG1GC \
     -Dlog4j.configuration="file:$KAFKA_DATA/log4j.properties" \
     -cp "$KAFKA_HOME/lib/*" kafka.Kafka "$KAFKA_DATA/server.properties"
   wait_until kafka 120 port_taken "$KAFKA_PORT"
   wait_until kafka 120 kafka_ready
+  kafka_scram_user
 }
 
 kafka_down() { stop_bg kafka 30; }
 
 kafka_status() {
-  if pid_alive kafka; then echo "kafka       running  pid $(cat "$PID_DIR/kafka.pid")  127.0.0.1:$KAFKA_PORT  log $LOG_DIR/kafka.log"
+  if pid_alive kafka; then echo "kafka       running  pid $(cat "$PID_DIR/kafka.pid")  127.0.0.1:$KAFKA_PORT (SASL_SSL :$KAFKA_SASL_SSL_PORT, mTLS :$KAFKA_MTLS_PORT)  log $LOG_DIR/kafka.log"
   else echo "kafka       stopped"; fi
 }
 
-kafka_env() { echo "export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"; }
+kafka_env() {
+  echo "export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
+  echo "export KAFKA_SASL_SSL_BROKERS=127.0.0.1:$KAFKA_SASL_SSL_PORT"
+  echo "export KAFKA_SCRAM_USER=$KAFKA_SCRAM_USER_NAME"
+  echo "export KAFKA_SCRAM_PASSWORD=$(kafka_scram_password)"
+  echo "export KAFKA_MTLS_BROKERS=127.0.0.1:$KAFKA_MTLS_PORT"
+}
 
 # kafka_topic NAME PARTITIONS: create the topic if it does not exist.
 kafka_topic() {

@@ -55,6 +55,10 @@ impl Error {
             Self::InvalidSpec(_) => "invalid_spec",
             Self::Secret(_) => "secret",
             Self::Kafka(KafkaError::TopicNotFound { .. }) => "kafka_topic_not_found",
+            Self::Kafka(KafkaError::AuthFailed { .. }) => "kafka_auth",
+            Self::Kafka(KafkaError::TlsFailed { .. } | KafkaError::ProtocolMismatch { .. }) => {
+                "kafka_tls"
+            }
             Self::Kafka(_) => "kafka",
             Self::Schema { .. } | Self::SchemaTimeout { .. } => "schema",
             Self::Kube(_) => "kube_api",
@@ -74,6 +78,9 @@ impl Error {
             Self::Secret(SecretError::NotFound { .. }) => "SecretNotFound",
             Self::Secret(_) => "SecretInvalid",
             Self::Kafka(KafkaError::TopicNotFound { .. }) => "TopicNotFound",
+            Self::Kafka(KafkaError::AuthFailed { .. }) => "KafkaAuthFailed",
+            Self::Kafka(KafkaError::TlsFailed { .. }) => "KafkaTlsFailed",
+            Self::Kafka(KafkaError::ProtocolMismatch { .. }) => "KafkaProtocolMismatch",
             Self::Kafka(_) => "KafkaUnreachable",
             Self::Schema { source, .. } => match source {
                 tracehouse_schema::Error::ChecksumMismatch { .. }
@@ -81,6 +88,13 @@ impl Error {
                 | tracehouse_schema::Error::UnknownMigration { .. } => "SchemaConflict",
                 tracehouse_schema::Error::LockTimeout { .. }
                 | tracehouse_schema::Error::LockLost { .. } => "SchemaLocked",
+                tracehouse_schema::Error::Tls { .. } => "ClickHouseTlsFailed",
+                e if e
+                    .server_code()
+                    .is_some_and(|c| CLICKHOUSE_AUTH_CODES.contains(&c)) =>
+                {
+                    "ClickHouseAuthFailed"
+                }
                 tracehouse_schema::Error::ClickHouse { .. } => "ClickHouseUnavailable",
                 _ => "MigrationFailed",
             },
@@ -95,6 +109,10 @@ impl Error {
         }
     }
 }
+
+/// ClickHouse's "authentication failed" and "unknown user" codes: the credentials, not an
+/// outage.
+const CLICKHOUSE_AUTH_CODES: [u32; 3] = [192, 193, 516];
 
 #[cfg(test)]
 mod tests {
@@ -133,6 +151,45 @@ mod tests {
             );
         }
         assert_eq!(errors[0].reason(), "TopicNotFound");
+        let named = [
+            (
+                Error::Kafka(KafkaError::AuthFailed {
+                    brokers: "b".into(),
+                    detail: "SASL authentication error".into(),
+                }),
+                "KafkaAuthFailed",
+                "kafka_auth",
+            ),
+            (
+                Error::Kafka(KafkaError::TlsFailed {
+                    brokers: "b".into(),
+                    detail: "certificate verify failed".into(),
+                }),
+                "KafkaTlsFailed",
+                "kafka_tls",
+            ),
+            (
+                Error::Schema {
+                    target: "otel.otel_traces".into(),
+                    source: tracehouse_schema::Error::Tls {
+                        context: "status".into(),
+                        failure: tracehouse_schema::TlsFailure::UnknownCa,
+                        detail: "invalid peer certificate: UnknownIssuer".into(),
+                    },
+                },
+                "ClickHouseTlsFailed",
+                "schema",
+            ),
+        ];
+        for (e, reason, label) in &named {
+            assert_eq!(e.reason(), *reason, "{e}");
+            assert_eq!(e.metric_label(), *label, "{e}");
+        }
+        assert!(
+            named[2].0.to_string().contains("unknown CA"),
+            "{}",
+            named[2].0
+        );
         assert_eq!(errors[0].metric_label(), "kafka_topic_not_found");
     }
 }

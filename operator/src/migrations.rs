@@ -36,7 +36,7 @@ pub async fn ensure(
     applied_by: &str,
     lock_timeout: Duration,
 ) -> Result<SchemaOutcome, tracehouse_schema::Error> {
-    let server = Server::new(connection);
+    let server = Server::new(connection)?;
     let status = tracehouse_schema::status(&server, options).await?;
     if status.is_up_to_date() {
         return Ok(SchemaOutcome {

@@ -226,7 +226,11 @@ async fn converge(
     obs.kafka = Step::Ok(partitions);
 
     // Pure; a spec the collector would refuse never reaches ClickHouse or the cluster.
-    let mut desired = builders::desired(tp, partitions)?;
+    let mut desired = builders::desired(tp, partitions)?.with_secrets_hash(
+        secrets
+            .fingerprint(&builders::referenced_secrets(tp))
+            .await?,
+    );
     let options = builders::table_options(&spec.clickhouse)?;
 
     // Who sizes the gateway: the scale subresource, the autoscaler or the partitions.
@@ -373,6 +377,7 @@ async fn clickhouse_connection(
         url: ch.endpoint.clone(),
         user,
         password,
+        tls: secrets.clickhouse_tls(ch.tls.as_ref()).await?,
     })
 }
 

@@ -1,13 +1,18 @@
 //! Reading the Secrets a pipeline references: the operator itself needs the credentials to
 //! run migrations and read Kafka metadata. Values are held only for the call and never
-//! logged, written to status, or copied into another object.
+//! logged, written to status, or copied into another object — except as a one-way
+//! fingerprint ([`fingerprint_of`]) on the pod template, so a changed Secret rolls the pods.
 
+use std::collections::BTreeSet;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 
-use crate::crd::{CredentialsSecretRef, SecretKeyRef, TracePipeline};
+use sha2::{Digest, Sha256};
+use tracehouse_schema::{ClientIdentity, TlsConfig};
+
+use crate::crd::{ClickHouseTls, CredentialsSecretRef, SecretKeyRef, TracePipeline};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
@@ -116,11 +121,106 @@ impl Secrets {
             password: self.value(&r.name, &r.password_key).await?,
         })
     }
+
+    /// `spec.clickhouse.tls` with the Secrets' PEMs inline, for the operator's own client.
+    pub async fn clickhouse_tls(
+        &self,
+        tls: Option<&ClickHouseTls>,
+    ) -> Result<TlsConfig, SecretError> {
+        let Some(tls) = tls else {
+            return Ok(TlsConfig::default());
+        };
+        let ca_pem = match &tls.ca {
+            Some(r) => Some(self.key(r).await?),
+            None => None,
+        };
+        let client = match &tls.client_cert_secret_name {
+            Some(name) => Some(ClientIdentity {
+                cert_pem: self.value(name, "tls.crt").await?,
+                key_pem: self.value(name, "tls.key").await?,
+            }),
+            None => None,
+        };
+        Ok(TlsConfig {
+            ca_pem,
+            client,
+            insecure_skip_verify: tls.insecure_skip_verify,
+        })
+    }
+
+    /// The fingerprint of the named Secrets' data (see [`fingerprint_of`]); a missing
+    /// Secret is an error, as it would be for the pods.
+    pub async fn fingerprint(&self, names: &BTreeSet<String>) -> Result<String, SecretError> {
+        let mut secrets = Vec::with_capacity(names.len());
+        for name in names {
+            let secret = self
+                .api
+                .get_opt(name)
+                .await
+                .map_err(|source| SecretError::Api {
+                    namespace: self.namespace.clone(),
+                    name: name.clone(),
+                    source,
+                })?
+                .ok_or_else(|| SecretError::NotFound {
+                    namespace: self.namespace.clone(),
+                    name: name.clone(),
+                })?;
+            let data = secret
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect();
+            secrets.push((name.clone(), data));
+        }
+        Ok(fingerprint_of(&secrets))
+    }
+}
+
+/// `sha256:<hex>` (128 bits) over each Secret's name, keys and values, in order: it tells
+/// changes apart without carrying any value. Like every unsalted digest it only protects a
+/// weak password as well as the password's own strength does (whoever reads pod specs could
+/// test guesses against it), which is why it covers all the Secrets' data at once.
+pub fn fingerprint_of(secrets: &[(String, std::collections::BTreeMap<String, Vec<u8>>)]) -> String {
+    let mut h = Sha256::new();
+    for (name, data) in secrets {
+        h.update((name.len() as u64).to_le_bytes());
+        h.update(name.as_bytes());
+        for (k, v) in data {
+            h.update((k.len() as u64).to_le_bytes());
+            h.update(k.as_bytes());
+            h.update((v.len() as u64).to_le_bytes());
+            h.update(v);
+        }
+    }
+    let hex: String = h.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256:{hex}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fingerprint_changes_with_any_value_and_never_shows_it() {
+        let one = |v: &str| {
+            vec![(
+                "kafka-scram".to_owned(),
+                std::collections::BTreeMap::from([
+                    ("username".to_owned(), b"writer".to_vec()),
+                    ("password".to_owned(), v.as_bytes().to_vec()),
+                ]),
+            )]
+        };
+        let a = fingerprint_of(&one("hunter2"));
+        assert_eq!(a, fingerprint_of(&one("hunter2")));
+        assert_ne!(a, fingerprint_of(&one("hunter3")));
+        assert!(a.starts_with("sha256:") && !a.contains("hunter2"));
+    }
 
     #[test]
     fn credentials_debug_hides_the_password() {

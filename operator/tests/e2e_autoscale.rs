@@ -54,6 +54,7 @@ fn verify_options(database: &str, generator_id: &str, spans: u64) -> VerifyOptio
             expected: spans,
         }],
         timeout: Duration::from_secs(30),
+        tls: Default::default(),
     }
 }
 

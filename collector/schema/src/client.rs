@@ -10,6 +10,7 @@ use std::fmt;
 use clickhouse::{Client, Compression, RowOwned, RowRead};
 
 use crate::error::Error;
+use crate::tls::TlsConfig;
 
 /// Environment variable with the server URL, e.g. `http://127.0.0.1:8123`.
 pub const ENV_URL: &str = "CLICKHOUSE_URL";
@@ -24,10 +25,13 @@ pub struct ConnectionConfig {
     pub url: String,
     pub user: Option<String>,
     pub password: Option<String>,
+    /// TLS for `https://` URLs (CA bundle, client certificate).
+    pub tls: TlsConfig,
 }
 
 impl ConnectionConfig {
-    /// Reads [`ENV_URL`], [`ENV_USER`] and [`ENV_PASSWORD`]; the URL is required.
+    /// Reads [`ENV_URL`], [`ENV_USER`], [`ENV_PASSWORD`] and the TLS variables of
+    /// [`crate::tls`]; the URL is required.
     pub fn from_env() -> Result<Self, Error> {
         let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
         let url = var(ENV_URL).ok_or_else(|| {
@@ -39,6 +43,7 @@ impl ConnectionConfig {
             url,
             user: var(ENV_USER),
             password: var(ENV_PASSWORD),
+            tls: TlsConfig::from_env().map_err(|e| Error::InvalidOptions(e.to_string()))?,
         })
     }
 }
@@ -50,6 +55,7 @@ impl fmt::Debug for ConnectionConfig {
             .field("url", &self.url)
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -58,6 +64,7 @@ impl fmt::Debug for ConnectionConfig {
 #[derive(Clone)]
 pub struct Server {
     client: Client,
+    https: bool,
 }
 
 impl fmt::Debug for Server {
@@ -67,8 +74,12 @@ impl fmt::Debug for Server {
 }
 
 impl Server {
-    pub fn new(config: &ConnectionConfig) -> Self {
-        let mut client = Client::default()
+    /// A client for `config`; fails only on an unusable TLS setup (unreadable PEM).
+    pub fn new(config: &ConnectionConfig) -> Result<Self, Error> {
+        let mut client = config
+            .tls
+            .clickhouse_client()
+            .map_err(|e| Error::InvalidOptions(format!("ClickHouse TLS: {e}")))?
             .with_url(&config.url)
             // Schema traffic is a few small statements; compression buys nothing.
             .with_compression(Compression::None);
@@ -78,13 +89,38 @@ impl Server {
         if let Some(password) = &config.password {
             client = client.with_password(password);
         }
-        Self { client }
+        Ok(Self {
+            client,
+            https: config.url.starts_with("https://"),
+        })
     }
 
     /// Wraps a client the caller configured (TLS, headers, …). Its default database
     /// does not matter: every statement here names its database.
     pub fn from_client(client: Client) -> Self {
-        Self { client }
+        Self {
+            client,
+            https: false,
+        }
+    }
+
+    /// A failed call as an [`Error`]: TLS failures of `https://` URLs named
+    /// ([`Error::Tls`]), the rest as ClickHouse errors. A plaintext URL whose connection is
+    /// reset is not called a TLS problem here: a failing server looks the same.
+    fn error(&self, context: &str, e: clickhouse::error::Error) -> Error {
+        if self.https
+            && let clickhouse::error::Error::Network(_) = &e
+        {
+            let detail = crate::tls::error_chain(&e);
+            if let Some(failure) = crate::tls::classify(&detail, self.https) {
+                return Error::Tls {
+                    context: context.to_owned(),
+                    failure,
+                    detail,
+                };
+            }
+        }
+        Error::clickhouse(context, e)
     }
 
     /// Runs one statement that returns no rows.
@@ -94,7 +130,7 @@ impl Server {
             .query_raw(sql)
             .execute()
             .await
-            .map_err(|e| Error::clickhouse(context, e))
+            .map_err(|e| self.error(context, e))
     }
 
     /// Runs a `SELECT` and returns every row.
@@ -106,7 +142,7 @@ impl Server {
             .query_raw(sql)
             .fetch_all::<T>()
             .await
-            .map_err(|e| Error::clickhouse(context, e))
+            .map_err(|e| self.error(context, e))
     }
 }
 
@@ -120,6 +156,7 @@ mod tests {
             url: "http://h:8123".into(),
             user: Some("u".into()),
             password: Some("s3cret".into()),
+            tls: TlsConfig::default(),
         };
         let shown = format!("{c:?}");
         assert!(!shown.contains("s3cret"), "{shown}");

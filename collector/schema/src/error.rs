@@ -75,6 +75,15 @@ pub enum Error {
 
     #[error("unexpected answer from ClickHouse: {0}")]
     Protocol(String),
+
+    /// The connection's TLS failed (or TLS and plaintext were mixed up): retrying will not
+    /// help until the certificate, the CA or the URL is fixed.
+    #[error("{context}: TLS to ClickHouse failed, {}: {detail}", failure.describe())]
+    Tls {
+        context: String,
+        failure: crate::tls::TlsFailure,
+        detail: String,
+    },
 }
 
 impl Error {

@@ -15,6 +15,8 @@
 //!   under a lock ([`lock`]), recording each step in a ledger ([`ledger`]) and adopting
 //!   tables the exporter or ClickStack created ([`adopt`]).
 //!
+//! - [`tls`]: TLS to ClickHouse (CA bundle, client certificate), for every client path.
+//!
 //! User-supplied names only ever reach SQL as [`Ident`]s (see [`ident`]).
 
 pub mod adopt;
@@ -29,6 +31,7 @@ pub mod migrations;
 pub mod model;
 pub mod options;
 pub mod settings;
+pub mod tls;
 pub mod types;
 
 pub use client::{ConnectionConfig, Server};
@@ -44,4 +47,5 @@ pub use model::{
     indexes, insert_columns,
 };
 pub use settings::{Setting, SettingError, TableSettings};
+pub use tls::{ClientIdentity, TlsConfig, TlsError, TlsFailure};
 pub use types::ClickHouseType;

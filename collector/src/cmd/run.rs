@@ -45,6 +45,8 @@ pub struct RunArgs {
     /// File with the ClickHouse password (otherwise CLICKHOUSE_PASSWORD).
     #[arg(long)]
     password_file: Option<PathBuf>,
+    #[command(flatten)]
+    clickhouse_tls: super::ClickHouseTlsArgs,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
@@ -91,6 +93,7 @@ impl RunArgs {
         if let Some(v) = &self.password_file {
             cfg.clickhouse.password_file = Some(v.clone());
         }
+        self.clickhouse_tls.apply(&mut cfg.clickhouse.tls);
         if let Some(v) = self.metrics_addr {
             cfg.metrics_addr = v;
         }

@@ -133,6 +133,8 @@ struct ServerArgs {
     /// ClickHouse user.
     #[arg(long, env = "CLICKHOUSE_USER", hide_env_values = true)]
     user: Option<String>,
+    #[command(flatten)]
+    tls: super::ClickHouseTlsArgs,
 }
 
 impl TableArgs {
@@ -179,8 +181,12 @@ impl ServerArgs {
             password: std::env::var(tracehouse_schema::client::ENV_PASSWORD)
                 .ok()
                 .filter(|p| !p.is_empty()),
+            tls: self
+                .tls
+                .config()
+                .map_err(|e| Error::InvalidOptions(format!("ClickHouse TLS: {e}")))?,
         };
-        Ok((Server::new(&config), url))
+        Ok((Server::new(&config)?, url))
     }
 }
 
@@ -208,7 +214,7 @@ fn exit_code(e: &Error) -> u8 {
         Error::ChecksumMismatch { .. } | Error::UnknownMigration { .. } => EXIT_CHECKSUM,
         Error::LockTimeout { .. } | Error::LockLost { .. } => EXIT_LOCK,
         Error::ShapeMismatch { .. } => EXIT_SHAPE,
-        Error::ClickHouse { .. } | Error::Protocol(_) => EXIT_ERROR,
+        Error::ClickHouse { .. } | Error::Protocol(_) | Error::Tls { .. } => EXIT_ERROR,
     }
 }
 

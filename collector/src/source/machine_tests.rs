@@ -325,7 +325,10 @@ fn a_revoke_drops_the_open_batch_commits_progress_and_stale_acks_are_ignored() {
     // Given back: a new generation. The acknowledgement of the old batch 10..=19 arrives
     // late and must not count — the new owner's replay of it will.
     o.assign(0);
-    assert!(!o.m.holds(&id(0), b[0].generation), "not in the new generation either");
+    assert!(
+        !o.m.holds(&id(0), b[0].generation),
+        "not in the new generation either"
+    );
     o.deliver(0, 10..20, b"abcd");
     o.ack(&b[1]);
     assert_eq!(o.committed(0), Some(10), "stale acknowledgement ignored");

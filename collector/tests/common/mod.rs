@@ -138,6 +138,7 @@ impl World {
             url: var("CLICKHOUSE_URL"),
             user: Some(var("CLICKHOUSE_USER")),
             password: Some(var("CLICKHOUSE_PASSWORD")),
+            tls: Default::default(),
             database: self.database.clone(),
             table: self.table.clone(),
             attributes: self.attributes,

@@ -121,6 +121,15 @@ struct VerifyArgs {
     user: Option<String>,
     #[arg(long, env = "CLICKHOUSE_PASSWORD", hide_env_values = true)]
     password: Option<String>,
+    /// PEM CA bundle for an https:// URL (default: the system roots).
+    #[arg(long = "clickhouse-ca-file", env = "CLICKHOUSE_CA_FILE")]
+    ca_file: Option<std::path::PathBuf>,
+    /// PEM client certificate for mutual TLS (needs --clickhouse-client-key).
+    #[arg(long = "clickhouse-client-cert", env = "CLICKHOUSE_CLIENT_CERT")]
+    client_cert: Option<std::path::PathBuf>,
+    /// PEM private key of the client certificate.
+    #[arg(long = "clickhouse-client-key", env = "CLICKHOUSE_CLIENT_KEY")]
+    client_key: Option<std::path::PathBuf>,
     #[arg(long, default_value = "otel")]
     database: String,
     #[arg(long, default_value = "otel_traces")]
@@ -240,10 +249,18 @@ async fn run_verify(a: VerifyArgs) -> Result<ExitCode> {
             a.expected.len()
         );
     }
+    let tls = tracehouse_schema::TlsConfig::from_files(
+        a.ca_file.as_deref(),
+        a.client_cert.as_deref(),
+        a.client_key.as_deref(),
+        false,
+    )
+    .context("ClickHouse TLS")?;
     let opts = VerifyOptions {
         url: a.clickhouse_url,
         user: a.user,
         password: a.password,
+        tls,
         database: a.database,
         table: a.table,
         attributes: a.attributes,

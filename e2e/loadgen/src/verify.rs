@@ -54,6 +54,8 @@ pub struct VerifyOptions {
     pub url: String,
     pub user: Option<String>,
     pub password: Option<String>,
+    /// TLS for an `https://` URL.
+    pub tls: tracehouse_schema::TlsConfig,
     pub database: String,
     pub table: String,
     pub attributes: Attributes,
@@ -68,6 +70,7 @@ impl Default for VerifyOptions {
             url: "http://localhost:8123".to_string(),
             user: None,
             password: None,
+            tls: tracehouse_schema::TlsConfig::default(),
             database: "otel".to_string(),
             table: "otel_traces".to_string(),
             attributes: Attributes::Map,
@@ -153,7 +156,11 @@ pub async fn verify(opts: &VerifyOptions) -> Result<VerifyReport, VerifyError> {
     if opts.generators.is_empty() {
         return Err(VerifyError::Invalid("no generator id to verify".into()));
     }
-    let mut client = clickhouse::Client::default().with_url(&opts.url);
+    let mut client = opts
+        .tls
+        .clickhouse_client()
+        .map_err(|e| VerifyError::Invalid(format!("ClickHouse TLS: {e}")))?
+        .with_url(&opts.url);
     if let Some(user) = &opts.user {
         client = client.with_user(user);
     }

@@ -30,6 +30,7 @@ async fn run_verify(db: &str, attributes: Attributes) -> VerifyReport {
         url: stack_var("CLICKHOUSE_URL"),
         user: Some(stack_var("CLICKHOUSE_USER")),
         password: Some(stack_var("CLICKHOUSE_PASSWORD")),
+        tls: Default::default(),
         database: db.to_string(),
         table: "otel_traces".to_string(),
         attributes,

@@ -5,7 +5,7 @@
 use sha2::{Digest, Sha256};
 use tracehouse_collector::config as collector;
 
-use super::kafka_security::kafka_security_properties;
+use super::kafka_security::{clickhouse_tls_files, kafka_security_properties};
 use super::{BuildError, METRICS_PORT, invalid};
 use crate::crd::TracePipeline;
 
@@ -41,6 +41,8 @@ pub fn collector_config(tp: &TracePipeline) -> Result<collector::Config, BuildEr
     cfg.clickhouse.attributes = ch.schema.attributes;
     cfg.clickhouse.attribute_keys = ch.schema.attribute_keys_columns;
     cfg.clickhouse.insert_format = ch.insert_format;
+    // Certificates are files mounted from the Secrets; only their paths are written here.
+    cfg.clickhouse.tls = clickhouse_tls_files(ch.tls.as_ref());
     // Credentials come from the environment (CLICKHOUSE_USER / CLICKHOUSE_PASSWORD, filled
     // from the Secret), never from this file.
     cfg.clickhouse.user = None;
@@ -77,6 +79,7 @@ fn spec_field(collector_field: &str) -> &'static str {
         "clickhouse.url" => "spec.clickhouse.endpoint",
         "clickhouse.database" => "spec.clickhouse.database",
         "clickhouse.table" => "spec.clickhouse.table",
+        "clickhouse.tls" => "spec.clickhouse.tls",
         "clickhouse.max_inflight_inserts" => "spec.collector.maxInflightInserts",
         "batch.max_bytes" => "spec.collector.batch.maxBytes",
         "batch.max_records" => "spec.collector.batch.maxRecords",

@@ -18,7 +18,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::kafka_security::{KAFKA_CA_DIR, KAFKA_CLIENT_CERT_DIR};
+use super::kafka_security::{
+    CLICKHOUSE_CA_DIR, CLICKHOUSE_CLIENT_CERT_DIR, KAFKA_CA_DIR, KAFKA_CLIENT_CERT_DIR,
+};
 use super::{
     BuildError, CONFIG_DIR, CONFIG_HASH_ANNOTATION, CONFIG_KEY, CONTAINER, ENV_KAFKA_SASL_PASSWORD,
     ENV_KAFKA_SASL_USERNAME, METRICS_PORT, Names, labels, meta, selector_labels,
@@ -116,44 +118,57 @@ fn volumes(tp: &TracePipeline, names: &Names) -> (Vec<Volume>, Vec<VolumeMount>)
         read_only: Some(true),
         ..Default::default()
     }];
-    let tls = tp.spec.kafka.tls.as_ref();
-    if let Some(ca) = tls.and_then(|t| t.ca.as_ref()) {
+    let kafka = tp.spec.kafka.tls.as_ref();
+    let clickhouse = tp.spec.clickhouse.tls.as_ref();
+    let mut mount = |name: &str, dir: &str, secret: SecretVolumeSource| {
         volumes.push(Volume {
-            name: "kafka-ca".to_owned(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(ca.name.clone()),
-                items: Some(vec![KeyToPath {
-                    key: ca.key.clone(),
-                    path: "ca.crt".to_owned(),
-                    mode: None,
-                }]),
-                ..Default::default()
-            }),
+            name: name.to_owned(),
+            secret: Some(secret),
             ..Default::default()
         });
         mounts.push(VolumeMount {
-            name: "kafka-ca".to_owned(),
-            mount_path: KAFKA_CA_DIR.to_owned(),
+            name: name.to_owned(),
+            mount_path: dir.to_owned(),
             read_only: Some(true),
             ..Default::default()
         });
+    };
+    // One key of the CA Secret, renamed `ca.crt`.
+    let ca = |r: &crate::crd::SecretKeyRef| SecretVolumeSource {
+        secret_name: Some(r.name.clone()),
+        items: Some(vec![KeyToPath {
+            key: r.key.clone(),
+            path: "ca.crt".to_owned(),
+            mode: None,
+        }]),
+        ..Default::default()
+    };
+    // A `kubernetes.io/tls` Secret. Readable by all: Secret files are owned by root and the
+    // collector runs as 65532 (0400 made the key unreadable to it); the pod has no other user.
+    let client_cert = |name: &String| SecretVolumeSource {
+        secret_name: Some(name.clone()),
+        default_mode: Some(0o444),
+        ..Default::default()
+    };
+    if let Some(r) = kafka.and_then(|t| t.ca.as_ref()) {
+        mount("kafka-ca", KAFKA_CA_DIR, ca(r));
     }
-    if let Some(secret) = tls.and_then(|t| t.client_cert_secret_name.as_ref()) {
-        volumes.push(Volume {
-            name: "kafka-client-cert".to_owned(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(secret.clone()),
-                default_mode: Some(0o400),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-        mounts.push(VolumeMount {
-            name: "kafka-client-cert".to_owned(),
-            mount_path: KAFKA_CLIENT_CERT_DIR.to_owned(),
-            read_only: Some(true),
-            ..Default::default()
-        });
+    if let Some(name) = kafka.and_then(|t| t.client_cert_secret_name.as_ref()) {
+        mount(
+            "kafka-client-cert",
+            KAFKA_CLIENT_CERT_DIR,
+            client_cert(name),
+        );
+    }
+    if let Some(r) = clickhouse.and_then(|t| t.ca.as_ref()) {
+        mount("clickhouse-ca", CLICKHOUSE_CA_DIR, ca(r));
+    }
+    if let Some(name) = clickhouse.and_then(|t| t.client_cert_secret_name.as_ref()) {
+        mount(
+            "clickhouse-client-cert",
+            CLICKHOUSE_CLIENT_CERT_DIR,
+            client_cert(name),
+        );
     }
     (volumes, mounts)
 }

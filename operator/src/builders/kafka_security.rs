@@ -1,14 +1,38 @@
-//! librdkafka security settings implied by `spec.kafka.tls` and `spec.kafka.sasl`, and where
-//! the collector pods find the mounted certificates. Secrets never appear here.
+//! librdkafka security settings implied by `spec.kafka.tls` and `spec.kafka.sasl`, the
+//! collector's ClickHouse TLS files implied by `spec.clickhouse.tls`, and where the collector
+//! pods find the mounted certificates. Secrets never appear here.
 
 use std::collections::BTreeMap;
 
-use crate::crd::{KafkaSasl, KafkaTls};
+use tracehouse_collector::config::ClickHouseTlsConfig;
+
+use crate::crd::{ClickHouseTls, KafkaSasl, KafkaTls};
 
 /// Where the CA Secret is mounted in the collector container.
 pub(super) const KAFKA_CA_DIR: &str = "/etc/tracehouse/kafka-tls/ca";
 /// Where the client certificate Secret is mounted in the collector container.
 pub(super) const KAFKA_CLIENT_CERT_DIR: &str = "/etc/tracehouse/kafka-tls/client";
+/// Where the ClickHouse CA Secret is mounted in the collector container.
+pub(super) const CLICKHOUSE_CA_DIR: &str = "/etc/tracehouse/clickhouse-tls/ca";
+/// Where the ClickHouse client certificate Secret is mounted in the collector container.
+pub(super) const CLICKHOUSE_CLIENT_CERT_DIR: &str = "/etc/tracehouse/clickhouse-tls/client";
+
+/// The collector's `clickhouse.tls`: the mounted files' paths as the pods see them.
+pub fn clickhouse_tls_files(tls: Option<&ClickHouseTls>) -> ClickHouseTlsConfig {
+    let Some(tls) = tls else {
+        return ClickHouseTlsConfig::default();
+    };
+    let client = tls.client_cert_secret_name.is_some();
+    ClickHouseTlsConfig {
+        ca_file: tls
+            .ca
+            .as_ref()
+            .map(|_| format!("{CLICKHOUSE_CA_DIR}/ca.crt").into()),
+        client_cert_file: client.then(|| format!("{CLICKHOUSE_CLIENT_CERT_DIR}/tls.crt").into()),
+        client_key_file: client.then(|| format!("{CLICKHOUSE_CLIENT_CERT_DIR}/tls.key").into()),
+        insecure_skip_verify: tls.insecure_skip_verify,
+    }
+}
 
 /// librdkafka security settings implied by `tls`/`sasl`, with certificate paths as the
 /// collector pods see them. Secrets never appear here: SASL credentials reach the collector
@@ -56,4 +80,82 @@ pub fn kafka_security_properties(
         }
     }
     p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::pipeline;
+    use super::super::{SECRETS_HASH_ANNOTATION, collector_config, desired, referenced_secrets};
+    use super::*;
+
+    fn secured() -> crate::crd::TracePipeline {
+        pipeline(serde_json::json!({
+            "kafka": {
+                "bootstrapServers": "kafka:9093",
+                "tls": { "ca": { "name": "kafka-ca", "key": "ca.crt" } },
+                "sasl": { "mechanism": "SCRAM-SHA-512", "credentials": { "name": "kafka-scram" } }
+            },
+            "clickhouse": {
+                "endpoint": "https://clickhouse.db:8443",
+                "credentials": { "name": "clickhouse-writer" },
+                "tls": { "ca": { "name": "clickhouse-ca", "key": "ca.pem" }, "clientCertSecretName": "clickhouse-client" }
+            },
+            "collector": { "image": "ghcr.io/tracehouse/collector:0.1.0" }
+        }))
+    }
+
+    #[test]
+    fn clickhouse_tls_becomes_mounted_files_and_never_values() {
+        let tp = secured();
+        let cfg = collector_config(&tp).unwrap();
+        assert_eq!(
+            cfg.clickhouse.tls,
+            ClickHouseTlsConfig {
+                ca_file: Some(format!("{CLICKHOUSE_CA_DIR}/ca.crt").into()),
+                client_cert_file: Some(format!("{CLICKHOUSE_CLIENT_CERT_DIR}/tls.crt").into()),
+                client_key_file: Some(format!("{CLICKHOUSE_CLIENT_CERT_DIR}/tls.key").into()),
+                insecure_skip_verify: false,
+            }
+        );
+        let d = desired(&tp, 2).unwrap();
+        let pod = d.deployment.spec.unwrap().template.spec.unwrap();
+        let volumes: Vec<(String, String)> = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .filter_map(|v| Some((v.name, v.secret?.secret_name?)))
+            .collect();
+        assert!(volumes.contains(&("clickhouse-ca".into(), "clickhouse-ca".into())));
+        assert!(volumes.contains(&("clickhouse-client-cert".into(), "clickhouse-client".into())));
+        assert_eq!(clickhouse_tls_files(None), ClickHouseTlsConfig::default());
+    }
+
+    #[test]
+    fn every_referenced_secret_feeds_the_roll_annotation() {
+        let tp = secured();
+        let names: Vec<String> = referenced_secrets(&tp).into_iter().collect();
+        assert_eq!(
+            names,
+            [
+                "clickhouse-ca",
+                "clickhouse-client",
+                "clickhouse-writer",
+                "kafka-ca",
+                "kafka-scram"
+            ]
+        );
+        let d = desired(&tp, 2)
+            .unwrap()
+            .with_secrets_hash("sha256:ab".into());
+        let annotations = d
+            .deployment
+            .spec
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .annotations
+            .unwrap();
+        assert_eq!(annotations[SECRETS_HASH_ANNOTATION], "sha256:ab");
+    }
 }

@@ -37,6 +37,10 @@ pub use table::table_options;
 /// Pod-template annotation with the hash of the collector configuration: a new config
 /// changes the template, so the Deployment rolls its pods.
 pub const CONFIG_HASH_ANNOTATION: &str = "tracehouse.dev/config-hash";
+/// Pod-template annotation with the fingerprint of the Secrets the pods use (credentials,
+/// certificates): a rotated Secret changes the template, so the Deployment rolls its pods
+/// (env vars from Secrets are read only at container start).
+pub const SECRETS_HASH_ANNOTATION: &str = "tracehouse.dev/secrets-hash";
 /// Label naming the pipeline an object belongs to.
 pub const PIPELINE_LABEL: &str = "tracehouse.dev/pipeline";
 /// Key of the collector configuration in the ConfigMap.
@@ -205,6 +209,38 @@ impl Desired {
         }
         self
     }
+
+    /// Stamps the fingerprint of the referenced Secrets on the pod template.
+    pub fn with_secrets_hash(mut self, hash: String) -> Self {
+        if let Some(t) = self.deployment.spec.as_mut().map(|s| &mut s.template) {
+            t.metadata
+                .get_or_insert_with(Default::default)
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(SECRETS_HASH_ANNOTATION.to_owned(), hash);
+        }
+        self
+    }
+}
+
+/// Names of every Secret the gateway pods read (credentials, CA bundles, client
+/// certificates), whose change must roll them.
+pub fn referenced_secrets(tp: &TracePipeline) -> std::collections::BTreeSet<String> {
+    let s = &tp.spec;
+    let k = s.kafka.tls.as_ref();
+    let c = s.clickhouse.tls.as_ref();
+    [
+        s.clickhouse.credentials.as_ref().map(|r| &r.name),
+        s.kafka.sasl.as_ref().map(|r| &r.credentials.name),
+        k.and_then(|t| t.ca.as_ref()).map(|r| &r.name),
+        k.and_then(|t| t.client_cert_secret_name.as_ref()),
+        c.and_then(|t| t.ca.as_ref()).map(|r| &r.name),
+        c.and_then(|t| t.client_cert_secret_name.as_ref()),
+    ]
+    .into_iter()
+    .flatten()
+    .cloned()
+    .collect()
 }
 
 /// Pipelines the builders' tests share.

@@ -1,5 +1,5 @@
 //! The `TracePipeline` spec's endpoints: the Kafka side (brokers, topics, group, encoding,
-//! TLS and SASL), the ClickHouse side (URL, table, credentials) and the schema options
+//! TLS and SASL), the ClickHouse side (URL, table, credentials, TLS) and the schema options
 //! (engine, TTL, deduplication window); Secrets only ever referenced.
 
 use schemars::JsonSchema;
@@ -193,6 +193,26 @@ pub struct ClickHouseSpec {
     /// `row_binary`.
     #[serde(default)]
     pub insert_format: InsertFormat,
+    /// TLS to an `https://` endpoint: the CA, a client certificate (mutual TLS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ClickHouseTls>,
+}
+
+/// TLS to ClickHouse, as `spec.kafka.tls` is to the brokers. Certificates come from Secrets
+/// mounted into the collector pods; the operator reads them for the schema migrations.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClickHouseTls {
+    /// CA bundle that signs the server's certificate (default: the system roots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<SecretKeyRef>,
+    /// A `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`) for mutual TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub client_cert_secret_name: Option<String>,
+    /// Skip verifying the server's certificate. Only for testing.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
 }
 
 fn default_database() -> String {

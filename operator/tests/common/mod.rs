@@ -346,6 +346,7 @@ pub async fn deliver_to(
         url: stack_var("CLICKHOUSE_URL"),
         user: Some(stack_var("CLICKHOUSE_USER")),
         password: Some(stack_var("CLICKHOUSE_PASSWORD")),
+        tls: Default::default(),
         database: database.to_owned(),
         table: "otel_traces".to_owned(),
         attributes,

@@ -39,7 +39,7 @@ pub fn connect(prefix: &str) -> Ch {
         client = client.with_password(p);
     }
     Ch {
-        server: Server::new(&config),
+        server: Server::new(&config).expect("ClickHouse TLS settings"),
         client,
         db: fresh_name(&format!("th_{prefix}_")),
     }

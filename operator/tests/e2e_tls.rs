@@ -1,0 +1,397 @@
+//! Production connectivity through the operator, on the stack's secured listeners: a pipeline
+//! with SCRAM-SHA-512 over TLS to Kafka and HTTPS to ClickHouse, then one with mutual TLS to
+//! both, every credential and certificate from Secrets, delivers every span exactly once; and
+//! afterwards no password or key appears in pod specs, ConfigMaps, Events, status, the
+//! collectors' `/metrics` or any log file of the stack. Failures are named: a wrong SCRAM
+//! password is `KafkaAuthFailed`, an unknown CA is `ClickHouseTlsFailed`, and fixing the
+//! Secret (which rolls the pods) heals the pipeline. Real local stack, no mocks (see `common`).
+#![cfg(feature = "stack-tests")]
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use tracehouse_e2e::stack_var;
+use tracehouse_e2e::unique_name;
+use tracehouse_operator::builders::{PIPELINE_LABEL, SECRETS_HASH_ANNOTATION};
+use tracehouse_operator::crd::{TracePipeline, condition};
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+async fn put_secret(client: &Client, ns: &str, name: &str, type_: &str, data: Value) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "type": type_,
+        "stringData": data,
+    }))
+    .unwrap();
+    secrets
+        .patch(
+            name,
+            &PatchParams::apply(TEST_MANAGER).force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("Secret {name}: {e}"));
+}
+
+/// The stack's CA, SCRAM user and client certificate as the Secrets users would create.
+async fn create_tls_secrets(client: &Client, ns: &str) {
+    create_clickhouse_secret(client, ns).await;
+    put_secret(
+        client,
+        ns,
+        "stack-ca",
+        "Opaque",
+        json!({ "ca.crt": read(&stack_var("TRACEHOUSE_CA_FILE")) }),
+    )
+    .await;
+    put_secret(
+        client,
+        ns,
+        "kafka-scram",
+        "Opaque",
+        json!({
+            "username": stack_var("KAFKA_SCRAM_USER"),
+            "password": stack_var("KAFKA_SCRAM_PASSWORD"),
+        }),
+    )
+    .await;
+    put_secret(
+        client,
+        ns,
+        "client-cert",
+        "kubernetes.io/tls",
+        json!({
+            "tls.crt": read(&stack_var("TRACEHOUSE_CLIENT_CERT")),
+            "tls.key": read(&stack_var("TRACEHOUSE_CLIENT_KEY")),
+        }),
+    )
+    .await;
+}
+
+fn ca_ref() -> Value {
+    json!({ "name": "stack-ca", "key": "ca.crt" })
+}
+
+/// SCRAM-SHA-512 over TLS to Kafka, HTTPS to ClickHouse.
+fn scram_spec(ns: &str, topic: &str, database: &str) -> Value {
+    let mut tp = sample(ns, topic, database);
+    tp["spec"]["kafka"]["bootstrapServers"] = json!(stack_var("KAFKA_SASL_SSL_BROKERS"));
+    tp["spec"]["kafka"]["tls"] = json!({ "ca": ca_ref() });
+    tp["spec"]["kafka"]["sasl"] =
+        json!({ "mechanism": "SCRAM-SHA-512", "credentials": { "name": "kafka-scram" } });
+    tp["spec"]["clickhouse"]["endpoint"] = json!(stack_var("CLICKHOUSE_TLS_URL"));
+    tp["spec"]["clickhouse"]["tls"] = json!({ "ca": ca_ref() });
+    tp
+}
+
+/// Mutual TLS to Kafka and to ClickHouse, one client certificate.
+fn mtls_spec(ns: &str, topic: &str, database: &str) -> Value {
+    let mut tp = sample(ns, topic, database);
+    let tls = json!({ "ca": ca_ref(), "clientCertSecretName": "client-cert" });
+    tp["spec"]["kafka"]["bootstrapServers"] = json!(stack_var("KAFKA_MTLS_BROKERS"));
+    tp["spec"]["kafka"]["tls"] = tls.clone();
+    tp["spec"]["clickhouse"]["endpoint"] = json!(stack_var("CLICKHOUSE_MTLS_URL"));
+    tp["spec"]["clickhouse"]["tls"] = tls;
+    tp
+}
+
+/// Waits until condition `type_` is False with `reason`; returns its message.
+async fn wait_reason(api: &Api<TracePipeline>, name: &str, type_: &str, reason: &str) -> String {
+    wait_for(
+        &format!("{type_}=False/{reason}"),
+        Duration::from_secs(120),
+        || async {
+            let tp = api.get(name).await.map_err(|e| e.to_string())?;
+            let conditions = tp.status.clone().unwrap_or_default().conditions;
+            conditions
+                .iter()
+                .find(|c| c.type_ == type_ && c.status == "False" && c.reason == reason)
+                .map(|c| c.message.clone())
+                .ok_or_else(|| serde_json::to_string(&conditions).unwrap())
+        },
+    )
+    .await
+}
+
+/// Every place a secret could leak to, as text with where it came from.
+async fn leak_surfaces(client: &Client, ns: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let lp = ListParams::default();
+    for p in Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+    {
+        out.push((
+            format!("pod {}", p.name_any()),
+            serde_json::to_string(&p).unwrap(),
+        ));
+        if let Some(ip) = p.status.as_ref().and_then(|s| s.pod_ip.clone())
+            && let Ok((_, text)) = tracehouse_e2e::k8s::http_get(&ip, 8888, "/metrics").await
+        {
+            out.push((format!("/metrics of {}", p.name_any()), text));
+        }
+    }
+    for c in Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+    {
+        out.push((
+            format!("configmap {}", c.name_any()),
+            serde_json::to_string(&c).unwrap(),
+        ));
+    }
+    for e in Api::<Event>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+    {
+        out.push((
+            format!("event {}", e.name_any()),
+            serde_json::to_string(&e).unwrap(),
+        ));
+    }
+    for tp in Api::<TracePipeline>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+    {
+        out.push((
+            format!("tracepipeline {}", tp.name_any()),
+            serde_json::to_string(&tp).unwrap(),
+        ));
+    }
+    // Every log of the stack: components, the node agent, every pod (operator, collectors).
+    let state = std::env::var("TRACEHOUSE_STATE").map_or_else(
+        |_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/tracehouse/state"),
+        PathBuf::from,
+    );
+    let mut dirs = vec![state.join("logs")];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                out.push((
+                    path.display().to_string(),
+                    String::from_utf8_lossy(&bytes).into_owned(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The secret values this file hands to pipelines: passwords and the client key's body.
+fn secret_needles() -> Vec<(&'static str, String)> {
+    let key = read(&stack_var("TRACEHOUSE_CLIENT_KEY"));
+    // A line from the middle of the PEM body: 64 base64 characters no log would hold by chance.
+    let key_line = key
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .nth(3)
+        .expect("a PEM key body")
+        .to_owned();
+    vec![
+        ("KAFKA_SCRAM_PASSWORD", stack_var("KAFKA_SCRAM_PASSWORD")),
+        ("CLICKHOUSE_PASSWORD", stack_var("CLICKHOUSE_PASSWORD")),
+        ("client key material", key_line),
+    ]
+}
+
+async fn assert_no_leak(client: &Client, ns: &str) {
+    let surfaces = leak_surfaces(client, ns).await;
+    assert!(
+        surfaces.iter().any(|(w, _)| w.starts_with("/metrics")),
+        "no collector /metrics was read"
+    );
+    let mut leaks = Vec::new();
+    for (what, needle) in secret_needles() {
+        assert!(needle.len() >= 16, "{what} is too short to search for");
+        for (place, text) in &surfaces {
+            if text.contains(&needle) {
+                leaks.push(format!("{what} in {place}"));
+            }
+        }
+    }
+    assert!(leaks.is_empty(), "secrets leaked: {leaks:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scram_over_tls_and_mutual_tls_deliver_every_span_once_and_leak_nothing() {
+    in_namespace("tp-tls", |client, ns| async move {
+        let topic = unique_name("tp_tls");
+        let database = unique_name("tp_tls");
+        create_topic(&topic, 2).await;
+        create_tls_secrets(&client, &ns).await;
+        let api: Api<TracePipeline> = Api::namespaced(client.clone(), &ns);
+        let name = "e2e";
+        cleaning_up(&topic, &database, async {
+            // 1. SCRAM-SHA-512 over TLS to Kafka, HTTPS to ClickHouse.
+            apply(&api, &scram_spec(&ns, &topic, &database)).await;
+            wait_ready(&api, name, 2, 1, Duration::from_secs(180)).await;
+            let config = config_map_text(&client, &ns, name).await;
+            assert!(
+                config.contains("SASL_SSL") && config.contains("ca_file"),
+                "{config}"
+            );
+            deliver(&topic, &database, "tls-scram", 3_000).await;
+
+            // 2. Mutual TLS to both (the same table: the spans so far stay exactly once).
+            apply(&api, &mtls_spec(&ns, &topic, &database)).await;
+            wait_for(
+                "the mutual-TLS config rolled out",
+                Duration::from_secs(60),
+                || async {
+                    let text = config_map_text(&client, &ns, name).await;
+                    if text.contains("client_cert_file")
+                        && text.contains("ssl.certificate.location")
+                    {
+                        Ok(())
+                    } else {
+                        Err(text)
+                    }
+                },
+            )
+            .await;
+            wait_ready(&api, name, 2, 1, Duration::from_secs(180)).await;
+            deliver(&topic, &database, "tls-mutual", 3_000).await;
+            deliver(&topic, &database, "tls-scram", 3_000).await;
+
+            // 3. Nothing secret anywhere it could be read.
+            assert_no_leak(&client, &ns).await;
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn security_failures_are_named_and_a_fixed_secret_rolls_the_pods_and_heals() {
+    in_namespace("tp-tls-fail", |client, ns| async move {
+        let topic = unique_name("tp_tlsf");
+        let database = unique_name("tp_tlsf");
+        create_topic(&topic, 2).await;
+        create_tls_secrets(&client, &ns).await;
+        let api: Api<TracePipeline> = Api::namespaced(client.clone(), &ns);
+        let name = "e2e";
+        cleaning_up(&topic, &database, async {
+            // 2. A wrong SCRAM password.
+            put_secret(
+                &client,
+                &ns,
+                "kafka-scram",
+                "Opaque",
+                json!({
+                    "username": stack_var("KAFKA_SCRAM_USER"),
+                    "password": "not-the-password",
+                }),
+            )
+            .await;
+            let spec = scram_spec(&ns, &topic, &database);
+            apply(&api, &spec).await;
+            let m = wait_reason(&api, name, condition::KAFKA_REACHABLE, "KafkaAuthFailed").await;
+            assert!(m.to_lowercase().contains("authentication"), "{m}");
+
+            // 3. The right password; ClickHouse's certificate checked against an unknown CA.
+            create_secret_other_ca(&client, &ns).await;
+            put_secret(
+                &client,
+                &ns,
+                "kafka-scram",
+                "Opaque",
+                json!({
+                    "username": stack_var("KAFKA_SCRAM_USER"),
+                    "password": stack_var("KAFKA_SCRAM_PASSWORD"),
+                }),
+            )
+            .await;
+            let mut bad_ca = spec.clone();
+            bad_ca["spec"]["clickhouse"]["tls"] =
+                json!({ "ca": { "name": "other-ca", "key": "ca.crt" } });
+            apply(&api, &bad_ca).await;
+            let m = wait_reason(&api, name, condition::SCHEMA_READY, "ClickHouseTlsFailed").await;
+            assert!(m.contains("unknown CA"), "{m}");
+
+            // 4. Fixed: Ready, spans delivered.
+            apply(&api, &spec).await;
+            wait_ready(&api, name, 2, 1, Duration::from_secs(180)).await;
+            deliver(&topic, &database, "tls-healed", 2_000).await;
+
+            // 5. A rotated Secret rolls the pods (same config, new secrets hash).
+            let before = secrets_hash_of_pods(&client, &ns, name).await;
+            put_secret(
+                &client,
+                &ns,
+                "kafka-scram",
+                "Opaque",
+                json!({
+                    "username": stack_var("KAFKA_SCRAM_USER"),
+                    "password": stack_var("KAFKA_SCRAM_PASSWORD"),
+                    "rotated": "1",
+                }),
+            )
+            .await;
+            wait_for(
+                "pods with a new secrets hash",
+                Duration::from_secs(180),
+                || async {
+                    let now = secrets_hash_of_pods(&client, &ns, name).await;
+                    if !now.is_empty() && now.iter().all(|h| Some(h) != before.first()) {
+                        Ok(())
+                    } else {
+                        Err(format!("{before:?} → {now:?}"))
+                    }
+                },
+            )
+            .await;
+            wait_ready(&api, name, 2, 1, Duration::from_secs(180)).await;
+            deliver(&topic, &database, "tls-rotated", 2_000).await;
+        })
+        .await;
+    })
+    .await;
+}
+
+async fn create_secret_other_ca(client: &Client, ns: &str) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": { "name": "other-ca" },
+        "stringData": { "ca.crt": read(&stack_var("TRACEHOUSE_OTHER_CA_FILE")) },
+    }))
+    .unwrap();
+    let _ = secrets.create(&PostParams::default(), &secret).await;
+}
+
+async fn secrets_hash_of_pods(client: &Client, ns: &str, name: &str) -> Vec<String> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("{PIPELINE_LABEL}={name}")))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.annotations().get(SECRETS_HASH_ANNOTATION).cloned())
+        .collect()
+}

@@ -19,6 +19,7 @@ SMALL = str(CONFIGS / "small-batches.yaml")
 POISON = str(CONFIGS / "poison.yaml")
 SLOW = str(CONFIGS / "slow.yaml")
 OUTAGE = str(CONFIGS / "outage.yaml")
+OUTAGE_RSS_BOUND_MIB = 256
 
 
 class Failed(Exception):
@@ -230,6 +231,9 @@ def outage(ctx, w):
     check(f, lags and max(lags) > lags[0], "lag did not grow")
     check(f, spread is not None and spread <= 10, f"RSS not flat after the budget filled: ±{spread}%")
     check(f, all(x[0] not in (0, "?") for x in members), f"left the group: {members}")
+    # The bound collector/tests/e2e_outage.rs holds the same 48 MiB budget to.
+    check(f, f["peak_rss_mib"] < OUTAGE_RSS_BOUND_MIB,
+          f"peak RSS {f['peak_rss_mib']} MiB over {OUTAGE_RSS_BOUND_MIB} MiB with a 48 MiB budget")
     return f
 
 

@@ -55,9 +55,9 @@ def m(samples, name):
 # ------------------------------------------------------------------ 1. kill -9 at random moments
 
 def kill9(ctx, w):
-    kills, rate = ctx.p["kills"], 4000
+    kills, rate = ctx.p["kills"], 2000
     rng = random.Random(ctx.seed)
-    spans = int(rate * (kills * 2.2 + 4))
+    spans = rate * kills * 20  # the load lasts through the kills (~20 s each, see recover_s)
     prod = w.produce_bg(w.gen("load"), spans, partitions=4, rate=rate)
     live = [w.start_collector("--config", SMALL), w.start_collector("--config", SMALL)]
     w.wait_rows(1, 120)

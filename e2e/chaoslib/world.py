@@ -41,7 +41,7 @@ class Collector:
         cmd = [bin_path("tracehouse-collector"), "run", "--topic", world.topic,
                "--group-id", world.group, "--database", world.database,
                "--table", "otel_traces", "--metrics-addr", f"127.0.0.1:{self.port}",
-               "--dead-letter-topic", world.dlq, *args]
+               "--dead-letter-topic", world.dlq, "--shutdown-deadline-ms", "8000", *args]
         self.proc = spawn(cmd, self.log, env=env)
         self.started = time.monotonic()
         self.peak_rss_kib = 0

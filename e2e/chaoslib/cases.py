@@ -8,12 +8,15 @@ Figures: `lost`, `duplicated` (verify), `recover_s` (the case's time to recover,
 it is measured) and `peak_rss_mib` (the highest resident memory of any of its collectors).
 """
 
+import os
 import random
+import re
+import subprocess
 import time
 from collections import Counter
 
 from infra import wait_for
-from world import CONFIGS, World
+from world import CONFIGS, REPO
 
 SMALL = str(CONFIGS / "small-batches.yaml")
 POISON = str(CONFIGS / "poison.yaml")
@@ -286,6 +289,24 @@ def no_space(ctx, w):
     return f
 
 
+# ------------------------------------------------------------------ 10. decoder fuzzing
+
+def fuzz(ctx, _w):
+    """The collector's seeded differential fuzz test (collector/src/encode/fuzz.rs), run for
+    the profile's seconds per decoder on the pinned stable toolchain (not coverage-guided)."""
+    secs = ctx.p["fuzz_s"]
+    cmd = ["cargo", "test", "--locked", "-q", "-p", "tracehouse-collector", "--lib", "encode::fuzz",
+           "--", "--ignored", "--nocapture"]
+    env = dict(os.environ, TRACEHOUSE_FUZZ_SECONDS=str(secs), TRACEHOUSE_FUZZ_SEED=str(ctx.seed))
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=2 * secs + 1800)
+    out = r.stdout + r.stderr
+    counts = re.findall(r"fuzz: (otlp_\w+) (\d+) inputs", out)
+    f = {"lost": "-", "duplicated": "-", "recover_s": "-", "peak_rss_mib": "-",
+         "seconds_per_decoder": secs, "seed": ctx.seed, "inputs": {k: int(v) for k, v in counts}}
+    check(f, r.returncode == 0 and len(counts) == 2, f"fuzz test failed:\n{out[-3000:]}")
+    return f
+
+
 CASES = {
     "kill9": (kill9, "kill -9 of a collector at random moments (2 in the group)"),
     "reject": (reject, "ClickHouse permanently refuses part of a batch"),
@@ -295,4 +316,8 @@ CASES = {
     "outage": (outage, "ClickHouse down, the same collector process keeps running"),
     "kafka_restart": (kafka_restart, "Kafka broker restart mid-load"),
     "no_space": (no_space, "inserts refused for space (243 NOT_ENOUGH_SPACE)"),
+    "fuzz": (fuzz, "decoders fuzzed (otlp_proto against prost, otlp_json), seeded mutations"),
 }
+
+# Cases that need no topic, database or collector.
+WITHOUT_WORLD = {"fuzz"}

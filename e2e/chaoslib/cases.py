@@ -289,6 +289,32 @@ def no_space(ctx, w):
     return f
 
 
+# ------------------------------------------------------------------ 9. rebalance storm
+
+def rebalance(ctx, w):
+    """The group scaled 1 → 4 → 2 → 1 under load, by starting collectors and stopping them
+    with SIGTERM as a Deployment's scale-down does (the runner, not the operator, scales)."""
+    rate, hold, steps = 3000, ctx.p["rebalance_hold_s"], [1, 4, 2, 1]
+    spans = rate * hold * len(steps)
+    prod = w.produce_bg(w.gen("load"), spans, partitions=8, rate=rate)
+    live, exits = [], []
+    for n in steps:
+        while len(live) < n:
+            live.append(w.start_collector("--config", SMALL))
+        while len(live) > n:
+            exits.append(live.pop(0).stop(grace=15))
+        time.sleep(hold)
+    w.wait_produced(prod)
+    t0 = time.monotonic()
+    w.wait_rows(spans, ctx.p["catch_up_s"])
+    recover = time.monotonic() - t0
+    time.sleep(3)
+    f, rep = figures(w, recover, steps="→".join(map(str, steps)), hold_s=hold, stop_exit_codes=exits)
+    exact(f, rep)
+    check(f, all(code == 0 for code in exits), f"a scaled-down collector exited with {exits}")
+    return f
+
+
 # ------------------------------------------------------------------ 10. decoder fuzzing
 
 def fuzz(ctx, _w):
@@ -316,6 +342,7 @@ CASES = {
     "outage": (outage, "ClickHouse down, the same collector process keeps running"),
     "kafka_restart": (kafka_restart, "Kafka broker restart mid-load"),
     "no_space": (no_space, "inserts refused for space (243 NOT_ENOUGH_SPACE)"),
+    "rebalance": (rebalance, "rebalance storm: collectors 1→4→2→1 under load (SIGTERM scale-down)"),
     "fuzz": (fuzz, "decoders fuzzed (otlp_proto against prost, otlp_json), seeded mutations"),
 }
 

@@ -33,9 +33,11 @@ from world import World  # noqa: E402
 
 PROFILES = {
     "quick": {"kills": 3, "catch_up_s": 240, "slow_delay_ms": 3000, "slow_s": 20,
-              "outage_s": 60, "outage_rate": 1500, "kafka_load_s": 25, "space_s": 12, "fuzz_s": 10},
+              "outage_s": 60, "outage_rate": 1500, "kafka_load_s": 25, "space_s": 12, "fuzz_s": 10,
+              "rebalance_hold_s": 10},
     "full": {"kills": 20, "catch_up_s": 900, "slow_delay_ms": 5000, "slow_s": 120,
-             "outage_s": 1800, "outage_rate": 500, "kafka_load_s": 90, "space_s": 60, "fuzz_s": 600},
+             "outage_s": 1800, "outage_rate": 500, "kafka_load_s": 90, "space_s": 60, "fuzz_s": 600,
+             "rebalance_hold_s": 60},
 }
 
 

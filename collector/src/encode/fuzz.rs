@@ -69,7 +69,11 @@ fn guarded(what: &str, seed: u64, i: u64, input: &[u8], check: impl FnOnce(&[u8]
         let _ = std::fs::write(&path, input);
         panic!(
             "{what}: input {i} (seed {seed}) {}; saved to {}",
-            if slow { "took over 1 s" } else { "panicked or disagreed with prost" },
+            if slow {
+                "took over 1 s"
+            } else {
+                "panicked or disagreed with prost"
+            },
             path.display()
         );
     }
@@ -96,7 +100,11 @@ fn decoders_survive_mutated_records_and_agree_with_prost() {
     let (mut accepted, mut declined, mut i) = (0u64, 0u64, 0u64);
     let deadline = Instant::now() + Duration::from_secs(seconds);
     while Instant::now() < deadline {
-        let input = mutate(&mut rng, &proto[i as usize % 4], &proto[(i as usize + 1) % 4]);
+        let input = mutate(
+            &mut rng,
+            &proto[i as usize % 4],
+            &proto[(i as usize + 1) % 4],
+        );
         guarded("otlp_proto", seed, i, &input, |b| match in_place(b) {
             Some(fast) => {
                 accepted += 1;
@@ -109,7 +117,9 @@ fn decoders_survive_mutated_records_and_agree_with_prost() {
         });
         i += 1;
     }
-    eprintln!("fuzz: otlp_proto {i} inputs, {accepted} read in place (= prost), {declined} declined");
+    eprintln!(
+        "fuzz: otlp_proto {i} inputs, {accepted} read in place (= prost), {declined} declined"
+    );
     assert!(accepted > 0 && declined > 0, "both outcomes exercised");
 
     let (mut ok, mut refused, mut j) = (0u64, 0u64, 0u64);

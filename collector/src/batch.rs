@@ -242,6 +242,18 @@ impl BatchBuilder {
     /// Close the batch (None when empty) and start a new one.
     pub fn take(&mut self) -> Option<RecordBatch> {
         let first = self.first.take()?;
+        // The budget counts payload bytes, but a chunk is CHUNK_BYTES however little it
+        // holds. A batch cut early (linger, a budget pause) under a trickle of records
+        // would keep a whole chunk for a few hundred kilobytes, and with the budget full of
+        // such batches memory reached ~10× the budget (e2e/chaos `outage` case: 48 MiB
+        // budget, 560 MiB resident). So a last chunk less than half full is copied into a
+        // buffer of its own size (under CHUNK_BYTES / 2 bytes) and goes back to the pool
+        // now: every chunk a batch keeps is at least half full, except a big record's own.
+        if let Some(last) = self.data.last_mut()
+            && last.len() < last.capacity() / 2
+        {
+            *last = PooledBuf::from(last.to_vec());
+        }
         let batch = RecordBatch {
             topic: self.topic.clone(),
             partition: self.partition,
@@ -299,7 +311,8 @@ mod tests {
     fn pooled_batches_hand_their_chunks_to_the_next_batch() {
         let pool = BufPool::new(4, CHUNK_BYTES);
         let mut b = BatchBuilder::new("spans".into(), 0, 1).with_pool(pool.clone());
-        b.push(1, 0, &[1; 5000]);
+        let big = CHUNK_BYTES / 2 + 1;
+        b.push(1, 0, &vec![1; big]);
         let first = b.take().unwrap();
         assert!(first.data[0].is_pooled());
         let ptr = first.data[0].as_ptr();
@@ -307,15 +320,33 @@ mod tests {
         assert_eq!((pool.owned(), pool.idle()), (1, 0));
         drop(first);
         assert_eq!((pool.owned(), pool.idle()), (1, 1));
-        b.push(2, 0, b"xyz");
+        b.push(2, 0, &vec![2; big]);
         assert_eq!(pool.idle(), 0);
         let second = b.take().unwrap();
         assert_eq!(second.data[0].as_ptr(), ptr);
-        assert_eq!(&*second.data[0], b"xyz");
-        assert_eq!(second.payload(&second.records[0]), b"xyz");
+        assert_eq!(second.payload(&second.records[0]), vec![2; big]);
         // A batch dropped on another thread (the insert task) returns its chunk too.
         std::thread::spawn(move || drop(second)).join().unwrap();
         assert_eq!((pool.owned(), pool.idle()), (1, 1));
+    }
+
+    #[test]
+    fn a_small_batch_keeps_its_bytes_not_a_whole_chunk() {
+        let pool = BufPool::new(4, CHUNK_BYTES);
+        let mut b = BatchBuilder::new("spans".into(), 0, 1).with_pool(pool.clone());
+        b.push(1, 0, &[1; 5000]);
+        b.push(2, 0, b"xyz");
+        let batch = b.take().unwrap();
+        // Cut early (a linger, a budget pause): the chunk went back to the pool at once.
+        assert!(!batch.data[0].is_pooled());
+        assert_eq!(batch.data[0].capacity(), 5003);
+        assert_eq!((pool.owned(), pool.idle()), (1, 1));
+        assert_eq!(batch.payload(&batch.records[0]), [1; 5000]);
+        assert_eq!(batch.payload(&batch.records[1]), b"xyz");
+        assert_eq!(batch.budget_bytes(), 5003);
+        // The next batch fills the same chunk.
+        b.push(3, 0, &vec![3; CHUNK_BYTES - 10]);
+        assert!(b.take().unwrap().data[0].is_pooled());
     }
 
     #[test]
@@ -353,11 +384,12 @@ mod tests {
         let pool = BufPool::new(1, CHUNK_BYTES);
         let mut a = BatchBuilder::new("spans".into(), 0, 1).with_pool(pool.clone());
         let mut b = BatchBuilder::new("spans".into(), 1, 1).with_pool(pool.clone());
-        a.push(1, 0, b"a");
-        b.push(1, 0, b"b");
+        let (pa, pb) = (vec![b'a'; CHUNK_BYTES / 2], vec![b'b'; CHUNK_BYTES / 2]);
+        a.push(1, 0, &pa);
+        b.push(1, 0, &pb);
         let (a, b) = (a.take().unwrap(), b.take().unwrap());
         assert!(a.data[0].is_pooled() && !b.data[0].is_pooled());
-        assert_eq!((&*a.data[0], &*b.data[0]), (&b"a"[..], &b"b"[..]));
+        assert_eq!((&*a.data[0], &*b.data[0]), (&pa[..], &pb[..]));
         drop((a, b));
         assert_eq!((pool.owned(), pool.idle()), (1, 1));
     }

@@ -16,7 +16,8 @@ the modules beside it:
 - `blocks.py`: ClickHouse compressed block framing (`compress=1`, `decompress=1`);
 - `native.py`: Native output for clients that announce a protocol revision;
 - `httpcompression.py`: HTTP Content-Encoding of requests and responses;
-- `errors.py`: ClickHouse-shaped errors and their HTTP statuses.
+- `errors.py`: ClickHouse-shaped errors and their HTTP statuses;
+- `faults.py`: the chaos runner's fault switches (off unless `CHSERVER_FAULTS` names a file).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ import chdb
 
 from blocks import BlockDecompressor, compress_blocks
 from errors import CHError, engine_error
+from faults import FAULTS
 from httpcompression import IterReader, choose_response_encoding, decode_content, encode_content
 from native import client_revision, native_result
 from sqltext import (SETTING_NAME, first_word, format_clause, multi_statement_at, quote_identifier,
@@ -385,6 +386,20 @@ class Handler(BaseHTTPRequestHandler):
             conn.query("USE " + quote_identifier(database))
 
     def _insert(self, conn, statement: str, fmt: str, head: bytes, chunks) -> dict:
+        fault = FAULTS.rule_for(statement)  # the chaos runner's switches (faults.py); usually None
+        if fault is not None:
+            try:
+                head, chunks = fault.before(head, chunks)
+            except CHError:
+                fault.after()
+                raise
+            try:
+                return self._insert_now(conn, statement, fmt, head, chunks)
+            finally:
+                fault.after()
+        return self._insert_now(conn, statement, fmt, head, chunks)
+
+    def _insert_now(self, conn, statement: str, fmt: str, head: bytes, chunks) -> dict:
         inserter = conn.send_insert(statement, fmt)
         written_bytes = 0
         try:

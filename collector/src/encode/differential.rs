@@ -32,7 +32,7 @@ fn encoders() -> Vec<Encoder> {
     out
 }
 
-fn requests(n: usize) -> Vec<ExportTraceServiceRequest> {
+pub(super) fn requests(n: usize) -> Vec<ExportTraceServiceRequest> {
     let mut g = Generator::new(GeneratorConfig {
         seed: 7,
         spans_per_record: 12,
@@ -42,7 +42,7 @@ fn requests(n: usize) -> Vec<ExportTraceServiceRequest> {
 }
 
 /// Bodies of what `prost` makes of `payload`, per encoder; `None` if it refuses it.
-fn via_prost(payload: &[u8]) -> Option<Vec<Vec<u8>>> {
+pub(super) fn via_prost(payload: &[u8]) -> Option<Vec<Vec<u8>>> {
     let req = decode::decode(payload, Encoding::OtlpProto).ok()?;
     let canonical = req.encode_to_vec();
     Some(
@@ -58,7 +58,7 @@ fn via_prost(payload: &[u8]) -> Option<Vec<Vec<u8>>> {
 }
 
 /// Bodies of the in-place reader alone; `None` if it declines the record.
-fn in_place(payload: &[u8]) -> Option<Vec<Vec<u8>>> {
+pub(super) fn in_place(payload: &[u8]) -> Option<Vec<Vec<u8>>> {
     let mut out = Vec::new();
     for mut e in encoders() {
         e.push_proto(payload).ok()?;

@@ -504,3 +504,5 @@ mod tests {
 
 #[cfg(test)]
 mod differential;
+#[cfg(test)]
+mod fuzz;

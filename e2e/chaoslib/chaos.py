@@ -1,0 +1,157 @@
+"""e2e/chaos: the fault matrix of issue 17, run on real processes; prints a table, writes JSON.
+
+    e2e/chaos                 the quick profile (every case, short durations, a few kills)
+    e2e/chaos --full          the long one (20 kills, a 30-minute ClickHouse outage, …)
+    e2e/chaos --case kill9 --case reject     only these cases
+    e2e/chaos --json out.json                where the JSON report goes
+
+Faults are injected only into processes the runner starts itself: the collectors, a private
+chserver (its own port and data directory, fault switches in e2e/chserver/faults.py) and, for the
+broker-restart case, a private single-node Kafka. The shared stack's Kafka carries the other
+cases' topics (random names); nothing of the shared stack is stopped, slowed or restarted.
+
+Every case cleans up its topics and database after passing and keeps them (printing their names)
+after failing; the exit status is 0 only when every case passed.
+"""
+
+import argparse
+import json
+import signal
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchlib"))
+
+from cases import CASES, WITHOUT_WORLD, Failed  # noqa: E402
+from infra import CHAOS_STATE, PrivateClickHouse, PrivateKafka  # noqa: E402
+from procs import on_signal, say, stop_all  # noqa: E402
+from stack import git_revision, stack_env  # noqa: E402
+from world import World  # noqa: E402
+
+PROFILES = {
+    "quick": {"kills": 3, "catch_up_s": 240, "slow_delay_ms": 3000, "slow_s": 20,
+              "outage_s": 60, "outage_rate": 1500, "kafka_load_s": 25, "space_s": 12, "fuzz_s": 10,
+              "rebalance_hold_s": 10},
+    "full": {"kills": 20, "catch_up_s": 900, "slow_delay_ms": 5000, "slow_s": 120,
+             "outage_s": 1800, "outage_rate": 500, "kafka_load_s": 90, "space_s": 60, "fuzz_s": 600,
+             "rebalance_hold_s": 60},
+}
+
+
+class Context:
+    def __init__(self, profile, seed, run_dir):
+        self.p, self.seed, self.run_dir = PROFILES[profile], seed, run_dir
+        self.logdir = run_dir / "logs"
+        self.brokers = stack_env()["KAFKA_BROKERS"]
+        self.ch = PrivateClickHouse(run_dir)
+        self._kafka = None
+
+    @property
+    def kafka(self):
+        if self._kafka is None:
+            self._kafka = PrivateKafka(self.run_dir)
+            self._kafka.up()
+        return self._kafka
+
+    def close(self, keep):
+        for comp in (self._kafka, self.ch):
+            if comp is None:
+                continue
+            try:
+                if keep:
+                    comp.down()
+                    say(f"kept: private {comp.component} state in {comp.state}")
+                else:
+                    comp.remove()
+            except Exception as e:  # noqa: BLE001
+                say(f"stopping private {comp.component}: {e}")
+
+
+def run_case(ctx, name):
+    fn, title = CASES[name]
+    brokers = ctx.kafka.brokers if name == "kafka_restart" else ctx.brokers
+    t0 = time.monotonic()
+    row = {"case": name, "title": title}
+    w = None
+    try:
+        if name not in WITHOUT_WORLD:
+            w = World(name, brokers, ctx.ch, ctx.logdir)
+            row.update(world=w.name)
+        row.update(fn(ctx, w))
+        row["passed"] = True
+    except Failed as e:
+        row.update(e.figures, passed=False, error=str(e)[:2000])
+    except Exception as e:  # noqa: BLE001 - a broken case is a failed case, the others still run
+        row.update(passed=False, error=f"{type(e).__name__}: {e}"[:2000])
+        traceback.print_exc()
+    finally:
+        if ctx.ch.faults_file.exists():
+            ctx.ch.set_faults([])
+        if w is not None:
+            row.setdefault("peak_rss_mib", round(w.peak_rss_mib(), 1))
+            if not row["passed"]:
+                row["kept"] = {"topics": [w.topic, w.dlq], "database": w.database,
+                               "clickhouse": ctx.ch.url, "logs": str(w.logdir)}
+            w.close(row["passed"])
+    row["took_s"] = round(time.monotonic() - t0, 1)
+    say(f"{name}: {'PASS' if row['passed'] else 'FAIL'} in {row['took_s']}s "
+        + json.dumps({k: v for k, v in row.items() if k not in ('case', 'title')}))
+    return row
+
+
+def table(rows):
+    head = f"{'case':<14} {'result':<6} {'lost':>6} {'dup':>6} {'recover s':>10} {'peak RSS MiB':>13} {'took s':>7}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['case']:<14} {'PASS' if r['passed'] else 'FAIL':<6} {str(r.get('lost', '-')):>6} "
+                     f"{str(r.get('duplicated', '-')):>6} {str(r.get('recover_s', '-')):>10} "
+                     f"{str(r.get('peak_rss_mib', '-')):>13} {r['took_s']:>7}")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--full", action="store_true", help="the long profile (default: quick)")
+    ap.add_argument("--case", action="append", choices=list(CASES), help="run only this case (repeatable)")
+    ap.add_argument("--json", help="where to write the JSON report (default: $STATE/chaos/report-<profile>.json)")
+    ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, on_signal)
+    profile = "full" if args.full else "quick"
+    names = args.case or list(CASES)
+    started = datetime.now(timezone.utc)
+    run_dir = CHAOS_STATE / started.strftime("%Y%m%dT%H%M%S")
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    say(f"profile {profile}, seed {args.seed}, cases {', '.join(names)}; logs {run_dir / 'logs'}")
+    t0 = time.monotonic()
+    rows = []
+    ctx = Context(profile, args.seed, run_dir)
+    try:
+        ctx.ch.up()
+        for name in names:
+            rows.append(run_case(ctx, name))
+    finally:
+        stop_all()
+        ctx.close(keep=not rows or not all(r["passed"] for r in rows))
+    took = time.monotonic() - t0
+    report = {"profile": profile, "seed": args.seed, "revision": git_revision(),
+              "started": started.isoformat(timespec="seconds"), "took_s": round(took, 1),
+              "command": "e2e/chaos" + (" --full" if args.full else "")
+              + "".join(f" --case {n}" for n in args.case or []),
+              "passed": all(r["passed"] for r in rows), "cases": rows}
+    out = Path(args.json or CHAOS_STATE / f"report-{profile}.json")
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(table(rows))
+    print(f"\n{profile} profile: {sum(r['passed'] for r in rows)}/{len(rows)} passed in {took:.0f}s; "
+          f"report {out}")
+    return 0 if report["passed"] else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    finally:
+        stop_all()

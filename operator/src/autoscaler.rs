@@ -34,8 +34,9 @@ pub struct Sizing {
     pub replicas: Option<i32>,
     /// The new `status.autoscaling` (`None` clears it).
     pub status: Option<AutoscalingStatus>,
-    /// `(ScaledUp|ScaledDown, note)` when the autoscaler changed the count.
-    pub event: Option<(&'static str, String)>,
+    /// `(ScaledUp|ScaledDown, action, note)` when the autoscaler changed the count; the
+    /// action names the step (`Scale1To4`), so every distinct step is an Event of its own.
+    pub event: Option<(&'static str, String, String)>,
     /// How soon the next sample is due.
     pub requeue: Option<Duration>,
 }
@@ -153,12 +154,13 @@ impl Autoscaler {
             metrics.decided(direction(&decision), decision.reason.metric_label());
         }
         let event = match owner {
-            Owner::Autoscaler => decision
-                .event_reason()
-                .map(|reason| (reason, decision.message())),
+            Owner::Autoscaler => decision.event_reason().map(|reason| {
+                let action = format!("Scale{}To{}", decision.from, decision.replicas);
+                (reason, action, decision.message())
+            }),
             _ => None,
         };
-        if let Some((reason, note)) = &event {
+        if let Some((reason, _, note)) = &event {
             tracing::info!(pipeline = %key, reason, "{note}");
         }
         Ok(Sizing {

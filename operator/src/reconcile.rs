@@ -177,8 +177,8 @@ async fn apply(tp: &TracePipeline, ctx: &Context) -> Result<Action, Error> {
     let published = publish(tp, ctx, &prev, &obs).await;
     let sizing = result?;
     published?;
-    if let Some((reason, note)) = sizing.event {
-        publish_event(tp, ctx, EventType::Normal, reason, note).await;
+    if let Some((reason, action, note)) = sizing.event {
+        publish_event_as(tp, ctx, EventType::Normal, reason, &action, note).await;
     }
     let requeue = sizing
         .requeue
@@ -427,12 +427,25 @@ async fn publish_event(
     reason: &str,
     note: String,
 ) {
+    publish_event_as(tp, ctx, type_, reason, "Reconcile", note).await;
+}
+
+/// [`publish_event`] for `action`. The recorder folds Events of the same reason and action
+/// into one series that keeps the first note, so each distinct step gets its own action.
+async fn publish_event_as(
+    tp: &TracePipeline,
+    ctx: &Context,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
     let event = Event {
         type_,
         reason: reason.to_owned(),
         // Notes are limited to 1 kB by the API.
         note: Some(note.chars().take(1000).collect()),
-        action: "Reconcile".to_owned(),
+        action: action.to_owned(),
         secondary: None,
     };
     match ctx.recorder.publish(&event, &tp.object_ref(&())).await {

@@ -77,13 +77,18 @@ async fn seen(client: &Client, api: &Api<TracePipeline>, ns: &str, name: &str) -
     }
 }
 
+/// `(reason, note)` of every ScaledUp/ScaledDown, once per occurrence (an Event series
+/// counts its repeats).
 fn scale_events(events: &[k8s_openapi::api::events::v1::Event]) -> Vec<(String, String)> {
     events
         .iter()
         .filter_map(|e| {
             let r = e.reason.clone()?;
-            (r == "ScaledUp" || r == "ScaledDown").then(|| (r, e.note.clone().unwrap_or_default()))
+            let times = e.series.as_ref().map_or(1, |s| s.count.max(1)) as usize;
+            (r == "ScaledUp" || r == "ScaledDown")
+                .then(|| vec![(r, e.note.clone().unwrap_or_default()); times])
         })
+        .flatten()
         .collect()
 }
 

@@ -18,6 +18,17 @@ import time
 from procs import BenchError, run, say
 from stack import E2E, STATE, free_port
 
+
+def free_ports(n):
+    """`n` distinct free ports (each also has the stack's TLS listeners to move off the
+    shared stack's fixed ones)."""
+    ports = []
+    while len(ports) < n:
+        p = free_port()
+        if p not in ports:
+            ports.append(p)
+    return ports
+
 CHAOS_STATE = STATE / "chaos"
 
 
@@ -62,9 +73,11 @@ class PrivateClickHouse(Private):
 
     def __init__(self, run_dir, name="clickhouse"):
         super().__init__(run_dir, name)
-        self.port = free_port()
+        self.port, tls, mtls = free_ports(3)
         self.faults_file = self.state / "faults.json"
         self.env.update(TRACEHOUSE_CLICKHOUSE_PORT=str(self.port),
+                        TRACEHOUSE_CLICKHOUSE_TLS_PORT=str(tls),
+                        TRACEHOUSE_CLICKHOUSE_MTLS_PORT=str(mtls),
                         CHSERVER_FAULTS=str(self.faults_file))
         self.url = f"http://127.0.0.1:{self.port}"
         self.user = "tracehouse"
@@ -96,11 +109,11 @@ class PrivateKafka(Private):
 
     def __init__(self, run_dir, name="kafka"):
         super().__init__(run_dir, name)
-        self.port, self.controller_port = free_port(), free_port()
-        while self.controller_port == self.port:
-            self.controller_port = free_port()
+        self.port, self.controller_port, sasl_ssl, mtls = free_ports(4)
         self.env.update(TRACEHOUSE_KAFKA_PORT=str(self.port),
-                        TRACEHOUSE_KAFKA_CONTROLLER_PORT=str(self.controller_port))
+                        TRACEHOUSE_KAFKA_CONTROLLER_PORT=str(self.controller_port),
+                        TRACEHOUSE_KAFKA_SASL_SSL_PORT=str(sasl_ssl),
+                        TRACEHOUSE_KAFKA_MTLS_PORT=str(mtls))
         self.brokers = f"127.0.0.1:{self.port}"
 
     def up(self):

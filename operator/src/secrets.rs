@@ -75,10 +75,9 @@ impl Secrets {
         Self::new(client, ns)
     }
 
-    /// The text value of `key` in Secret `name`.
-    pub async fn value(&self, name: &str, key: &str) -> Result<String, SecretError> {
-        let secret = self
-            .api
+    /// Secret `name`, or why it cannot be read.
+    async fn get(&self, name: &str) -> Result<Secret, SecretError> {
+        self.api
             .get_opt(name)
             .await
             .map_err(|source| SecretError::Api {
@@ -89,7 +88,12 @@ impl Secrets {
             .ok_or_else(|| SecretError::NotFound {
                 namespace: self.namespace.clone(),
                 name: name.to_owned(),
-            })?;
+            })
+    }
+
+    /// The text value of `key` in Secret `name`.
+    pub async fn value(&self, name: &str, key: &str) -> Result<String, SecretError> {
+        let secret = self.get(name).await?;
         let missing = || SecretError::MissingKey {
             namespace: self.namespace.clone(),
             name: name.to_owned(),
@@ -153,19 +157,7 @@ impl Secrets {
     pub async fn fingerprint(&self, names: &BTreeSet<String>) -> Result<String, SecretError> {
         let mut secrets = Vec::with_capacity(names.len());
         for name in names {
-            let secret = self
-                .api
-                .get_opt(name)
-                .await
-                .map_err(|source| SecretError::Api {
-                    namespace: self.namespace.clone(),
-                    name: name.clone(),
-                    source,
-                })?
-                .ok_or_else(|| SecretError::NotFound {
-                    namespace: self.namespace.clone(),
-                    name: name.clone(),
-                })?;
+            let secret = self.get(name).await?;
             let data = secret
                 .data
                 .unwrap_or_default()

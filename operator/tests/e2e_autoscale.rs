@@ -18,9 +18,7 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use tracehouse_e2e::{stack_var, unique_name};
-use tracehouse_loadgen::{
-    Expectation, GeneratorConfig, ProduceOptions, VerifyOptions, produce, verify,
-};
+use tracehouse_loadgen::{GeneratorConfig, ProduceOptions, produce, verify};
 use tracehouse_operator::crd::TracePipeline;
 
 const TARGET_LAG_SECONDS: i64 = 10;
@@ -39,23 +37,6 @@ fn autoscaled(ns: &str, topic: &str, database: &str) -> Value {
         "maxStep": 2,
     });
     tp
-}
-
-fn verify_options(database: &str, generator_id: &str, spans: u64) -> VerifyOptions {
-    VerifyOptions {
-        url: stack_var("CLICKHOUSE_URL"),
-        user: Some(stack_var("CLICKHOUSE_USER")),
-        password: Some(stack_var("CLICKHOUSE_PASSWORD")),
-        database: database.to_owned(),
-        table: "otel_traces".to_owned(),
-        attributes: Attributes::Map,
-        generators: vec![Expectation {
-            generator_id: generator_id.to_owned(),
-            expected: spans,
-        }],
-        timeout: Duration::from_secs(30),
-        tls: Default::default(),
-    }
 }
 
 /// One poll of what the test watches.
@@ -129,7 +110,7 @@ async fn a_burst_scales_out_along_the_ladder_and_back_in_exactly_once() {
             let (mut scaled_out, mut max_replicas, mut peak_lag) = (None, 1, 0i64);
             let mut produced_in = None;
             let mut drained = None;
-            let options = verify_options(&database, generator_id, spans);
+            let options = verify_options(&database, generator_id, spans, Attributes::Map);
             let deadline = Duration::from_secs(600);
             let scaled_in = loop {
                 assert!(

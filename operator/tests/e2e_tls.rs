@@ -125,6 +125,29 @@ async fn wait_reason(api: &Api<TracePipeline>, name: &str, type_: &str, reason: 
     .await
 }
 
+/// Every object of kind `K` in `ns`, as JSON named `<label> <name>`.
+async fn dump<K>(client: &Client, ns: &str, label: &str, out: &mut Vec<(String, String)>)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + serde::Serialize,
+    K::DynamicType: Default,
+{
+    for o in Api::<K>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+    {
+        out.push((
+            format!("{label} {}", o.name_any()),
+            serde_json::to_string(&o).unwrap(),
+        ));
+    }
+}
+
 /// Every place a secret could leak to, as text with where it came from.
 async fn leak_surfaces(client: &Client, ns: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -145,39 +168,9 @@ async fn leak_surfaces(client: &Client, ns: &str) -> Vec<(String, String)> {
             out.push((format!("/metrics of {}", p.name_any()), text));
         }
     }
-    for c in Api::<ConfigMap>::namespaced(client.clone(), ns)
-        .list(&lp)
-        .await
-        .unwrap()
-        .items
-    {
-        out.push((
-            format!("configmap {}", c.name_any()),
-            serde_json::to_string(&c).unwrap(),
-        ));
-    }
-    for e in Api::<Event>::namespaced(client.clone(), ns)
-        .list(&lp)
-        .await
-        .unwrap()
-        .items
-    {
-        out.push((
-            format!("event {}", e.name_any()),
-            serde_json::to_string(&e).unwrap(),
-        ));
-    }
-    for tp in Api::<TracePipeline>::namespaced(client.clone(), ns)
-        .list(&lp)
-        .await
-        .unwrap()
-        .items
-    {
-        out.push((
-            format!("tracepipeline {}", tp.name_any()),
-            serde_json::to_string(&tp).unwrap(),
-        ));
-    }
+    dump::<ConfigMap>(client, ns, "configmap", &mut out).await;
+    dump::<Event>(client, ns, "event", &mut out).await;
+    dump::<TracePipeline>(client, ns, "tracepipeline", &mut out).await;
     // Every log of the stack: components, the node agent, every pod (operator, collectors).
     let state = std::env::var("TRACEHOUSE_STATE").map_or_else(
         |_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/tracehouse/state"),

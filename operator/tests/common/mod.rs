@@ -342,20 +342,7 @@ pub async fn deliver_to(
     .await
     .expect("producing spans");
     assert_eq!(report.spans, spans);
-    let options = VerifyOptions {
-        url: stack_var("CLICKHOUSE_URL"),
-        user: Some(stack_var("CLICKHOUSE_USER")),
-        password: Some(stack_var("CLICKHOUSE_PASSWORD")),
-        tls: Default::default(),
-        database: database.to_owned(),
-        table: "otel_traces".to_owned(),
-        attributes,
-        generators: vec![Expectation {
-            generator_id: generator_id.to_owned(),
-            expected: spans,
-        }],
-        timeout: Duration::from_secs(30),
-    };
+    let options = verify_options(database, generator_id, spans, attributes);
     wait_for(
         &format!("{spans} spans of {generator_id} in {database}.otel_traces exactly once"),
         Duration::from_secs(180),
@@ -369,6 +356,30 @@ pub async fn deliver_to(
         },
     )
     .await;
+}
+
+/// How `tracehouse-loadgen verify` checks `spans` of `generator_id` in `database.otel_traces`
+/// on the stack's ClickHouse.
+pub fn verify_options(
+    database: &str,
+    generator_id: &str,
+    spans: u64,
+    attributes: Attributes,
+) -> VerifyOptions {
+    VerifyOptions {
+        url: stack_var("CLICKHOUSE_URL"),
+        user: Some(stack_var("CLICKHOUSE_USER")),
+        password: Some(stack_var("CLICKHOUSE_PASSWORD")),
+        tls: Default::default(),
+        database: database.to_owned(),
+        table: "otel_traces".to_owned(),
+        attributes,
+        generators: vec![Expectation {
+            generator_id: generator_id.to_owned(),
+            expected: spans,
+        }],
+        timeout: Duration::from_secs(30),
+    }
 }
 
 /// What the operator's field manager last wrote to an object: (generation, time, fields).

@@ -225,7 +225,13 @@ impl Decider<'_> {
             lag_seconds: newest.lag_seconds(),
             incoming_records_per_second: rates.incoming,
             consumed_records_per_second: rates.consumed,
-            incoming_spans_per_second: spans_per_record(base, newest).map(|r| r * rates.incoming),
+            // Nothing arriving is zero spans, whether or not the pods decoded anything to
+            // tell spans per record from.
+            incoming_spans_per_second: if rates.incoming > 0.0 {
+                spans_per_record(base, newest).map(|r| r * rates.incoming)
+            } else {
+                Some(0.0)
+            },
             replica_capacity: capacity,
             need: capacity.map(|c| self.need_at(newest, rates.incoming, c)),
         };

@@ -589,6 +589,16 @@ fn signals_carry_the_numbers_for_the_status() {
 }
 
 #[test]
+fn nothing_arriving_is_zero_spans_per_second() {
+    let mut g = Gateway::new(8, 2, 1_000.0);
+    g.run(300, |_| 0.0);
+    let (_, last) = g.log.last().unwrap();
+    let s = last.signals.unwrap();
+    assert_eq!(s.incoming_records_per_second, 0.0, "{s:?}");
+    assert_eq!(s.incoming_spans_per_second, Some(0.0), "{s:?}");
+}
+
+#[test]
 fn scale_events_carry_the_numbers_that_caused_them() {
     let mut g = Gateway::new(8, 1, 1_000.0);
     g.run(300, |_| 3_000.0);

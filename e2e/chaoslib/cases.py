@@ -251,10 +251,12 @@ def kafka_restart(ctx, w):
     w.wait_rows(2000, 120)
     time.sleep(random.Random(ctx.seed).uniform(1, 4))
     restart_took = ctx.kafka.restart()
-    t_back = time.monotonic()
+    t_back, rows_back = time.monotonic(), w.count()
+    # Recovered: rows flow again after the broker's return (the load goes on meanwhile).
+    wait_for("rows flowing after the broker restart", lambda: w.count() > rows_back, 180, 0.25)
+    recover = time.monotonic() - t_back
     w.wait_produced(prod)
     w.wait_rows(spans, ctx.p["catch_up_s"])
-    recover = time.monotonic() - t_back
     time.sleep(3)
     alive = sum(c.alive for c in w.collectors)
     f, rep = figures(w, recover, broker_restart_s=round(restart_took, 1), collectors_alive=alive)

@@ -4,6 +4,7 @@
     e2e/chaos --full          the long one (20 kills, a 30-minute ClickHouse outage, …)
     e2e/chaos --case kill9 --case reject     only these cases
     e2e/chaos --json out.json                where the JSON report goes
+    e2e/chaos --private-kafka                every case on a private Kafka too (no shared stack)
 
 Faults are injected only into processes the runner starts itself: the collectors, a private
 chserver (its own port and data directory, fault switches in e2e/chserver/faults.py) and, for the
@@ -42,12 +43,13 @@ PROFILES = {
 
 
 class Context:
-    def __init__(self, profile, seed, run_dir):
+    def __init__(self, profile, seed, run_dir, private_kafka):
         self.p, self.seed, self.run_dir = PROFILES[profile], seed, run_dir
         self.logdir = run_dir / "logs"
-        self.brokers = stack_env()["KAFKA_BROKERS"]
         self.ch = PrivateClickHouse(run_dir)
         self._kafka = None
+        self.private_kafka = private_kafka
+        self.brokers = None if private_kafka else stack_env()["KAFKA_BROKERS"]
 
     @property
     def kafka(self):
@@ -118,6 +120,8 @@ def main():
     ap.add_argument("--case", action="append", choices=list(CASES), help="run only this case (repeatable)")
     ap.add_argument("--json", help="where to write the JSON report (default: $STATE/chaos/report-<profile>.json)")
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
+    ap.add_argument("--private-kafka", action="store_true",
+                    help="every case on the runner's private Kafka (no shared stack needed)")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, on_signal)
     profile = "full" if args.full else "quick"
@@ -128,9 +132,11 @@ def main():
     say(f"profile {profile}, seed {args.seed}, cases {', '.join(names)}; logs {run_dir / 'logs'}")
     t0 = time.monotonic()
     rows = []
-    ctx = Context(profile, args.seed, run_dir)
+    ctx = Context(profile, args.seed, run_dir, args.private_kafka)
     try:
         ctx.ch.up()
+        if ctx.private_kafka:
+            ctx.brokers = ctx.kafka.brokers
         for name in names:
             rows.append(run_case(ctx, name))
     finally:
@@ -140,7 +146,8 @@ def main():
     report = {"profile": profile, "seed": args.seed, "revision": git_revision(),
               "started": started.isoformat(timespec="seconds"), "took_s": round(took, 1),
               "command": "e2e/chaos" + (" --full" if args.full else "")
-              + "".join(f" --case {n}" for n in args.case or []),
+              + "".join(f" --case {n}" for n in args.case or [])
+              + (" --private-kafka" if args.private_kafka else ""),
               "passed": all(r["passed"] for r in rows), "cases": rows}
     out = Path(args.json or CHAOS_STATE / f"report-{profile}.json")
     out.write_text(json.dumps(report, indent=2) + "\n")

@@ -12,7 +12,7 @@ use kube::{Api, Client};
 use sha2::{Digest, Sha256};
 use tracehouse_schema::{ClientIdentity, TlsConfig};
 
-use crate::crd::{ClickHouseTls, CredentialsSecretRef, SecretKeyRef, TracePipeline};
+use crate::crd::{CredentialsSecretRef, SecretKeyRef, TlsSpec, TracePipeline};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
@@ -127,10 +127,7 @@ impl Secrets {
     }
 
     /// `spec.clickhouse.tls` with the Secrets' PEMs inline, for the operator's own client.
-    pub async fn clickhouse_tls(
-        &self,
-        tls: Option<&ClickHouseTls>,
-    ) -> Result<TlsConfig, SecretError> {
+    pub async fn clickhouse_tls(&self, tls: Option<&TlsSpec>) -> Result<TlsConfig, SecretError> {
         let Some(tls) = tls else {
             return Ok(TlsConfig::default());
         };

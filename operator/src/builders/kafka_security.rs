@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use tracehouse_collector::config::ClickHouseTlsConfig;
 
-use crate::crd::{ClickHouseTls, KafkaSasl, KafkaTls};
+use crate::crd::{KafkaSasl, TlsSpec};
 
 /// Where the CA Secret is mounted in the collector container.
 pub(super) const KAFKA_CA_DIR: &str = "/etc/tracehouse/kafka-tls/ca";
@@ -18,7 +18,7 @@ pub(super) const CLICKHOUSE_CA_DIR: &str = "/etc/tracehouse/clickhouse-tls/ca";
 pub(super) const CLICKHOUSE_CLIENT_CERT_DIR: &str = "/etc/tracehouse/clickhouse-tls/client";
 
 /// The collector's `clickhouse.tls`: the mounted files' paths as the pods see them.
-pub fn clickhouse_tls_files(tls: Option<&ClickHouseTls>) -> ClickHouseTlsConfig {
+pub fn clickhouse_tls_files(tls: Option<&TlsSpec>) -> ClickHouseTlsConfig {
     let Some(tls) = tls else {
         return ClickHouseTlsConfig::default();
     };
@@ -38,7 +38,7 @@ pub fn clickhouse_tls_files(tls: Option<&ClickHouseTls>) -> ClickHouseTlsConfig 
 /// collector pods see them. Secrets never appear here: SASL credentials reach the collector
 /// through environment variables filled from the Secret.
 pub fn kafka_security_properties(
-    tls: Option<&KafkaTls>,
+    tls: Option<&TlsSpec>,
     sasl: Option<&KafkaSasl>,
 ) -> BTreeMap<String, String> {
     let mut p = BTreeMap::new();

@@ -276,7 +276,7 @@ pub(crate) mod fixtures {
 mod tests {
     use super::fixtures::sample;
     use super::*;
-    use crate::crd::{CredentialsSecretRef, KafkaSasl, KafkaTls, SaslMechanism, SecretKeyRef};
+    use crate::crd::{CredentialsSecretRef, KafkaSasl, SaslMechanism, SecretKeyRef, TlsSpec};
     use std::path::PathBuf;
 
     fn spec_replicas(per: i32, min: i32, max: i32) -> ReplicasSpec {
@@ -344,7 +344,7 @@ mod tests {
                 password_key: "pass".into(),
             },
         });
-        tp.spec.kafka.tls = Some(KafkaTls {
+        tp.spec.kafka.tls = Some(TlsSpec {
             ca: Some(SecretKeyRef {
                 name: "kafka-ca".into(),
                 key: "ca.pem".into(),

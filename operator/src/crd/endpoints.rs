@@ -61,7 +61,7 @@ pub struct KafkaSpec {
     pub properties: BTreeMap<String, String>,
     /// TLS to the brokers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<KafkaTls>,
+    pub tls: Option<TlsSpec>,
     /// SASL authentication to the brokers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sasl: Option<KafkaSasl>,
@@ -71,18 +71,20 @@ fn default_topics() -> Vec<String> {
     vec!["otlp_spans".to_owned()]
 }
 
-/// TLS to the brokers. Certificates come from Secrets mounted into the collector pods.
+/// TLS to the brokers (`spec.kafka.tls`) or to ClickHouse (`spec.clickhouse.tls`): one shape
+/// for both. Certificates come from Secrets mounted into the collector pods; the operator
+/// reads them itself for its own connections (metadata, offsets, schema migrations).
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct KafkaTls {
-    /// CA bundle that signs the brokers' certificates (default: the system roots).
+pub struct TlsSpec {
+    /// CA bundle that signs the server's certificates (default: the system roots).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca: Option<SecretKeyRef>,
     /// A `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`) for mutual TLS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub client_cert_secret_name: Option<String>,
-    /// Skip verifying the brokers' certificates. Only for testing.
+    /// Skip verifying the server's certificates. Only for testing.
     #[serde(default)]
     pub insecure_skip_verify: bool,
 }
@@ -195,24 +197,7 @@ pub struct ClickHouseSpec {
     pub insert_format: InsertFormat,
     /// TLS to an `https://` endpoint: the CA, a client certificate (mutual TLS).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<ClickHouseTls>,
-}
-
-/// TLS to ClickHouse, as `spec.kafka.tls` is to the brokers. Certificates come from Secrets
-/// mounted into the collector pods; the operator reads them for the schema migrations.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ClickHouseTls {
-    /// CA bundle that signs the server's certificate (default: the system roots).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ca: Option<SecretKeyRef>,
-    /// A `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`) for mutual TLS.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
-    pub client_cert_secret_name: Option<String>,
-    /// Skip verifying the server's certificate. Only for testing.
-    #[serde(default)]
-    pub insecure_skip_verify: bool,
+    pub tls: Option<TlsSpec>,
 }
 
 fn default_database() -> String {

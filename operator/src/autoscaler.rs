@@ -87,8 +87,9 @@ impl Autoscaler {
         let Some(spec) = &tp.spec.autoscaling else {
             self.forget(key);
             return Ok(Sizing {
+                // `Desired::with_replicas` caps it by the partitions.
                 replicas: match owner {
-                    Owner::ScaleSubresource { replicas } => Some(replicas.min(partitions)),
+                    Owner::ScaleSubresource { replicas } => Some(replicas),
                     _ => None,
                 },
                 ..Default::default()

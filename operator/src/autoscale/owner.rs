@@ -40,15 +40,6 @@ impl Owner {
             (None, None) => Self::Partitions,
         }
     }
-
-    /// Label for the metrics and logs.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::ScaleSubresource { .. } => "scale_subresource",
-            Self::Autoscaler => "autoscaler",
-            Self::Partitions => "partitions",
-        }
-    }
 }
 
 /// `decision` as a report only: the scale subresource's `replicas` (capped by the
@@ -94,11 +85,6 @@ impl Window {
         }
     }
 
-    /// Forgets everything (the topics or the pods changed identity).
-    pub fn clear(&mut self) {
-        self.samples.clear();
-    }
-
     /// Contiguous samples for [`super::decide()`].
     pub fn contiguous(&mut self) -> &[Observation] {
         self.samples.make_contiguous()
@@ -106,14 +92,6 @@ impl Window {
 
     pub fn newest(&self) -> Option<Timestamp> {
         self.samples.back().map(|o| o.at)
-    }
-
-    pub fn len(&self) -> usize {
-        self.samples.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.samples.is_empty()
     }
 }
 
@@ -187,7 +165,7 @@ mod tests {
         }
         let first = w.contiguous()[0].at;
         assert_eq!(first, sample(120).at, "200 - (60 + 20)");
-        assert_eq!(w.len(), 17);
+        assert_eq!(w.contiguous().len(), 17);
         assert_eq!(w.newest(), Some(sample(200).at));
     }
 
@@ -198,7 +176,7 @@ mod tests {
         w.push(sample(10), &spec);
         w.push(sample(20), &spec);
         w.push(sample(15), &spec);
-        assert_eq!(w.len(), 1);
+        assert_eq!(w.contiguous().len(), 1);
         assert_eq!(w.newest(), Some(sample(15).at));
     }
 }

@@ -56,6 +56,8 @@ pub mod spec;
 
 #[cfg(test)]
 mod decide_tests;
+#[cfg(test)]
+mod gateway_model;
 
 pub use decide::{
     Decision, History, Hold, MemoryKind, Reason, SCALE_IN_UTILIZATION, Signals, decide,

@@ -8,7 +8,7 @@
 //! a channel and acknowledgements come back through another.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,6 +22,7 @@ use rdkafka::message::Message;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::machine::{Ack, Command, CommitOffset, Machine, PartitionId, Record};
+use super::unsent::Unsent;
 use super::watermarks::{Assigned, Watermarks};
 use super::{Heartbeat, SourceConfig};
 use crate::batch::RecordBatch;
@@ -173,19 +174,6 @@ fn commit(
     }
 }
 
-/// Batches whose cut is not in Kafka yet (its synchronous commit failed, typically while the
-/// group rebalances), oldest first. They are not sent until Kafka has their cut: a new owner
-/// that never saw the cut would cut elsewhere and insert the same rows under another token.
-/// Retried every [`UNSENT_RETRY`]; dropped when their partition is given away (the new
-/// owner replays the records) or at shutdown. Bounded by the budget: each holds its permit.
-#[derive(Default)]
-pub(super) struct Unsent {
-    queue: VecDeque<(CommitOffset, RecordBatch)>,
-    retry_at: Option<Instant>,
-}
-
-const UNSENT_RETRY: Duration = Duration::from_millis(500);
-
 pub(super) struct SourceLoop {
     pub(super) cfg: SourceConfig,
     pub(super) consumer: BaseConsumer<SourceContext>,
@@ -196,7 +184,8 @@ pub(super) struct SourceLoop {
     pub(super) stop: Arc<AtomicBool>,
     pub(super) heartbeat: Heartbeat,
     pub(super) watermarks: Watermarks,
-    pub(super) unsent: RefCell<Unsent>,
+    /// Batches held until Kafka takes their cut ([`Unsent`]).
+    pub(super) unsent: RefCell<Unsent<RecordBatch>>,
 }
 
 /// Consumed-records and -bytes counters per topic, resolved once (no label allocation per
@@ -268,8 +257,8 @@ impl SourceLoop {
                     // have it before the rows can reach ClickHouse. Nor is a size cut that
                     // starts where an unrecorded time cut ends, so while any batch waits for
                     // its cut, the ones after it wait too.
-                    if durable || !self.unsent.borrow().queue.is_empty() {
-                        self.unsent.borrow_mut().queue.push_back((intent, batch));
+                    if durable || self.unsent.borrow().is_holding() {
+                        self.unsent.borrow_mut().push(intent, batch);
                         self.send_unsent(true);
                     } else {
                         // Size cuts are reproducible: their intent is recorded asynchronously.
@@ -320,34 +309,34 @@ impl SourceLoop {
         let _ = self.batches.send(batch);
     }
 
-    /// Records the cuts of the [`Unsent`] batches, oldest first, and sends each once Kafka
-    /// has it; stops at the first failure until the retry time (`now`: ignore it).
-    fn send_unsent(&self, now: bool) {
+    /// Records the held batches' cuts and sends those Kafka took ([`Unsent::flush`]);
+    /// `force` ignores the retry time.
+    fn send_unsent(&self, force: bool) {
         let mut unsent = self.unsent.borrow_mut();
-        if unsent.queue.is_empty() || (!now && unsent.retry_at.is_some_and(|t| Instant::now() < t))
-        {
+        if !unsent.is_holding() {
             return;
         }
-        while let Some((intent, batch)) = unsent.queue.pop_front() {
-            if !self.machine().holds(&intent.partition, batch.generation) {
-                tracing::info!(topic = %intent.partition.topic, partition = intent.partition.partition, first = batch.range.first, "dropping an unsent batch of a partition given away; its new owner replays it");
-                continue;
-            }
-            if commit(
-                &self.consumer,
-                &self.metrics,
-                std::slice::from_ref(&intent),
-                true,
-                "recording a batch cut",
-            ) {
-                self.send(batch);
-            } else {
-                unsent.queue.push_front((intent, batch));
-                unsent.retry_at = Some(Instant::now() + UNSENT_RETRY);
-                return;
-            }
-        }
-        unsent.retry_at = None;
+        unsent.flush(
+            Instant::now(),
+            force,
+            |intent, batch| {
+                let ours = self.machine().holds(&intent.partition, batch.generation);
+                if !ours {
+                    tracing::info!(topic = %intent.partition.topic, partition = intent.partition.partition, first = batch.range.first, "dropping an unsent batch of a partition given away; its new owner replays it");
+                }
+                ours
+            },
+            |intent| {
+                commit(
+                    &self.consumer,
+                    &self.metrics,
+                    std::slice::from_ref(intent),
+                    true,
+                    "recording a batch cut",
+                )
+            },
+            |batch| self.send(batch),
+        );
     }
 
     fn on_record(&self, r: Record<'_>, out: &mut Vec<Command>, counters: &mut TopicCounters) {
@@ -446,7 +435,7 @@ impl SourceLoop {
         self.machine().close_for_shutdown(out);
         self.execute(out);
         self.send_unsent(true);
-        let dropped = std::mem::take(&mut self.unsent.borrow_mut().queue).len();
+        let dropped = self.unsent.borrow_mut().abandon();
         if dropped > 0 {
             tracing::warn!(
                 batches = dropped,

@@ -12,7 +12,8 @@
 //!    (an acknowledgement from before a revoke is dropped: the new owner replays it);
 //! 2. every batch's cut is committed as intent metadata before the batch is sent, and a
 //!    batch that replays a previous owner's recorded cut ends exactly at that cut — no
-//!    timer, pause or shutdown closes it earlier — so its token deduplicates.
+//!    timer, pause or shutdown closes it earlier — so its token deduplicates. (The shell
+//!    holds a batch whose time cut Kafka did not take: [`super::unsent`].)
 //!
 //! Memory: every open batch holds its bytes against the [`Budget`] through a permit that
 //! the batch carries; the machine pauses all partitions when the budget is spent and

@@ -16,6 +16,7 @@
 
 mod kafka;
 pub mod machine;
+pub mod unsent;
 mod watermarks;
 
 use std::sync::atomic::{AtomicBool, AtomicU64};

@@ -17,6 +17,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::types::RDKafkaRespErr;
@@ -63,47 +64,75 @@ pub enum Failure {
     ProtocolMismatch,
 }
 
-/// Pure: what an error librdkafka reported through its error callback says. `None` for
-/// failures that are not about security (a broker down, a timeout).
-pub fn classify(code: RDKafkaErrorCode, reason: &str) -> Option<Failure> {
+/// Pure: what an error librdkafka reported through its error callback or its log says.
+/// `tls`: whether the client itself speaks TLS (`security.protocol` SSL or SASL_SSL). `None`
+/// for failures that are not about security (a broker down, a timeout).
+///
+/// What the brokers answer to each mix-up (librdkafka 2.x against Kafka 4.1, seen on the
+/// stack's listeners):
+/// - a TLS client on a plaintext listener: "SSL handshake failed … connecting to a PLAINTEXT
+///   broker listener?" (a protocol mismatch, not a certificate problem);
+/// - a plaintext client on a TLS listener: the broker closes the connection as soon as the
+///   first request arrives: "Disconnected … (after 0ms in state APIVERSION_QUERY)", logged at
+///   level 6 only; older brokers get librdkafka's own "incorrect security.protocol" hint;
+/// - no or a refused client certificate on a mutual-TLS listener: "ssl/tls alert bad
+///   certificate" (or "certificate required").
+pub fn classify(code: RDKafkaErrorCode, reason: &str, tls: bool) -> Option<Failure> {
     let r = reason.to_ascii_lowercase();
+    let has = |needles: &[&str]| needles.iter().any(|n| r.contains(n));
     match code {
         RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed => {
             Some(Failure::Auth)
         }
-        RDKafkaErrorCode::SSL => Some(Failure::Tls),
-        _ if r.contains("authentication") && r.contains("sasl") => Some(Failure::Auth),
-        _ if r.contains("ssl handshake failed") || r.contains("certificate verify failed") => {
-            Some(Failure::Tls)
-        }
-        _ if r.contains("incorrect security.protocol")
-            || r.contains("connecting to a ssl listener")
-            || r.contains("connecting to a plaintext listener") =>
+        _ if has(&[
+            "incorrect security.protocol",
+            "connecting to a ssl listener",
+            "connecting to a plaintext",
+        ]) =>
         {
             Some(Failure::ProtocolMismatch)
+        }
+        _ if !tls && r.contains("disconnected") && r.contains("in state apiversion_query") => {
+            Some(Failure::ProtocolMismatch)
+        }
+        RDKafkaErrorCode::SSL => Some(Failure::Tls),
+        _ if r.contains("authentication") && r.contains("sasl") => Some(Failure::Auth),
+        _ if has(&[
+            "ssl handshake failed",
+            "certificate verify failed",
+            "alert bad certificate",
+            "alert certificate required",
+            "alert unknown ca",
+            "alert handshake failure",
+        ]) =>
+        {
+            Some(Failure::Tls)
         }
         _ => None,
     }
 }
 
-/// Keeps the last security failure librdkafka reported.
+/// Keeps the last security failure librdkafka reported; `tls` as in [`classify`].
 #[derive(Default)]
-struct Reports(Mutex<Option<(Failure, String)>>);
+struct Reports {
+    tls: bool,
+    last: Mutex<Option<(Failure, String)>>,
+}
 
 impl ClientContext for Reports {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
         let Some(code) = error.rdkafka_error_code() else {
             return;
         };
-        if let Some(f) = classify(code, reason) {
+        if let Some(f) = classify(code, reason, self.tls) {
             self.record(f, reason);
         }
     }
 
-    /// A plaintext client on a TLS listener is only ever logged ("Disconnected while
-    /// requesting ApiVersion: might be caused by incorrect security.protocol …").
-    fn log(&self, _level: rdkafka::config::RDKafkaLogLevel, _fac: &str, message: &str) {
-        if let Some(f) = classify(RDKafkaErrorCode::Fail, message) {
+    /// A plaintext client on a TLS listener and a refused client certificate are only ever
+    /// logged (see [`classify`]); nothing is printed from here.
+    fn log(&self, _level: RDKafkaLogLevel, _fac: &str, message: &str) {
+        if let Some(f) = classify(RDKafkaErrorCode::Fail, message, self.tls) {
             self.record(f, message);
         }
     }
@@ -112,7 +141,7 @@ impl ClientContext for Reports {
 impl Reports {
     fn record(&self, failure: Failure, detail: &str) {
         // librdkafka's texts name brokers and mechanisms, never the password.
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((failure, detail.to_owned()));
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((failure, detail.to_owned()));
     }
 }
 
@@ -218,12 +247,21 @@ fn client(
             "socket.timeout.ms",
             timeout.as_millis().clamp(10, 300_000).to_string(),
         )
-        .set("log_level", "3");
+        // Info: a plaintext client on a TLS listener is only logged at that level (see
+        // `classify`); the context classifies log lines and prints none.
+        .set_log_level(RDKafkaLogLevel::Info);
     for (k, v) in &access.properties {
         config.set(k, v);
     }
+    let tls = access
+        .properties
+        .get("security.protocol")
+        .is_some_and(|p| p.to_ascii_uppercase().contains("SSL"));
     config
-        .create_with_context(Reports::default())
+        .create_with_context(Reports {
+            tls,
+            last: Mutex::default(),
+        })
         .map_err(|e| failure(&access.brokers, e, None))
 }
 
@@ -241,7 +279,7 @@ fn failure(
             let _ = c.poll(Duration::from_millis(20));
         }
         c.context()
-            .0
+            .last
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
@@ -333,7 +371,37 @@ mod tests {
             ),
         ];
         for (code, reason, want) in cases {
-            assert_eq!(classify(code, reason), want, "{reason}");
+            assert_eq!(classify(code, reason, true), want, "{reason}");
         }
+    }
+
+    /// The texts the stack's listeners produced for each mix-up (see `classify`).
+    #[test]
+    fn listener_mix_ups_are_named() {
+        let plain_on_tls = "127.0.0.1:19094/bootstrap: Disconnected: connection closed by peer: receive 0 after POLLIN (after 0ms in state APIVERSION_QUERY)";
+        assert_eq!(
+            classify(RDKafkaErrorCode::Fail, plain_on_tls, false),
+            Some(Failure::ProtocolMismatch)
+        );
+        // A TLS client cut off at the same point is not told its protocol is wrong.
+        assert_eq!(classify(RDKafkaErrorCode::Fail, plain_on_tls, true), None);
+        let tls_on_plain = "ssl://127.0.0.1:19092/bootstrap: SSL handshake failed: Disconnected: SSL connection closed by peer: connecting to a PLAINTEXT broker listener? (after 1ms in state SSL_HANDSHAKE)";
+        assert_eq!(
+            classify(RDKafkaErrorCode::Fail, tls_on_plain, true),
+            Some(Failure::ProtocolMismatch)
+        );
+        let no_cert = "ssl://127.0.0.1:19095/bootstrap: Receive failed: error:0A000412:SSL routines::ssl/tls alert bad certificate: SSL alert number 42 (after 0ms in state APIVERSION_QUERY)";
+        assert_eq!(
+            classify(RDKafkaErrorCode::Fail, no_cert, true),
+            Some(Failure::Tls)
+        );
+        assert_eq!(
+            classify(
+                RDKafkaErrorCode::Fail,
+                "127.0.0.1:19092/bootstrap: Connect to ipv4#127.0.0.1:19092 failed: Connection refused (after 0ms in state CONNECT)",
+                false
+            ),
+            None
+        );
     }
 }

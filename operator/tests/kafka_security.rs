@@ -1,8 +1,9 @@
 //! The operator's Kafka metadata read against the stack's secured listeners, without a
 //! cluster: SCRAM over TLS and mutual TLS read the partitions; a wrong password and an
-//! unknown CA come back named (`AuthFailed`, `TlsFailed`), not as a bare "unreachable".
-//! Not named yet: a plaintext client on the TLS listener and a missing client certificate —
-//! librdkafka reports nothing for them (at log level 3) but the metadata timeout.
+//! unknown CA come back named (`AuthFailed`, `TlsFailed`), not as a bare "unreachable"; so do
+//! the listener mix-ups: a plaintext client on the TLS listener and a TLS client on the
+//! plaintext one (`ProtocolMismatch`), and no client certificate on the mutual-TLS listener
+//! (`TlsFailed`).
 #![cfg(feature = "stack-tests")]
 
 use std::collections::BTreeMap;
@@ -72,4 +73,37 @@ async fn secured_listeners_answer_the_right_credentials_and_name_the_wrong_ones(
     .await
     .unwrap_err();
     assert!(matches!(err, KafkaError::TlsFailed { .. }), "{err}");
+
+    // A plaintext client on the SASL_SSL listener.
+    let plain_on_tls = KafkaAccess {
+        brokers: stack_var("KAFKA_SASL_SSL_BROKERS"),
+        properties: BTreeMap::new(),
+    };
+    let err = read(&plain_on_tls).await.unwrap_err();
+    assert!(matches!(err, KafkaError::ProtocolMismatch { .. }), "{err}");
+
+    // A TLS client on the plaintext listener.
+    let tls_on_plain = KafkaAccess {
+        brokers: stack_var("KAFKA_BROKERS"),
+        properties: BTreeMap::from([
+            ("security.protocol".into(), "SSL".into()),
+            ("ssl.ca.pem".into(), pem("TRACEHOUSE_CA_FILE")),
+        ]),
+    };
+    let err = read(&tls_on_plain).await.unwrap_err();
+    assert!(matches!(err, KafkaError::ProtocolMismatch { .. }), "{err}");
+
+    // No client certificate on the mutual-TLS listener.
+    let no_cert = KafkaAccess {
+        brokers: stack_var("KAFKA_MTLS_BROKERS"),
+        properties: BTreeMap::from([
+            ("security.protocol".into(), "SSL".into()),
+            ("ssl.ca.pem".into(), pem("TRACEHOUSE_CA_FILE")),
+        ]),
+    };
+    let err = read(&no_cert).await.unwrap_err();
+    assert!(
+        matches!(err, KafkaError::TlsFailed { ref detail, .. } if detail.contains("certificate")),
+        "{err}"
+    );
 }

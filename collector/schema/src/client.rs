@@ -60,11 +60,16 @@ impl fmt::Debug for ConnectionConfig {
     }
 }
 
+/// How long the TLS probe of an `http://` URL may take.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// A handle on one ClickHouse server (or cluster entry point). Cheap to clone.
 #[derive(Clone)]
 pub struct Server {
     client: Client,
     https: bool,
+    /// `host:port` of an `http://` URL, to probe for TLS when its connection is reset.
+    http_authority: Option<String>,
 }
 
 impl fmt::Debug for Server {
@@ -92,6 +97,7 @@ impl Server {
         Ok(Self {
             client,
             https: config.url.starts_with("https://"),
+            http_authority: crate::tls_probe::http_authority(&config.url),
         })
     }
 
@@ -101,23 +107,39 @@ impl Server {
         Self {
             client,
             https: false,
+            http_authority: None,
         }
     }
 
     /// A failed call as an [`Error`]: TLS failures of `https://` URLs named
-    /// ([`Error::Tls`]), the rest as ClickHouse errors. A plaintext URL whose connection is
-    /// reset is not called a TLS problem here: a failing server looks the same.
-    fn error(&self, context: &str, e: clickhouse::error::Error) -> Error {
-        if self.https
-            && let clickhouse::error::Error::Network(_) = &e
-        {
+    /// ([`Error::Tls`]), the rest as ClickHouse errors. An `http://` URL whose connection is
+    /// reset is called a plaintext client on a TLS port only when the port answers a TLS
+    /// ClientHello ([`crate::tls_probe`]): a failing server looks the same otherwise.
+    async fn error(&self, context: &str, e: clickhouse::error::Error) -> Error {
+        if let clickhouse::error::Error::Network(_) = &e {
             let detail = crate::tls::error_chain(&e);
-            if let Some(failure) = crate::tls::classify(&detail, self.https) {
-                return Error::Tls {
-                    context: context.to_owned(),
-                    failure,
-                    detail,
-                };
+            match crate::tls::classify(&detail, self.https) {
+                Some(failure) if self.https => {
+                    return Error::Tls {
+                        context: context.to_owned(),
+                        failure,
+                        detail,
+                    };
+                }
+                Some(failure @ crate::tls::TlsFailure::ProtocolMismatch) => {
+                    if let Some(authority) = &self.http_authority
+                        && crate::tls_probe::answers_tls(authority, PROBE_TIMEOUT).await
+                    {
+                        return Error::Tls {
+                            context: context.to_owned(),
+                            failure,
+                            detail: format!(
+                                "{detail} ({authority} answers TLS: the URL should be https://)"
+                            ),
+                        };
+                    }
+                }
+                _ => {}
             }
         }
         Error::clickhouse(context, e)
@@ -126,11 +148,10 @@ impl Server {
     /// Runs one statement that returns no rows.
     pub async fn execute(&self, context: &str, sql: &str) -> Result<(), Error> {
         tracing::debug!(context, "clickhouse statement");
-        self.client
-            .query_raw(sql)
-            .execute()
-            .await
-            .map_err(|e| self.error(context, e))
+        match self.client.query_raw(sql).execute().await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.error(context, e).await),
+        }
     }
 
     /// Runs a `SELECT` and returns every row.
@@ -138,11 +159,10 @@ impl Server {
     where
         T: RowOwned + RowRead,
     {
-        self.client
-            .query_raw(sql)
-            .fetch_all::<T>()
-            .await
-            .map_err(|e| self.error(context, e))
+        match self.client.query_raw(sql).fetch_all::<T>().await {
+            Ok(rows) => Ok(rows),
+            Err(e) => Err(self.error(context, e).await),
+        }
     }
 }
 

@@ -32,6 +32,7 @@ pub mod model;
 pub mod options;
 pub mod settings;
 pub mod tls;
+pub mod tls_probe;
 pub mod types;
 
 pub use client::{ConnectionConfig, Server};

@@ -3,8 +3,11 @@
 //! both, every credential and certificate from Secrets, delivers every span exactly once; and
 //! afterwards no password or key appears in pod specs, ConfigMaps, Events, status, the
 //! collectors' `/metrics` or any log file of the stack. Failures are named: a wrong SCRAM
-//! password is `KafkaAuthFailed`, an unknown CA is `ClickHouseTlsFailed`, and fixing the
-//! Secret (which rolls the pods) heals the pipeline. Real local stack, no mocks (see `common`).
+//! password is `KafkaAuthFailed`, a plaintext client on the SASL_SSL listener
+//! `KafkaProtocolMismatch`, an `http://` URL on ClickHouse's HTTPS port and an unknown CA
+//! `ClickHouseTlsFailed`; fixing the Secret (which rolls the pods) heals the pipeline, and the
+//! spans produced while it was failing are all delivered, once. Real local stack, no mocks
+//! (see `common`).
 #![cfg(feature = "stack-tests")]
 
 mod common;
@@ -107,17 +110,29 @@ fn mtls_spec(ns: &str, topic: &str, database: &str) -> Value {
     tp
 }
 
-/// Waits until condition `type_` is False with `reason`; returns its message.
-async fn wait_reason(api: &Api<TracePipeline>, name: &str, type_: &str, reason: &str) -> String {
+/// Waits until condition `type_` is False with `reason` and a message containing `needle`
+/// (case-insensitive); returns the message.
+async fn wait_reason(
+    api: &Api<TracePipeline>,
+    name: &str,
+    type_: &str,
+    reason: &str,
+    needle: &str,
+) -> String {
     wait_for(
-        &format!("{type_}=False/{reason}"),
+        &format!("{type_}=False/{reason} saying {needle:?}"),
         Duration::from_secs(120),
         || async {
             let tp = api.get(name).await.map_err(|e| e.to_string())?;
             let conditions = tp.status.clone().unwrap_or_default().conditions;
             conditions
                 .iter()
-                .find(|c| c.type_ == type_ && c.status == "False" && c.reason == reason)
+                .find(|c| {
+                    c.type_ == type_
+                        && c.status == "False"
+                        && c.reason == reason
+                        && c.message.to_lowercase().contains(&needle.to_lowercase())
+                })
                 .map(|c| c.message.clone())
                 .ok_or_else(|| serde_json::to_string(&conditions).unwrap())
         },
@@ -304,11 +319,40 @@ async fn security_failures_are_named_and_a_fixed_secret_rolls_the_pods_and_heals
             .await;
             let spec = scram_spec(&ns, &topic, &database);
             apply(&api, &spec).await;
-            let m = wait_reason(&api, name, condition::KAFKA_REACHABLE, "KafkaAuthFailed").await;
-            assert!(m.to_lowercase().contains("authentication"), "{m}");
+            wait_reason(
+                &api,
+                name,
+                condition::KAFKA_REACHABLE,
+                "KafkaAuthFailed",
+                "authentication",
+            )
+            .await;
+            // Spans keep arriving while the pipeline cannot read them: none may be lost.
+            produce_spans(&topic, "tls-while-failing", 2_000).await;
 
-            // 3. The right password; ClickHouse's certificate checked against an unknown CA.
-            create_secret_other_ca(&client, &ns).await;
+            // A plaintext client on the SASL_SSL listener, named as such.
+            let mut plain = spec.clone();
+            let kafka = plain["spec"]["kafka"].as_object_mut().unwrap();
+            kafka.remove("tls");
+            kafka.remove("sasl");
+            apply(&api, &plain).await;
+            wait_reason(
+                &api,
+                name,
+                condition::KAFKA_REACHABLE,
+                "KafkaProtocolMismatch",
+                "security settings do not match",
+            )
+            .await;
+
+            // An http:// ClickHouse URL on the HTTPS port, named as such.
+            let mut plain_ch = spec.clone();
+            plain_ch["spec"]["clickhouse"]["endpoint"] =
+                json!(stack_var("CLICKHOUSE_TLS_URL").replacen("https://", "http://", 1));
+            plain_ch["spec"]["clickhouse"]
+                .as_object_mut()
+                .unwrap()
+                .remove("tls");
             put_secret(
                 &client,
                 &ns,
@@ -320,17 +364,36 @@ async fn security_failures_are_named_and_a_fixed_secret_rolls_the_pods_and_heals
                 }),
             )
             .await;
+            apply(&api, &plain_ch).await;
+            wait_reason(
+                &api,
+                name,
+                condition::SCHEMA_READY,
+                "ClickHouseTlsFailed",
+                "should be https://",
+            )
+            .await;
+
+            // 3. The right password; ClickHouse's certificate checked against an unknown CA.
+            create_secret_other_ca(&client, &ns).await;
             let mut bad_ca = spec.clone();
             bad_ca["spec"]["clickhouse"]["tls"] =
                 json!({ "ca": { "name": "other-ca", "key": "ca.crt" } });
             apply(&api, &bad_ca).await;
-            let m = wait_reason(&api, name, condition::SCHEMA_READY, "ClickHouseTlsFailed").await;
-            assert!(m.contains("unknown CA"), "{m}");
+            wait_reason(
+                &api,
+                name,
+                condition::SCHEMA_READY,
+                "ClickHouseTlsFailed",
+                "unknown CA",
+            )
+            .await;
 
-            // 4. Fixed: Ready, spans delivered.
+            // 4. Fixed: Ready, the spans that waited and new ones delivered, each once.
             apply(&api, &spec).await;
             wait_ready(&api, name, 2, 1, Duration::from_secs(180)).await;
             deliver(&topic, &database, "tls-healed", 2_000).await;
+            await_delivered(&database, "tls-while-failing", 2_000, Attributes::Map).await;
 
             // 5. A rotated Secret rolls the pods (same config, new secrets hash).
             let before = secrets_hash_of_pods(&client, &ns, name).await;

@@ -327,6 +327,12 @@ pub async fn deliver_to(
     spans: u64,
     attributes: Attributes,
 ) {
+    produce_spans(topic, generator_id, spans).await;
+    await_delivered(database, generator_id, spans, attributes).await;
+}
+
+/// Produces `spans` of `generator_id` to `topic` on the stack's plaintext listener.
+pub async fn produce_spans(topic: &str, generator_id: &str, spans: u64) {
     let report = produce(&ProduceOptions {
         brokers: stack_var("KAFKA_BROKERS"),
         topic: topic.to_owned(),
@@ -342,6 +348,15 @@ pub async fn deliver_to(
     .await
     .expect("producing spans");
     assert_eq!(report.spans, spans);
+}
+
+/// Waits until `spans` of `generator_id` are in `database.otel_traces`, each exactly once.
+pub async fn await_delivered(
+    database: &str,
+    generator_id: &str,
+    spans: u64,
+    attributes: Attributes,
+) {
     let options = verify_options(database, generator_id, spans, attributes);
     wait_for(
         &format!("{spans} spans of {generator_id} in {database}.otel_traces exactly once"),

@@ -26,28 +26,6 @@ use tracehouse_e2e::unique_name;
 use tracehouse_operator::builders::{PIPELINE_LABEL, SECRETS_HASH_ANNOTATION};
 use tracehouse_operator::crd::{TracePipeline, condition};
 
-fn read(path: &str) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-async fn put_secret(client: &Client, ns: &str, name: &str, type_: &str, data: Value) {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": { "name": name },
-        "type": type_,
-        "stringData": data,
-    }))
-    .unwrap();
-    secrets
-        .patch(
-            name,
-            &PatchParams::apply(TEST_MANAGER).force(),
-            &Patch::Apply(&secret),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("Secret {name}: {e}"));
-}
-
 /// The stack's CA, SCRAM user and client certificate as the Secrets users would create.
 async fn create_tls_secrets(client: &Client, ns: &str) {
     create_clickhouse_secret(client, ns).await;

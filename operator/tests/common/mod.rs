@@ -90,6 +90,30 @@ pub async fn create_clickhouse_secret(client: &Client, ns: &str) {
         .expect("creating the ClickHouse Secret");
 }
 
+/// A file's text (the stack's PEM files), or a panic naming it.
+pub fn read(path: &str) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Creates or replaces the Secret `name` in `ns` with `data` as `stringData`.
+pub async fn put_secret(client: &Client, ns: &str, name: &str, type_: &str, data: Value) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "type": type_,
+        "stringData": data,
+    }))
+    .unwrap();
+    secrets
+        .patch(
+            name,
+            &PatchParams::apply(TEST_MANAGER).force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("Secret {name}: {e}"));
+}
+
 pub async fn create_topic(topic: &str, partitions: i32) {
     let result = kafka_admin()
         .create_topics(

@@ -312,7 +312,14 @@ impl TlsFailure {
 pub fn classify(error_text: &str, https: bool) -> Option<TlsFailure> {
     let t = error_text.to_ascii_lowercase();
     let has = |needles: &[&str]| needles.iter().any(|n| t.contains(n));
-    if has(&["unknownissuer", "unknown issuer", "unknown ca", "unknownca"]) {
+    // BadSignature: an issuer of that name is trusted but did not sign it (a regenerated CA).
+    if has(&[
+        "unknownissuer",
+        "unknown issuer",
+        "unknown ca",
+        "unknownca",
+        "badsignature",
+    ]) {
         return Some(TlsFailure::UnknownCa);
     }
     if has(&["expired", "notvalidyet", "not valid yet"]) {
@@ -381,6 +388,11 @@ mod tests {
         let cases = [
             (
                 "invalid peer certificate: UnknownIssuer",
+                true,
+                Some(TlsFailure::UnknownCa),
+            ),
+            (
+                "invalid peer certificate: BadSignature",
                 true,
                 Some(TlsFailure::UnknownCa),
             ),

@@ -95,24 +95,16 @@ async fn the_production_sample_delivers_over_tls_as_written() {
             apply(&api, &tp).await;
             // 8 partitions, 4 per replica, at least 2.
             wait_ready(&api, &name, 8, 2, Duration::from_secs(240)).await;
-            let deployment = Api::<Deployment>::namespaced(client.clone(), &ns)
+            let deployments = Api::<Deployment>::namespaced(client.clone(), &ns)
                 .list(&Default::default())
                 .await
                 .unwrap()
                 .items;
-            assert_eq!(deployment.len(), 1, "one gateway Deployment");
-            let container = &deployment[0]
-                .spec
-                .as_ref()
-                .unwrap()
-                .template
-                .spec
-                .as_ref()
-                .unwrap()
-                .containers[0];
-            let resources = serde_json::to_value(&container.resources).unwrap();
+            assert_eq!(deployments.len(), 1, "one gateway Deployment");
+            let deployment = serde_json::to_value(&deployments[0]).unwrap();
+            let resources = &deployment["spec"]["template"]["spec"]["containers"][0]["resources"];
             assert_eq!(
-                resources, written["spec"]["collector"]["resources"],
+                resources, &written["spec"]["collector"]["resources"],
                 "the sample's resources"
             );
             deliver(&topic, &database, "sample", 5_000).await;

@@ -4,9 +4,12 @@
 //! as [`Error::Tls`] naming which, and a closed port is not called a TLS problem.
 #![cfg(feature = "stack-tests")]
 
+mod common;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
+use common::tls_failure;
 use tracehouse_schema::tls::{TlsConfig, TlsFailure};
 use tracehouse_schema::tls_probe::{answers_tls, http_authority};
 use tracehouse_schema::{ConnectionConfig, Error, Server};
@@ -37,13 +40,6 @@ async fn ping(server: &Server) -> Result<(), Error> {
 
 fn stack_ca() -> TlsConfig {
     TlsConfig::from_files(Some(&file("TRACEHOUSE_CA_FILE")), None, None, false).unwrap()
-}
-
-fn tls_failure(r: Result<(), Error>) -> TlsFailure {
-    match r {
-        Err(Error::Tls { failure, .. }) => failure,
-        other => panic!("expected a TLS failure, got {other:?}"),
-    }
 }
 
 #[tokio::test]

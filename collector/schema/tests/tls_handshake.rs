@@ -3,7 +3,11 @@
 //! (the control: the statement runs), an expired one and one for another host name. The
 //! names come from what rustls really reports, not from texts typed into a unit test.
 
+mod common;
+
 use std::sync::Arc;
+
+use common::tls_failure;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, date_time_ymd};
 use rustls::ServerConfig;
@@ -99,13 +103,6 @@ async fn run(url: &str, ca: &Ca) -> Result<(), Error> {
     server.execute("handshake test", "SELECT 1").await
 }
 
-fn failure(r: Result<(), Error>) -> TlsFailure {
-    match r {
-        Err(Error::Tls { failure, .. }) => failure,
-        other => panic!("expected a TLS failure, got {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn expired_and_wrong_host_certificates_are_named() {
     let ca = ca();
@@ -113,20 +110,20 @@ async fn expired_and_wrong_host_certificates_are_named() {
     run(&valid, &ca).await.expect("a valid certificate");
 
     let expired = serve(leaf(&ca, &["127.0.0.1"], (2020, 2021))).await;
-    assert_eq!(failure(run(&expired, &ca).await), TlsFailure::Expired);
+    assert_eq!(tls_failure(run(&expired, &ca).await), TlsFailure::Expired);
 
     let not_yet = serve(leaf(&ca, &["127.0.0.1"], (2090, 2100))).await;
-    assert_eq!(failure(run(&not_yet, &ca).await), TlsFailure::Expired);
+    assert_eq!(tls_failure(run(&not_yet, &ca).await), TlsFailure::Expired);
 
     let other_host = serve(leaf(&ca, &["clickhouse.example"], (2020, 2100))).await;
     assert_eq!(
-        failure(run(&other_host, &ca).await),
+        tls_failure(run(&other_host, &ca).await),
         TlsFailure::NameMismatch
     );
 
     // And a CA that did not sign it.
     assert_eq!(
-        failure(run(&valid, &self::ca()).await),
+        tls_failure(run(&valid, &self::ca()).await),
         TlsFailure::UnknownCa
     );
 }

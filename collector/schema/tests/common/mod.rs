@@ -13,6 +13,14 @@ use tracehouse_schema::{
     insert_columns,
 };
 
+/// The TLS failure `r` names; panics on anything else.
+pub fn tls_failure(r: Result<(), tracehouse_schema::Error>) -> tracehouse_schema::tls::TlsFailure {
+    match r {
+        Err(tracehouse_schema::Error::Tls { failure, .. }) => failure,
+        other => panic!("expected a TLS failure, got {other:?}"),
+    }
+}
+
 /// A connection plus the fresh database name this test owns.
 pub struct Ch {
     pub server: Server,

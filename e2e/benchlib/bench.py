@@ -193,14 +193,16 @@ class Bench:
 
     def start_tracehouse(self, db, group, mport):
         cfg = self.dir / "tracehouse.yaml"
-        # Connection settings only; batching, concurrency and limits are the collector's
-        # defaults (printed to tracehouse-effective-config.yaml).
+        # Connection settings only (and --linger-ms when given); batching, concurrency and
+        # limits are the collector's defaults (printed to tracehouse-effective-config.yaml).
         cfg.write_text(
             f"kafka:\n  brokers: \"{self.env['KAFKA_BROKERS']}\"\n  topics: [\"{self.topic}\"]\n"
             f"  group_id: \"{group}\"\n  encoding: otlp_proto\n"
             f"clickhouse:\n  url: \"{self.env['CLICKHOUSE_URL']}\"\n  database: \"{db}\"\n"
             f"  table: otel_traces\n  attributes: {self.args.attributes}\n"
-            f"metrics_addr: \"127.0.0.1:{mport}\"\n")
+            f"metrics_addr: \"127.0.0.1:{mport}\"\n"
+            + (f"batch:\n  linger_ms: {self.args.linger_ms}\n" if self.args.linger_ms is not None
+               else ""))
         env = {**os.environ, **self.env}
         eff = run([str(self.collector), "run", "--config", str(cfg), "--print-config"],
                   timeout=60, env=env)
@@ -618,6 +620,10 @@ def main():
                          "(instead of pre-filling) and measure span end -> queryable")
     ap.add_argument("--duration", type=float, default=60,
                     help="live mode: seconds to produce for (default 60; spans = rate x duration)")
+    ap.add_argument("--linger-ms", type=int,
+                    help="tracehouse's batch.linger_ms (default: the collector's default, 2000); "
+                         "a batch waits at most this long for more records, so it bounds freshness "
+                         "at low rates")
     ap.add_argument("--collector-bin",
                     help="tracehouse-collector binary to run instead of the release build "
                          "(e.g. to compare two revisions)")
@@ -693,6 +699,8 @@ def main():
         "span_profile": a.span_profile,
         "partitions": a.partitions,
         "mode": "live" if a.rate else "pre-filled",
+        "collector_bin": a.collector_bin,
+        "tracehouse_linger_ms": a.linger_ms,
         "rate_spans_per_second": a.rate,
         "duration_seconds": a.duration if a.rate else None,
         "topic_records": sum(b.end.values()) if getattr(b, "end", None) else None,

@@ -27,12 +27,15 @@ class Series:
         self.lag.append(lag)
         self.rss_mib.append(None if rss_mib is None else round(rss_mib, 1))
 
-    def spans_per_second(self):
-        """Rows that became visible per second, between consecutive points (first point: 0)."""
-        out = [0.0]
-        for i in range(1, len(self.t)):
-            dt = self.t[i] - self.t[i - 1]
-            out.append((self.rows[i] - self.rows[i - 1]) / dt if dt > 0 else 0.0)
+    def spans_per_second(self, window=2.0):
+        """Rows that became visible per second over the last `window` seconds at each point
+        (inserts land in steps of a batch, so a rate between two 0.5 s points jumps)."""
+        out, j = [], 0
+        for i in range(len(self.t)):
+            while j < i and self.t[i] - self.t[j + 1] >= window:
+                j += 1
+            dt = self.t[i] - self.t[j]
+            out.append((self.rows[i] - self.rows[j]) / dt if dt > 0 else 0.0)
         return out
 
     def to_json(self):
@@ -137,7 +140,7 @@ def plot(series_by_leg, path, title, rate=None):
     if rate:
         axes[0].axhline(rate / 1000, color="grey", linestyle="--", linewidth=1,
                         label=f"produced ({rate / 1000:g} k/s)")
-    axes[0].set_ylabel("rows visible / s (thousands)")
+    axes[0].set_ylabel("rows visible / s, 2 s mean (k)")
     axes[1].set_ylabel("consumer lag (records)")
     axes[2].set_ylabel("collector RSS (MiB)")
     axes[2].set_xlabel("seconds since the collector started")

@@ -24,6 +24,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use crate::batch::{RecordBatch, SkipReason, Skipped};
+use crate::freshness;
 use crate::log_limit::RateLimit;
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::retry::{Backoff, Verdict};
@@ -191,6 +192,8 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
                         m.bytes_inserted.inc_by(encoded.body.len() as u64);
                         m.batch_rows.observe(encoded.rows as f64);
                         m.batch_bytes.observe(encoded.body.len() as f64);
+                        m.span_freshness
+                            .observe_acknowledged(&encoded.end_times, freshness::unix_now_ns());
                         return true;
                     }
                     Err(e) => e,

@@ -11,6 +11,7 @@ use tracehouse_schema::{SettingError, TableOptions, TableSettings};
 use crate::config::Config;
 use crate::decode;
 use crate::encode::Encoder;
+use crate::freshness::EndTimes;
 use crate::workers::{EncoderFactory, RecordEncoder};
 
 /// The table options the collector writes to, derived from its configuration (the
@@ -44,6 +45,10 @@ impl RecordEncoder for ConfiguredEncoder {
 
     fn finish(&mut self) -> Bytes {
         self.encoder.finish()
+    }
+
+    fn take_end_times(&mut self) -> EndTimes {
+        self.encoder.take_end_times()
     }
 }
 

@@ -220,6 +220,24 @@ async fn transient_failures_retry_under_one_token_until_the_insert_passes() {
 }
 
 #[tokio::test]
+async fn span_freshness_is_observed_once_when_clickhouse_acknowledges_not_per_attempt() {
+    let ch = Arc::new(FakeClickHouse {
+        transient: AtomicUsize::new(2),
+        ..Default::default()
+    });
+    let (stage, _acks) = stage(&ch, None);
+    let mut e = encoded(&[b"1", b"2"]);
+    let ended = crate::freshness::unix_now_ns() - 3_000_000_000;
+    e.end_times
+        .record_all(&[ended; 3], crate::freshness::unix_now_ns);
+    stage.insert_batch(e).await;
+    let (sum, count, buckets) = stage.metrics.span_freshness.get();
+    assert_eq!(count, 3);
+    assert!(sum >= 3.0 * 3.0 * 15.0 / 16.0, "{sum}");
+    assert_eq!(buckets.iter().map(|b| b.1).sum::<u64>(), 3);
+}
+
+#[tokio::test]
 async fn undecodable_and_skipped_records_go_to_the_dead_letters_and_the_rest_is_acknowledged() {
     let ch = Arc::new(FakeClickHouse::default());
     let dlq = Arc::new(FakeDeadLetters::default());

@@ -8,14 +8,15 @@
 //! Dependencies point down this list only: [`rows`] reads [`decode`]'s views and writes
 //! with [`wire`] (ClickHouse's binary primitives, a leaf); [`encode`] uses both.
 //! [`pipeline`] wires the stages with bounded queues; [`config`] is what the user writes;
-//! [`metrics`] and [`http`] are what operators and autoscalers read; [`yaml`] is the one
-//! door to the YAML library.
+//! [`metrics`] and [`http`] are what operators and autoscalers read ([`freshness`] is the
+//! one metric the encoder fills: a leaf); [`yaml`] is the one door to the YAML library.
 
 pub mod batch;
 pub mod budget;
 pub mod config;
 pub mod decode;
 pub mod encode;
+pub mod freshness;
 pub mod http;
 pub mod insert;
 pub mod insert_encoder;

@@ -10,11 +10,16 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::freshness::Freshness;
+
 pub const PREFIX: &str = "tracehouse";
 /// Per-partition lag in records (high watermark − committed offset); the autoscaler's input.
 pub const CONSUMER_LAG_RECORDS: &str = "consumer_lag_records";
 /// Per-partition lag in seconds: age of the oldest record not yet acknowledged by ClickHouse.
 pub const CONSUMER_LAG_SECONDS: &str = "consumer_lag_seconds";
+
+/// Span end time → insert acknowledged, per span: how fresh the data in ClickHouse is.
+pub const SPAN_FRESHNESS_SECONDS: &str = "span_freshness_seconds";
 
 /// Every `reason` of `insert_errors`/`insert_retries` (`sink::InsertError::reason`). Both
 /// families start with these at zero, so dashboards and alerts see the series before the
@@ -60,6 +65,8 @@ pub struct Metrics {
     pub insert_duration: Histogram,
     pub batch_rows: Histogram,
     pub batch_bytes: Histogram,
+    /// Span end → insert acknowledged, per span ([`crate::freshness`]).
+    pub span_freshness: Freshness,
     pub lag_records: Family<PartitionLabels, Gauge>,
     pub lag_seconds: Family<PartitionLabels, Gauge<f64, AtomicU64>>,
     pub inflight_bytes: Gauge,
@@ -91,6 +98,7 @@ impl Metrics {
             insert_duration: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
             batch_rows: Histogram::new(exponential_buckets(64.0, 2.0, 14)),
             batch_bytes: Histogram::new(exponential_buckets(16384.0, 2.0, 14)),
+            span_freshness: Freshness::default(),
             lag_records: Family::default(),
             lag_seconds: Family::default(),
             inflight_bytes: Gauge::default(),
@@ -182,6 +190,11 @@ impl Metrics {
             "batch_bytes",
             "Compressed bytes per insert",
             m.batch_bytes.clone(),
+        );
+        r.register(
+            SPAN_FRESHNESS_SECONDS,
+            "Seconds from a span's end time to ClickHouse acknowledging its row",
+            m.span_freshness.clone(),
         );
         r.register(
             CONSUMER_LAG_RECORDS,
@@ -310,6 +323,14 @@ mod tests {
         );
         assert!(
             out.contains("tracehouse_process_cpu_seconds_total "),
+            "{out}"
+        );
+        assert!(
+            out.contains("# TYPE tracehouse_span_freshness_seconds histogram"),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"tracehouse_span_freshness_seconds_bucket{le="2.0"} 0"#),
             "{out}"
         );
         assert!(

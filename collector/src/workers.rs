@@ -10,6 +10,7 @@ use bytes::Bytes;
 
 use crate::batch::{RecordBatch, SkipReason, Skipped};
 use crate::decode::DecodeError;
+use crate::freshness::EndTimes;
 use crate::offsets::BatchRange;
 
 /// What a worker needs: Kafka record payloads in, one compressed ClickHouse insert body out
@@ -22,6 +23,10 @@ pub trait RecordEncoder: Send {
     fn append(&mut self, payload: &[u8]) -> Result<u64, DecodeError>;
     /// Take the compressed body of everything appended since the last call.
     fn finish(&mut self) -> Bytes;
+    /// Take the end times of the spans appended since the last call (none by default).
+    fn take_end_times(&mut self) -> EndTimes {
+        EndTimes::default()
+    }
 }
 
 /// Makes one encoder per worker thread.
@@ -39,6 +44,8 @@ pub struct Encoded {
     pub rows: u64,
     /// Records of this slice that could not be decoded.
     pub undecodable: Vec<Skipped>,
+    /// When its spans ended, for `tracehouse_span_freshness_seconds` once it is acknowledged.
+    pub end_times: EndTimes,
 }
 
 /// Encode `records` of `batch` (a whole batch or one half of a split).
@@ -62,6 +69,7 @@ pub fn encode_slice(
         }
     }
     let body = enc.finish();
+    let end_times = enc.take_end_times();
     let range = if records == (0..batch.records.len()) {
         batch.range
     } else {
@@ -79,6 +87,7 @@ pub fn encode_slice(
         body,
         rows,
         undecodable,
+        end_times,
     }
 }
 

@@ -4,6 +4,8 @@
     e2e/bench --spans N --out FILE [--engine null|merge-tree] [--attributes json|map]
               [--span-profile full|light|minimal]
               [--partitions 8] [--legs tracehouse,otelcol,rotel] [--timeout SECONDS] [--keep]
+              [--collector-bin PATH]
+    e2e/bench --rate SPANS_PER_SECOND [--duration 60] --out FILE [the options above]
 
 On the local stack (started with `e2e/stack up kafka clickhouse` if it is not running; it is
 left running afterwards, since other work may share it — `--stop-stack` stops it at the end
@@ -31,6 +33,19 @@ The ClickHouse server's share is reported per leg too: its CPU-seconds per span 
 each collector sent per span, for the same table (Rotel leaves the `*AttributesKeys` columns
 empty; the others fill them).
 
+With --rate R (live mode), nothing is pre-filled: each leg gets a fresh topic, its collector
+starts first, and once its consumer group holds every partition `tracehouse-loadgen produce
+--rate R --end-at-clock` writes R·duration spans at R spans/s while it runs (each record's
+spans end as it is sent). The leg ends when the producer is done and every row is in with lag
+0. Freshness, span end → queryable, is measured outside the collector by the server: a
+materialized view on otel_traces stamps every row with the time its block was written
+(series.arrivals_ddl); p50/p90/p99/max of that over all rows are reported, and, for
+tracehouse, the same quantiles of its own `tracehouse_span_freshness_seconds` histogram
+(span end → insert acknowledged) scraped from /metrics at the end.
+
+In both modes every leg is sampled every 0.5 s (rows visible, consumer lag, RSS) and the
+series are drawn into a PNG beside the JSON (FILE with .png; series.py).
+
 Prints a markdown table (with tracehouse's ratio to every other leg) and writes JSON:
 {"tracehouse": {...}, "otelcol": {...}, "rotel": {...}, "run": {...}}.
 Artifacts (logs, configs, verify reports) go to $TRACEHOUSE_STATE/bench/<run-id>/.
@@ -55,6 +70,8 @@ from pathlib import Path
 
 from procs import (BenchError, SocketBytes, loadavg, machine, machine_busy_seconds, on_signal,
                    proc_cpu_seconds, proc_status_kib, run, say, spawn, stop, stop_all)
+from series import (Series, arrivals_ddl, arrivals_query, collector_freshness, parse_arrivals,
+                    plot)
 from stack import (E2E, REPO, STATE, ClickHouse, Kafka, free_port, git_revision, group_describe,
                    kafka_java, log_tail_errors, metric_sum, metrics_scrape, stack_env)
 
@@ -73,6 +90,8 @@ class Bench:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.topic = f"bench-{self.run_id}"
         self.generator = f"bench-{self.run_id}"
+        self.topics = []  # every topic this run made, deleted at the end
+        self.series = {}  # leg -> Series
         self.stack_started = False
         self.databases = []
         self.env = None
@@ -102,7 +121,7 @@ class Bench:
              "-p", "tracehouse-loadgen"], timeout=3600, log=self.dir / "build.log")
         self.git = git_revision()
         target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
-        self.collector = target / "release" / "tracehouse-collector"
+        self.collector = Path(self.args.collector_bin or target / "release" / "tracehouse-collector")
         self.loadgen = target / "release" / "tracehouse-loadgen"
         if "otelcol" in self.args.legs:
             say("OpenTelemetry Collector (built once, cached in $TRACEHOUSE_CACHE)")
@@ -121,12 +140,15 @@ class Bench:
 
     def produce(self):
         a = self.args
+        if a.rate:
+            return  # live mode: each leg produces into a topic of its own while it runs
         say(f"producing {a.spans} spans into topic {self.topic} ({a.partitions} partitions, "
             "otlp_proto, lz4)")
         cmd = [str(self.loadgen), "produce", "--brokers", self.env["KAFKA_BROKERS"],
                "--topic", self.topic, "--partitions", str(a.partitions), "--spans", str(a.spans),
                "--encoding", "otlp_proto", "--compression", "lz4", "--seed", "1",
                "--generator-id", self.generator, *SPAN_PROFILES[a.span_profile]]
+        self.topics.append(self.topic)
         try:
             r = subprocess.run(cmd, stdout=subprocess.PIPE, timeout=max(600, a.spans / 2000))
         except subprocess.TimeoutExpired:
@@ -149,6 +171,9 @@ class Bench:
              "--attributes", a.attributes, "--clickhouse-url", self.env["CLICKHOUSE_URL"],
              "--user", self.env["CLICKHOUSE_USER"]], timeout=300,
             env={**os.environ, **self.env}, log=self.dir / f"{leg}-schema.log")
+        if a.rate:
+            for sql in arrivals_ddl(db):
+                self.ch.query(sql)
         if a.engine == "null":
             if a.attributes == "json":
                 id_expr = "toString(SpanAttributes.loadgen.id)"
@@ -168,14 +193,16 @@ class Bench:
 
     def start_tracehouse(self, db, group, mport):
         cfg = self.dir / "tracehouse.yaml"
-        # Connection settings only; batching, concurrency and limits are the collector's
-        # defaults (printed to tracehouse-effective-config.yaml).
+        # Connection settings only (and --linger-ms when given); batching, concurrency and
+        # limits are the collector's defaults (printed to tracehouse-effective-config.yaml).
         cfg.write_text(
             f"kafka:\n  brokers: \"{self.env['KAFKA_BROKERS']}\"\n  topics: [\"{self.topic}\"]\n"
             f"  group_id: \"{group}\"\n  encoding: otlp_proto\n"
             f"clickhouse:\n  url: \"{self.env['CLICKHOUSE_URL']}\"\n  database: \"{db}\"\n"
             f"  table: otel_traces\n  attributes: {self.args.attributes}\n"
-            f"metrics_addr: \"127.0.0.1:{mport}\"\n")
+            f"metrics_addr: \"127.0.0.1:{mport}\"\n"
+            + (f"batch:\n  linger_ms: {self.args.linger_ms}\n" if self.args.linger_ms is not None
+               else ""))
         env = {**os.environ, **self.env}
         eff = run([str(self.collector), "run", "--config", str(cfg), "--print-config"],
                   timeout=60, env=env)
@@ -217,9 +244,45 @@ class Bench:
                "ROTEL_CLICKHOUSE_EXPORTER_PASSWORD": self.env["CLICKHOUSE_PASSWORD"]}
         return spawn(cmd, self.dir / "rotel.log", env=env)
 
+    def start_live_topic(self, leg):
+        """Live mode: a fresh topic and generator id for this leg."""
+        a = self.args
+        self.topic = self.generator = f"bench-{self.run_id}-{leg}"
+        self.topics.append(self.topic)
+        kafka_java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
+                   self.env["KAFKA_BROKERS"], "--create", "--topic", self.topic,
+                   "--partitions", str(a.partitions), "--replication-factor", "1")
+        self.end = {q: 0 for q in range(a.partitions)}
+
+    def start_live_producer(self, leg, group, p, t0):
+        """Live mode: once the collector's group holds every partition (or after 60 s), start
+        producing at the fixed rate."""
+        a = self.args
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and p.poll() is None:
+            try:
+                if self.kafka.assigned_partitions(group) >= a.partitions:
+                    break
+            except BenchError:
+                pass
+            time.sleep(POLL)
+        else:
+            say(f"{leg}: the group did not report all {a.partitions} partitions assigned; "
+                "producing anyway")
+        say(f"{leg}: producing {a.spans} spans at {a.rate:g} spans/s "
+            f"({time.monotonic() - t0:.1f}s after start)")
+        cmd = [str(self.loadgen), "produce", "--brokers", self.env["KAFKA_BROKERS"],
+               "--topic", self.topic, "--partitions", str(a.partitions), "--spans", str(a.spans),
+               "--rate", str(a.rate), "--end-at-clock", "--quiet",
+               "--encoding", "otlp_proto", "--compression", "lz4", "--seed", "1",
+               "--generator-id", self.generator, *SPAN_PROFILES[a.span_profile]]
+        return spawn(cmd, self.dir / f"{leg}-produce.json")
+
     def run_leg(self, leg):
         a = self.args
         n = a.spans
+        if a.rate:
+            self.start_live_topic(leg)
         db, table, verify_attrs = self.prepare_database(leg)
         group = f"bench-{self.run_id}-{leg}"
         mport = free_port()
@@ -237,6 +300,8 @@ class Bench:
         start = {"tracehouse": self.start_tracehouse, "otelcol": self.start_otelcol,
                  "rotel": self.start_rotel}[leg]
         p = start(db, group, mport)
+        loader = self.start_live_producer(leg, group, p, t0) if a.rate else None
+        series = self.series[leg] = Series()
         deadline = t0 + a.timeout
         rows, lag, last_change, last_rows, last_print = 0, None, t0, -1, t0
         count_errors, last_error = 0, None
@@ -247,6 +312,9 @@ class Bench:
                 if p.poll() is not None:
                     outcome = f"the collector exited with code {p.returncode} after {now - t0:.1f}s"
                     break
+                if loader is not None and loader.poll() not in (None, 0):
+                    outcome = f"tracehouse-loadgen produce exited with code {loader.returncode}"
+                    break
                 if now > deadline:
                     outcome = f"not done within --timeout {a.timeout}s"
                     break
@@ -256,17 +324,25 @@ class Bench:
                 except BenchError as e:  # reported with the progress line, and in the JSON
                     count_errors, last_error = count_errors + 1, str(e)
                 try:
+                    if loader is not None:  # live: the end moves
+                        self.end = self.kafka.end_offsets(self.topic, a.partitions)
                     committed = self.kafka.committed(group, self.topic, a.partitions)
                     lag = sum(self.end[q] - max(committed.get(q, -1), 0) for q in self.end)
                 except BenchError as e:  # the message names Kafka and the request
                     count_errors, last_error, lag = count_errors + 1, str(e), None
                 if rows != last_rows:
                     last_rows, last_change = rows, now
-                if rows >= n and lag == 0:
+                if series.due(now - t0):
+                    try:
+                        rss = proc_status_kib(p.pid, "VmRSS") / 1024
+                    except OSError:
+                        rss = None
+                    series.add(now - t0, rows, lag, rss)
+                if rows >= n and lag == 0 and (loader is None or loader.poll() == 0):
                     outcome = "done"
                     break
                 # Lag 0 but rows stopped short of N for a while: the rest is not coming.
-                if lag == 0 and now - last_change > a.stall:
+                if lag == 0 and now - last_change > a.stall and (loader is None or loader.poll() == 0):
                     outcome = f"stalled: committed lag 0 but {rows}/{n} rows after {a.stall}s"
                     break
                 if now - last_print >= 5:
@@ -295,7 +371,24 @@ class Bench:
                 cpu, hwm_kib, metrics = None, None, None
         finally:
             code = stop(p)
+            if loader is not None:
+                stop(loader)
         wall = t_done - t0
+        if loader is not None:
+            try:
+                text = (self.dir / f"{leg}-produce.json").read_text()
+                self.produced = json.loads(text[text.index("{"):])
+            except (OSError, ValueError):
+                self.produced = None
+            res["produced"] = self.produced
+        if a.rate:
+            try:
+                res["freshness_clickhouse"] = parse_arrivals(self.ch.query(arrivals_query(db)))
+            except (BenchError, ValueError) as e:
+                res["freshness_clickhouse"] = {"error": str(e)}
+            if leg == "tracehouse":
+                res["freshness_collector"] = collector_freshness(metrics)
+        res["series"] = series.to_json()
         ch_cpu = ch_cpu1 - ch_cpu0 if ch_cpu0 is not None and ch_cpu1 is not None else None
         kafka_cpu = kafka_cpu1 - kafka_cpu0 \
             if kafka_cpu0 is not None and kafka_cpu1 is not None else None
@@ -365,7 +458,7 @@ class Bench:
         if res["verified"] and not disturbed:
             res["spans_per_cpu_second"] = round(n / cpu) if cpu > 0 else None
             res["otlp_mb_per_cpu_second"] = (round(self.produced["bytes"] / cpu / 1e6, 1)
-                                             if cpu > 0 else None)
+                                             if cpu > 0 and self.produced else None)
             res["spans_per_second"] = round(n / wall)
             res["mb_per_second"] = round(sock.total / wall / 1e6, 2)
             res["bytes_to_clickhouse_per_span"] = round(sock.total / n, 1)
@@ -421,17 +514,19 @@ class Bench:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # finish cleaning up first
             signal.signal(sig, signal.SIG_IGN)
         stop_all()
-        if not (self.ch and self.databases) and not getattr(self, "produced", None):
+        if not (self.ch and self.databases) and not self.topics:
             pass
         elif self.args.keep:
-            say(f"kept topic {self.topic} and databases {', '.join(self.databases)} (--keep)")
+            say(f"kept topics {', '.join(self.topics)} and databases {', '.join(self.databases)} "
+                "(--keep)")
         else:
             for db in self.databases:
                 self.drop_database(db)
-            if self.env and getattr(self, "produced", None):
+            for topic in self.topics if self.env else []:
                 kafka_java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
-                           self.env["KAFKA_BROKERS"], "--delete", "--topic", self.topic)
-            say(f"cleaned up: topic {self.topic}, databases {', '.join(self.databases) or '-'}")
+                           self.env["KAFKA_BROKERS"], "--delete", "--topic", topic)
+            say(f"cleaned up: topics {', '.join(self.topics) or '-'}, "
+                f"databases {', '.join(self.databases) or '-'}")
         if self.kafka:
             self.kafka.close()
         if self.stack_started and self.args.stop_stack:
@@ -485,6 +580,21 @@ def table(report, legs):
     return "\n".join(lines)
 
 
+def freshness_table(report, legs, rate):
+    """Live mode: span end -> queryable per leg (ClickHouse's stamp) and, for tracehouse, its
+    own histogram (span end -> insert acknowledged)."""
+    lines = [f"| produced at {rate:,.0f} spans/s | p50 | p90 | p99 | max | collector histogram "
+             "p50 / p99 |", "|---|---:|---:|---:|---:|---:|"]
+    for leg in legs:
+        f = report[leg].get("freshness_clickhouse") or {}
+        c = report[leg].get("freshness_collector") or {}
+        own = f"{fmt(c.get('p50_s'), ' s')} / {fmt(c.get('p99_s'), ' s')}" if c else ""
+        lines.append(f"| {leg}: span end → queryable | {fmt(f.get('p50_s'), ' s')} | "
+                     f"{fmt(f.get('p90_s'), ' s')} | {fmt(f.get('p99_s'), ' s')} | "
+                     f"{fmt(f.get('max_s'), ' s')} | {own} |")
+    return "\n".join(lines)
+
+
 # tracehouse-loadgen settings per span profile. "full" and "light" give every span every
 # attribute value kind, events and links; "full" is loadgen's default (about 1.08 KB of
 # protobuf per span: 4 extra 32-byte text attributes, up to 2 events and 1 link), "light" is
@@ -504,7 +614,19 @@ SPAN_PROFILES = {
 def main():
     ap = argparse.ArgumentParser(prog="bench", description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--spans", type=int, required=True, help="spans to pre-fill the topic with")
+    ap.add_argument("--spans", type=int, help="spans to pre-fill the topic with")
+    ap.add_argument("--rate", type=float,
+                    help="live mode: produce at this many spans/s while each collector runs "
+                         "(instead of pre-filling) and measure span end -> queryable")
+    ap.add_argument("--duration", type=float, default=60,
+                    help="live mode: seconds to produce for (default 60; spans = rate x duration)")
+    ap.add_argument("--linger-ms", type=int,
+                    help="tracehouse's batch.linger_ms (default: the collector's default, 2000); "
+                         "a batch waits at most this long for more records, so it bounds freshness "
+                         "at low rates")
+    ap.add_argument("--collector-bin",
+                    help="tracehouse-collector binary to run instead of the release build "
+                         "(e.g. to compare two revisions)")
     ap.add_argument("--out", required=True, help="JSON report file")
     ap.add_argument("--engine", choices=["null", "merge-tree"], default="null")
     ap.add_argument("--attributes", choices=["json", "map"], default="json")
@@ -527,8 +649,14 @@ def main():
     a.legs = [x.strip() for x in a.legs.split(",") if x.strip()]
     if not a.legs or any(x not in LEGS for x in a.legs):
         ap.error(f"--legs: choose from {', '.join(LEGS)}")
-    if a.spans <= 0:
-        ap.error("--spans must be positive")
+    if a.rate is not None:
+        if a.rate <= 0 or a.duration <= 0:
+            ap.error("--rate and --duration must be positive")
+        if a.spans is not None:
+            ap.error("--spans is rate x duration in live mode; give one or the other")
+        a.spans = round(a.rate * a.duration)
+    if a.spans is None or a.spans <= 0:
+        ap.error("--spans (pre-filled) or --rate (live) must be given and positive")
     if a.timeout is None:
         a.timeout = 300 + a.spans / 1000
 
@@ -539,7 +667,8 @@ def main():
     a.out = str(Path(a.out).resolve())
     os.chdir(REPO)
     b = Bench(a)
-    say(f"run {b.run_id}: {a.spans} spans, engine {a.engine}, {a.attributes} attributes, "
+    say(f"run {b.run_id}: {a.spans} spans"
+        + (f" at {a.rate:g}/s (live)" if a.rate else "") + f", engine {a.engine}, {a.attributes} attributes, "
         f"{a.partitions} partitions; artifacts in {b.dir}")
     report = {}
     try:
@@ -569,8 +698,13 @@ def main():
         "attributes": a.attributes,
         "span_profile": a.span_profile,
         "partitions": a.partitions,
-        "topic_records": sum(b.end.values()),
-        "otlp_bytes": b.produced["bytes"],
+        "mode": "live" if a.rate else "pre-filled",
+        "collector_bin": a.collector_bin,
+        "tracehouse_linger_ms": a.linger_ms,
+        "rate_spans_per_second": a.rate,
+        "duration_seconds": a.duration if a.rate else None,
+        "topic_records": sum(b.end.values()) if getattr(b, "end", None) else None,
+        "otlp_bytes": b.produced["bytes"] if getattr(b, "produced", None) else None,
         "otelcol_versions": {"builder": "v0.155.0", "kafkareceiver": "v0.155.0",
                              "batchprocessor": "v0.155.0", "clickhouseexporter": "v0.149.0"},
         "rotel": ({"binary": str(b.rotel), "version": "0.2.1 (streamfold/rotel 9ff0ed0)",
@@ -585,13 +719,26 @@ def main():
         "artifacts": str(b.dir),
     }
     Path(a.out).write_text(json.dumps(report, indent=2) + "\n")
+    png = Path(a.out).with_suffix(".png")
+    title = (f"{a.spans:,} spans, {a.span_profile} profile, "
+             + (f"produced live at {a.rate:,.0f}/s" if a.rate else "pre-filled")
+             + f", {a.engine} engine — {report['run']['date']} ({b.git})")
+    try:
+        plot(b.series, png, title, rate=a.rate)
+        report["run"]["png"] = str(png)
+        Path(a.out).write_text(json.dumps(report, indent=2) + "\n")
+    except Exception as e:  # the figures stand without the picture
+        say(f"could not draw {png}: {e}")
     md = table(report, a.legs)
+    per_span = b.produced["bytes"] / a.spans if getattr(b, "produced", None) else float("nan")
     print(f"\n{a.spans:,} spans ({a.span_profile} profile, "
-          f"{b.produced['bytes'] / a.spans:.0f} B of OTLP each), {a.engine} engine, "
+          f"{per_span:.0f} B of OTLP each), {a.engine} engine, "
           f"{a.attributes} attributes, "
           f"{a.partitions} partitions — {report['run']['date']}, "
           f"{report['run']['machine']['cpus']} CPUs, {report['run']['machine']['memory_gib']} GiB\n")
     print(md)
+    if a.rate:
+        print(f"\n{freshness_table(report, a.legs, a.rate)}")
     for leg in a.legs:
         r = report[leg]
         notes = ([] if r.get("outcome") in (None, "done") else [r["outcome"]]) \

@@ -83,6 +83,13 @@ class Kafka:
             out[tp.partition] = tp.offset if tp.error is None and tp.offset >= 0 else -1
         return out
 
+    def assigned_partitions(self, group):
+        """Partitions the group's members hold now (0 while it is still joining)."""
+        futures = self.admin.describe_consumer_groups([group], request_timeout=KAFKA_TIMEOUT)
+        d = self._result(futures[group], "DescribeGroups")
+        return sum(len(m.assignment.topic_partitions) for m in d.members
+                   if m.assignment is not None)
+
     def close(self):
         self.admin = None
 

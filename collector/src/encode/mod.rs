@@ -28,6 +28,7 @@ use tracehouse_schema::{Attributes, ClickHouseType, InsertFormat, TableOptions, 
 
 use crate::decode::proto::{self, ResourceView, ScopeView, SpanScratch, SpanView};
 use crate::decode::{self, DecodeError, Encoding};
+use crate::freshness::{self, EndTimes};
 use crate::pool::{BufPool, PooledBuf};
 use crate::rows::{self, JsonObject, MapAttrs};
 use native::NativeBlock;
@@ -166,6 +167,11 @@ pub struct Encoder {
     resource_bytes: rowbinary::ResourceBytes,
     span_attrs: Rendered,
     nested_attrs: Rendered,
+    /// End times of the spans appended since the last [`Self::take_end_times`].
+    end_times: EndTimes,
+    /// The current record's end times, counted into `end_times` only once the record is in
+    /// (a record taken back and read again by `prost` must not count twice).
+    record_ends: Vec<u64>,
 }
 
 impl Encoder {
@@ -202,6 +208,8 @@ impl Encoder {
             resource_bytes: rowbinary::ResourceBytes::default(),
             span_attrs: Rendered::new(table.attributes),
             nested_attrs: Rendered::new(table.attributes),
+            end_times: EndTimes::default(),
+            record_ends: Vec::new(),
         })
     }
 
@@ -264,8 +272,11 @@ impl Encoder {
     /// everything appended for it is taken back.
     fn push_proto(&mut self, payload: &[u8]) -> proto::Result<usize> {
         let mark = self.mark();
+        self.record_ends.clear();
         match self.push_proto_inner(payload) {
             Ok(n) => {
+                self.end_times
+                    .record_all(&self.record_ends, freshness::unix_now_ns);
                 if let Rows::Native(block) = &self.rows
                     && block.data_len() >= self.options.native_block_bytes
                 {
@@ -324,6 +335,7 @@ impl Encoder {
                 proto::scope_spans(ss, &mut scope)?;
                 for body in &scope.spans {
                     let span = proto::span(body, &mut lists)?;
+                    self.record_ends.push(span.end_time_unix_nano);
                     self.span_attrs
                         .fill(&lists.attrs, proto::SPAN_VALUE_DEPTH)?;
                     let row = SpanRow {
@@ -377,6 +389,12 @@ impl Encoder {
         block.cut(&mut self.raw, &mut |raw: &mut Vec<u8>| {
             compress_full_frames(compression, compressor, raw, body);
         });
+    }
+
+    /// Takes the end times of the spans appended since the last call (for
+    /// `tracehouse_span_freshness_seconds`, once their insert is acknowledged).
+    pub fn take_end_times(&mut self) -> EndTimes {
+        std::mem::take(&mut self.end_times)
     }
 
     /// Takes the body of everything appended since the last call and starts a new one.

@@ -86,6 +86,10 @@ pub struct GeneratorConfig {
     /// Start time of the first trace, ns since the epoch; later traces start about a
     /// millisecond apart. Default: the clock at the time `default()` is called.
     pub start_time_unix_nano: u64,
+    /// Move each request in time so its latest span ends at the clock as the request is
+    /// made (all its times by the same amount), so a consumer can tell how long after a
+    /// span ended it saw it. Output then depends on the clock. Default false.
+    pub end_at_clock: bool,
 }
 
 impl Default for GeneratorConfig {
@@ -108,6 +112,31 @@ impl Default for GeneratorConfig {
             max_links_per_span: 1,
             shape: Shape::Rich,
             start_time_unix_nano: now,
+            end_at_clock: false,
+        }
+    }
+}
+
+/// Moves every time of `req` (span start and end, event times) by one amount so that its
+/// latest span end is `end_ns`.
+pub fn end_at(req: &mut ExportTraceServiceRequest, end_ns: u64) {
+    let spans = || {
+        req.resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+    };
+    let Some(latest) = spans().map(|s| s.end_time_unix_nano).max() else {
+        return;
+    };
+    let shift = |t: &mut u64| *t = (*t as i128 + end_ns as i128 - latest as i128).max(0) as u64;
+    for r in &mut req.resource_spans {
+        for s in r.scope_spans.iter_mut().flat_map(|s| &mut s.spans) {
+            shift(&mut s.start_time_unix_nano);
+            shift(&mut s.end_time_unix_nano);
+            for e in &mut s.events {
+                shift(&mut e.time_unix_nano);
+            }
         }
     }
 }
@@ -246,7 +275,14 @@ impl Generator {
                 }
             })
             .collect();
-        ExportTraceServiceRequest { resource_spans }
+        let mut req = ExportTraceServiceRequest { resource_spans };
+        if self.config.end_at_clock {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            end_at(&mut req, now);
+        }
+        req
     }
 
     fn start_trace(&mut self) {
@@ -970,6 +1006,36 @@ mod tests {
         }
         let mean = sizes.iter().sum::<usize>() as f64 / sizes.len() as f64;
         assert!((60.0..=140.0).contains(&mean), "mean trace size {mean}");
+    }
+
+    #[test]
+    fn end_at_clock_moves_a_request_so_its_latest_span_ends_now_keeping_durations() {
+        let plain = Generator::new(config(3)).next_request(50);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        let live = Generator::new(GeneratorConfig {
+            end_at_clock: true,
+            ..config(3)
+        })
+        .next_request(50);
+        let latest = spans(&live).map(|s| s.end_time_unix_nano).max().unwrap();
+        assert!(
+            latest >= now && latest - now < 5_000_000_000,
+            "{latest} vs {now}"
+        );
+        for (a, b) in spans(&plain).zip(spans(&live)) {
+            assert_eq!(a.span_id, b.span_id);
+            assert_eq!(
+                a.end_time_unix_nano - a.start_time_unix_nano,
+                b.end_time_unix_nano - b.start_time_unix_nano
+            );
+            let shift = b.end_time_unix_nano - a.end_time_unix_nano;
+            for (ea, eb) in a.events.iter().zip(&b.events) {
+                assert_eq!(eb.time_unix_nano - ea.time_unix_nano, shift);
+            }
+        }
     }
 
     #[test]

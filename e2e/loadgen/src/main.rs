@@ -105,6 +105,10 @@ struct ProduceArgs {
     /// byte-identical output across runs.
     #[arg(long)]
     start_time_ns: Option<u64>,
+    /// Move each record in time so its latest span ends as it is sent (for measuring span
+    /// end → queryable; with --rate, times then follow the wall clock).
+    #[arg(long)]
+    end_at_clock: bool,
     /// Extra librdkafka producer setting, `key=value` (repeatable).
     #[arg(short = 'X', value_parser = key_value)]
     kafka_config: Vec<(String, String)>,
@@ -179,6 +183,7 @@ async fn run_produce(a: ProduceArgs) -> Result<()> {
         max_events_per_span: a.max_events,
         max_links_per_span: a.max_links,
         shape: a.shape,
+        end_at_clock: a.end_at_clock,
         ..GeneratorConfig::default()
     };
     if let Some(t) = a.start_time_ns {

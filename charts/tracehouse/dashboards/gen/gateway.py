@@ -133,6 +133,20 @@ def build() -> dashboard.Dashboard:
         steps=thresholds((None, "green"), (5, "yellow"), (30, "red")),
     ))
     d = d.with_panel(ts(
+        "Span freshness p50 / p99 (span end → insert acknowledged)", "s",
+        [
+            prom(f"histogram_quantile(0.5, sum by ({BY_PIPE}, le) "
+                 f"(rate(tracehouse_span_freshness_seconds_bucket{{{SEL}}}[{RATE}])))", "{{pipeline}} p50", "A"),
+            prom(f"histogram_quantile(0.99, sum by ({BY_PIPE}, le) "
+                 f"(rate(tracehouse_span_freshness_seconds_bucket{{{SEL}}}[{RATE}])))", "{{pipeline}} p99", "B"),
+        ],
+        description="How old spans are when ClickHouse acknowledges their insert, from each span's end "
+                    "time: Kafka and producer delay, consumer lag, the batch linger (batch.linger_ms) "
+                    "and the insert itself. Clock skew between the applications and the gateway shows "
+                    "here too.",
+        steps=thresholds((None, "green"), (10, "yellow"), (60, "red")),
+    ))
+    d = d.with_panel(ts(
         "Batch size (rows) p50 / p99", "short",
         [
             prom(f"histogram_quantile(0.5, sum by ({BY_PIPE}, le) "

@@ -51,12 +51,13 @@ Prints a markdown table (with tracehouse's ratio to every other leg) and writes 
 Artifacts (logs, configs, verify reports) go to $TRACEHOUSE_STATE/bench/<run-id>/.
 Every wait has a deadline; child processes are stopped on any exit.
 
-This is the runner; beside it, `procs.py` (child processes, /proc measurements) and `stack.py`
-(the stack's addresses, ClickHouse, Kafka offsets through confluent-kafka). `e2e/bench` runs it
+This is the runner; beside it, `options.py` (the command line, span profiles), `procs.py` (child
+processes, /proc measurements), `stack.py` (the stack's addresses, ClickHouse, Kafka offsets
+through confluent-kafka), `series.py` (the sampled series, freshness, the PNG) and `report.py`
+(the markdown tables). `e2e/bench` runs it
 in a venv of its own with the pinned packages of requirements.txt (e2e/lib/bench.sh).
 """
 
-import argparse
 import json
 import os
 import re
@@ -68,15 +69,16 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from options import SPAN_PROFILES, parse
 from procs import (BenchError, SocketBytes, loadavg, machine, machine_busy_seconds, on_signal,
                    proc_cpu_seconds, proc_status_kib, run, say, spawn, stop, stop_all)
+from report import freshness_table, table
 from series import (Series, arrivals_ddl, arrivals_query, collector_freshness, parse_arrivals,
                     plot)
 from stack import (E2E, REPO, STATE, ClickHouse, Kafka, free_port, git_revision, group_describe,
                    kafka_java, log_tail_errors, metric_sum, metrics_scrape, stack_env)
 
 POLL = 0.25  # seconds between progress samples
-LEGS = ("tracehouse", "otelcol", "rotel")
 ROTEL_DEFAULT = REPO.parent / "shared" / "peers" / "rotel" / "rotel"
 
 
@@ -536,129 +538,8 @@ class Bench:
             say("the stack this run started stays up (e2e/stack down stops it)")
 
 
-def fmt(v, unit=""):
-    if v is None:
-        return "—"
-    if isinstance(v, bool):
-        return "yes" if v else "**NO**"
-    if isinstance(v, float):
-        v = f"{v:,.2f}" if abs(v) < 100 else f"{v:,.0f}"
-    elif isinstance(v, int):
-        v = f"{v:,}"
-    return f"{v}{unit}"
-
-
-def table(report, legs):
-    rows = [("spans", "spans", ""), ("verified (no loss, no duplicates)", "verified", ""),
-            ("lost / duplicated", None, ""), ("CPU-seconds (collector process)", "cpu_seconds", " s"),
-            ("wall time to all rows in + lag 0", "wall_seconds", " s"),
-            ("**spans per CPU-second**", "spans_per_cpu_second", ""),
-            ("MB of OTLP per CPU-second", "otlp_mb_per_cpu_second", ""),
-            ("spans per second (wall)", "spans_per_second", ""),
-            ("MB/s to ClickHouse (compressed request bytes)", "mb_per_second", ""),
-            ("bytes to ClickHouse per span", "bytes_to_clickhouse_per_span", " B"),
-            ("ClickHouse server CPU per span", "clickhouse_server_cpu_us_per_span", " µs"),
-            ("peak RSS (VmHWM)", "peak_rss_mib", " MiB")]
-    # tracehouse's ratio to every other leg.
-    peers = [leg for leg in legs if leg != "tracehouse"] if "tracehouse" in legs else []
-    head = "| | " + " | ".join(legs) + "".join(f" | tracehouse / {q}" for q in peers) + " |"
-    lines = [head, "|---|" + "---:|" * (len(legs) + len(peers))]
-    for label, key, unit in rows:
-        cells = []
-        for leg in legs:
-            r = report[leg]
-            if key is None:
-                cells.append(f"{fmt(r.get('lost'))} / {fmt(r.get('duplicates'))}")
-            else:
-                cells.append(fmt(r.get(key), unit))
-        for q in peers:
-            x, y = (report[leg].get(key) if key else None for leg in ("tracehouse", q))
-            ratio = f"{x / y:.2f}×" if isinstance(x, (int, float)) and isinstance(y, (int, float)) \
-                and not isinstance(x, bool) and y and key != "spans" else ""
-            cells.append(ratio)
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def freshness_table(report, legs, rate):
-    """Live mode: span end -> queryable per leg (ClickHouse's stamp) and, for tracehouse, its
-    own histogram (span end -> insert acknowledged)."""
-    lines = [f"| produced at {rate:,.0f} spans/s | p50 | p90 | p99 | max | collector histogram "
-             "p50 / p99 |", "|---|---:|---:|---:|---:|---:|"]
-    for leg in legs:
-        f = report[leg].get("freshness_clickhouse") or {}
-        c = report[leg].get("freshness_collector") or {}
-        own = f"{fmt(c.get('p50_s'), ' s')} / {fmt(c.get('p99_s'), ' s')}" if c else ""
-        lines.append(f"| {leg}: span end → queryable | {fmt(f.get('p50_s'), ' s')} | "
-                     f"{fmt(f.get('p90_s'), ' s')} | {fmt(f.get('p99_s'), ' s')} | "
-                     f"{fmt(f.get('max_s'), ' s')} | {own} |")
-    return "\n".join(lines)
-
-
-# tracehouse-loadgen settings per span profile. "full" and "light" give every span every
-# attribute value kind, events and links; "full" is loadgen's default (about 1.08 KB of
-# protobuf per span: 4 extra 32-byte text attributes, up to 2 events and 1 link), "light" is
-# closer to an average instrumented span (about 0.7 KB: no extra attributes, at most 1 event,
-# no links). "minimal" is shaped like `telemetrygen traces` spans (two short attributes
-# besides loadgen's two verification keys, no events or links, resources with only
-# service.name): the weight of span behind published collector figures such as the
-# Rotel/OTel Collector benchmark's.
-SPAN_PROFILES = {
-    "full": [],
-    "light": ["--extra-attributes", "0", "--attribute-bytes", "16", "--max-events", "1",
-              "--max-links", "0"],
-    "minimal": ["--shape", "minimal"],
-}
-
-
 def main():
-    ap = argparse.ArgumentParser(prog="bench", description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--spans", type=int, help="spans to pre-fill the topic with")
-    ap.add_argument("--rate", type=float,
-                    help="live mode: produce at this many spans/s while each collector runs "
-                         "(instead of pre-filling) and measure span end -> queryable")
-    ap.add_argument("--duration", type=float, default=60,
-                    help="live mode: seconds to produce for (default 60; spans = rate x duration)")
-    ap.add_argument("--linger-ms", type=int,
-                    help="tracehouse's batch.linger_ms (default: the collector's default, 2000); "
-                         "a batch waits at most this long for more records, so it bounds freshness "
-                         "at low rates")
-    ap.add_argument("--collector-bin",
-                    help="tracehouse-collector binary to run instead of the release build "
-                         "(e.g. to compare two revisions)")
-    ap.add_argument("--out", required=True, help="JSON report file")
-    ap.add_argument("--engine", choices=["null", "merge-tree"], default="null")
-    ap.add_argument("--attributes", choices=["json", "map"], default="json")
-    ap.add_argument("--partitions", type=int, default=8)
-    ap.add_argument("--span-profile", choices=sorted(SPAN_PROFILES), default="full",
-                    help="loadgen span shape (default full: about 1.08 KB per span)")
-    ap.add_argument("--legs", default="tracehouse,otelcol",
-                    help="comma-separated, in run order, of tracehouse, otelcol, rotel "
-                         "(default: tracehouse,otelcol)")
-    ap.add_argument("--timeout", type=float, default=None,
-                    help="deadline per leg in seconds (default: 300 + N/1000)")
-    ap.add_argument("--stall", type=float, default=120,
-                    help="end a leg whose lag is 0 and whose row count has not moved for this long")
-    ap.add_argument("--keep", action="store_true", help="keep the topic and the databases")
-    ap.add_argument("--stop-stack", action="store_true",
-                    help="stop kafka and clickhouse at the end if this run started them")
-    ap.add_argument("--otelcol-config", default=str(E2E / "otelcol" / "config.yaml"),
-                    help="OpenTelemetry Collector config (default: e2e/otelcol/config.yaml)")
-    a = ap.parse_args()
-    a.legs = [x.strip() for x in a.legs.split(",") if x.strip()]
-    if not a.legs or any(x not in LEGS for x in a.legs):
-        ap.error(f"--legs: choose from {', '.join(LEGS)}")
-    if a.rate is not None:
-        if a.rate <= 0 or a.duration <= 0:
-            ap.error("--rate and --duration must be positive")
-        if a.spans is not None:
-            ap.error("--spans is rate x duration in live mode; give one or the other")
-        a.spans = round(a.rate * a.duration)
-    if a.spans is None or a.spans <= 0:
-        ap.error("--spans (pre-filled) or --rate (live) must be given and positive")
-    if a.timeout is None:
-        a.timeout = 300 + a.spans / 1000
+    a = parse(__doc__, str(E2E / "otelcol" / "config.yaml"))
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

@@ -1,0 +1,76 @@
+"""The command line of e2e/bench (bench.py's `main`) and the span profiles it maps to
+tracehouse-loadgen settings."""
+
+import argparse
+
+LEGS = ("tracehouse", "otelcol", "rotel")
+
+
+# tracehouse-loadgen settings per span profile. "full" and "light" give every span every
+# attribute value kind, events and links; "full" is loadgen's default (about 1.08 KB of
+# protobuf per span: 4 extra 32-byte text attributes, up to 2 events and 1 link), "light" is
+# closer to an average instrumented span (about 0.7 KB: no extra attributes, at most 1 event,
+# no links). "minimal" is shaped like `telemetrygen traces` spans (two short attributes
+# besides loadgen's two verification keys, no events or links, resources with only
+# service.name): the weight of span behind published collector figures such as the
+# Rotel/OTel Collector benchmark's.
+SPAN_PROFILES = {
+    "full": [],
+    "light": ["--extra-attributes", "0", "--attribute-bytes", "16", "--max-events", "1",
+              "--max-links", "0"],
+    "minimal": ["--shape", "minimal"],
+}
+
+
+def parse(doc, otelcol_config):
+    """The parsed, checked arguments (spans = rate x duration in live mode; the default
+    per-leg timeout)."""
+    ap = argparse.ArgumentParser(prog="bench", description=doc.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--spans", type=int, help="spans to pre-fill the topic with")
+    ap.add_argument("--rate", type=float,
+                    help="live mode: produce at this many spans/s while each collector runs "
+                         "(instead of pre-filling) and measure span end -> queryable")
+    ap.add_argument("--duration", type=float, default=60,
+                    help="live mode: seconds to produce for (default 60; spans = rate x duration)")
+    ap.add_argument("--linger-ms", type=int,
+                    help="tracehouse's batch.linger_ms (default: the collector's default, 2000); "
+                         "a batch waits at most this long for more records, so it bounds freshness "
+                         "at low rates")
+    ap.add_argument("--collector-bin",
+                    help="tracehouse-collector binary to run instead of the release build "
+                         "(e.g. to compare two revisions)")
+    ap.add_argument("--out", required=True, help="JSON report file")
+    ap.add_argument("--engine", choices=["null", "merge-tree"], default="null")
+    ap.add_argument("--attributes", choices=["json", "map"], default="json")
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--span-profile", choices=sorted(SPAN_PROFILES), default="full",
+                    help="loadgen span shape (default full: about 1.08 KB per span)")
+    ap.add_argument("--legs", default="tracehouse,otelcol",
+                    help="comma-separated, in run order, of tracehouse, otelcol, rotel "
+                         "(default: tracehouse,otelcol)")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="deadline per leg in seconds (default: 300 + N/1000)")
+    ap.add_argument("--stall", type=float, default=120,
+                    help="end a leg whose lag is 0 and whose row count has not moved for this long")
+    ap.add_argument("--keep", action="store_true", help="keep the topic and the databases")
+    ap.add_argument("--stop-stack", action="store_true",
+                    help="stop kafka and clickhouse at the end if this run started them")
+    ap.add_argument("--otelcol-config", default=otelcol_config,
+                    help="OpenTelemetry Collector config (default: e2e/otelcol/config.yaml)")
+    a = ap.parse_args()
+    a.legs = [x.strip() for x in a.legs.split(",") if x.strip()]
+    if not a.legs or any(x not in LEGS for x in a.legs):
+        ap.error(f"--legs: choose from {', '.join(LEGS)}")
+    if a.rate is not None:
+        if a.rate <= 0 or a.duration <= 0:
+            ap.error("--rate and --duration must be positive")
+        if a.spans is not None:
+            ap.error("--spans is rate x duration in live mode; give one or the other")
+        a.spans = round(a.rate * a.duration)
+    if a.spans is None or a.spans <= 0:
+        ap.error("--spans (pre-filled) or --rate (live) must be given and positive")
+    if a.timeout is None:
+        a.timeout = 300 + a.spans / 1000
+
+    return a

@@ -1,0 +1,61 @@
+"""Markdown tables of a bench report (e2e/benchlib/bench.py): the per-leg figures with
+tracehouse's ratio to every other leg, and, in live mode, span end -> queryable per leg."""
+
+
+def fmt(v, unit=""):
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "**NO**"
+    if isinstance(v, float):
+        v = f"{v:,.2f}" if abs(v) < 100 else f"{v:,.0f}"
+    elif isinstance(v, int):
+        v = f"{v:,}"
+    return f"{v}{unit}"
+
+
+def table(report, legs):
+    rows = [("spans", "spans", ""), ("verified (no loss, no duplicates)", "verified", ""),
+            ("lost / duplicated", None, ""), ("CPU-seconds (collector process)", "cpu_seconds", " s"),
+            ("wall time to all rows in + lag 0", "wall_seconds", " s"),
+            ("**spans per CPU-second**", "spans_per_cpu_second", ""),
+            ("MB of OTLP per CPU-second", "otlp_mb_per_cpu_second", ""),
+            ("spans per second (wall)", "spans_per_second", ""),
+            ("MB/s to ClickHouse (compressed request bytes)", "mb_per_second", ""),
+            ("bytes to ClickHouse per span", "bytes_to_clickhouse_per_span", " B"),
+            ("ClickHouse server CPU per span", "clickhouse_server_cpu_us_per_span", " µs"),
+            ("peak RSS (VmHWM)", "peak_rss_mib", " MiB")]
+    # tracehouse's ratio to every other leg.
+    peers = [leg for leg in legs if leg != "tracehouse"] if "tracehouse" in legs else []
+    head = "| | " + " | ".join(legs) + "".join(f" | tracehouse / {q}" for q in peers) + " |"
+    lines = [head, "|---|" + "---:|" * (len(legs) + len(peers))]
+    for label, key, unit in rows:
+        cells = []
+        for leg in legs:
+            r = report[leg]
+            if key is None:
+                cells.append(f"{fmt(r.get('lost'))} / {fmt(r.get('duplicates'))}")
+            else:
+                cells.append(fmt(r.get(key), unit))
+        for q in peers:
+            x, y = (report[leg].get(key) if key else None for leg in ("tracehouse", q))
+            ratio = f"{x / y:.2f}×" if isinstance(x, (int, float)) and isinstance(y, (int, float)) \
+                and not isinstance(x, bool) and y and key != "spans" else ""
+            cells.append(ratio)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def freshness_table(report, legs, rate):
+    """Live mode: span end -> queryable per leg (ClickHouse's stamp) and, for tracehouse, its
+    own histogram (span end -> insert acknowledged)."""
+    lines = [f"| produced at {rate:,.0f} spans/s | p50 | p90 | p99 | max | collector histogram "
+             "p50 / p99 |", "|---|---:|---:|---:|---:|---:|"]
+    for leg in legs:
+        f = report[leg].get("freshness_clickhouse") or {}
+        c = report[leg].get("freshness_collector") or {}
+        own = f"{fmt(c.get('p50_s'), ' s')} / {fmt(c.get('p99_s'), ' s')}" if c else ""
+        lines.append(f"| {leg}: span end → queryable | {fmt(f.get('p50_s'), ' s')} | "
+                     f"{fmt(f.get('p90_s'), ' s')} | {fmt(f.get('p99_s'), ' s')} | "
+                     f"{fmt(f.get('max_s'), ' s')} | {own} |")
+    return "\n".join(lines)

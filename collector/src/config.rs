@@ -159,7 +159,7 @@ impl Default for BatchConfig {
         Self {
             max_bytes: 8 << 20,
             max_records: 50_000,
-            linger_ms: 2_000,
+            linger_ms: 1_000,
         }
     }
 }

@@ -39,7 +39,8 @@ starts first, and once its consumer group holds every partition `tracehouse-load
 spans end as it is sent). The leg ends when the producer is done and every row is in with lag
 0. Freshness, span end → queryable, is measured outside the collector by the server: a
 materialized view on otel_traces stamps every row with the time its block was written
-(series.arrivals_ddl); p50/p90/p99/max of that over all rows are reported, and, for
+(series.arrivals_ddl); p50/p90/p99/max of that are reported over all rows and over the span of
+each record that ended as the record was sent (what the pipeline adds), and, for
 tracehouse, the same quantiles of its own `tracehouse_span_freshness_seconds` histogram
 (span end → insert acknowledged) scraped from /metrics at the end.
 
@@ -73,12 +74,13 @@ from options import SPAN_PROFILES, parse
 from procs import (BenchError, SocketBytes, loadavg, machine, machine_busy_seconds, on_signal,
                    proc_cpu_seconds, proc_status_kib, run, say, spawn, stop, stop_all)
 from report import freshness_table, table
-from series import (Series, arrivals_ddl, arrivals_query, collector_freshness, parse_arrivals,
+from series import (Series, arrivals_ddl, arrivals_query, record_arrivals_query, collector_freshness, parse_arrivals,
                     plot)
 from stack import (E2E, REPO, STATE, ClickHouse, Kafka, free_port, git_revision, group_describe,
                    kafka_java, log_tail_errors, metric_sum, metrics_scrape, stack_env)
 
 POLL = 0.25  # seconds between progress samples
+LIVE_SPANS_PER_RECORD = 100  # live mode: spans per Kafka record (loadgen's default, made explicit)
 ROTEL_DEFAULT = REPO.parent / "shared" / "peers" / "rotel" / "rotel"
 
 
@@ -173,16 +175,16 @@ class Bench:
              "--attributes", a.attributes, "--clickhouse-url", self.env["CLICKHOUSE_URL"],
              "--user", self.env["CLICKHOUSE_USER"]], timeout=300,
             env={**os.environ, **self.env}, log=self.dir / f"{leg}-schema.log")
+        if a.attributes == "json":
+            id_expr = "toString(SpanAttributes.loadgen.id)"
+            seq_expr = "toString(SpanAttributes.loadgen.seq)"
+        else:
+            id_expr = "SpanAttributes['loadgen.id']"
+            seq_expr = "SpanAttributes['loadgen.seq']"
         if a.rate:
-            for sql in arrivals_ddl(db):
+            for sql in arrivals_ddl(db, f"toUInt64OrZero({seq_expr})"):
                 self.ch.query(sql)
         if a.engine == "null":
-            if a.attributes == "json":
-                id_expr = "toString(SpanAttributes.loadgen.id)"
-                seq_expr = "toString(SpanAttributes.loadgen.seq)"
-            else:
-                id_expr = "SpanAttributes['loadgen.id']"
-                seq_expr = "SpanAttributes['loadgen.seq']"
             self.ch.query(f"CREATE TABLE `{db}`.delivered (SpanAttributes Map(String, String)) "
                           "ENGINE = MergeTree ORDER BY tuple()")
             self.ch.query(f"CREATE MATERIALIZED VIEW `{db}`.delivered_mv TO `{db}`.delivered AS "
@@ -276,6 +278,7 @@ class Bench:
         cmd = [str(self.loadgen), "produce", "--brokers", self.env["KAFKA_BROKERS"],
                "--topic", self.topic, "--partitions", str(a.partitions), "--spans", str(a.spans),
                "--rate", str(a.rate), "--end-at-clock", "--quiet",
+               "--spans-per-record", str(LIVE_SPANS_PER_RECORD),
                "--encoding", "otlp_proto", "--compression", "lz4", "--seed", "1",
                "--generator-id", self.generator, *SPAN_PROFILES[a.span_profile]]
         return spawn(cmd, self.dir / f"{leg}-produce.json")
@@ -386,6 +389,8 @@ class Bench:
         if a.rate:
             try:
                 res["freshness_clickhouse"] = parse_arrivals(self.ch.query(arrivals_query(db)))
+                res["freshness_record"] = parse_arrivals(
+                    self.ch.query(record_arrivals_query(db, LIVE_SPANS_PER_RECORD)))
             except (BenchError, ValueError) as e:
                 res["freshness_clickhouse"] = {"error": str(e)}
             if leg == "tracehouse":

@@ -44,28 +44,45 @@ class Series:
 
 # ---------------------------------------------------------------- freshness
 
-def arrivals_ddl(db):
+def arrivals_ddl(db, seq_expr):
     """A MergeTree table and the materialized view that fills it: for every row inserted into
-    otel_traces, span end → the moment the server wrote the block holding it (nowInBlock64,
-    per block, not per query: an insert of several blocks stamps each as it is written; the
-    insert is acknowledged after its last block). The view runs in the server, the same for
-    every leg."""
+    otel_traces, its loadgen sequence number (`seq_expr`, an integer expression over the row),
+    its span end and the moment the server wrote the block holding it (nowInBlock64, per
+    block, not per query: an insert of several blocks stamps each as it is written; the insert
+    is acknowledged after its last block). The view runs in the server, the same for every
+    leg."""
     return [
-        f"CREATE TABLE `{db}`.arrivals (LagNs Int64) ENGINE = MergeTree ORDER BY tuple()",
+        f"CREATE TABLE `{db}`.arrivals (Seq UInt64, EndNs Int64, StampNs Int64) "
+        "ENGINE = MergeTree ORDER BY tuple()",
         f"CREATE MATERIALIZED VIEW `{db}`.arrivals_mv TO `{db}`.arrivals AS SELECT "
-        "toInt64(toUnixTimestamp64Nano(nowInBlock64(9))) - "
-        "(toInt64(toUnixTimestamp64Nano(Timestamp)) + toInt64(Duration)) AS LagNs "
+        f"{seq_expr} AS Seq, "
+        "toInt64(toUnixTimestamp64Nano(Timestamp)) + toInt64(Duration) AS EndNs, "
+        "toInt64(toUnixTimestamp64Nano(nowInBlock64(9))) AS StampNs "
         f"FROM `{db}`.otel_traces",
     ]
 
 
 def arrivals_query(db):
-    return (f"SELECT count(), quantilesExact(0.5, 0.9, 0.99)(LagNs), max(LagNs) "
-            f"FROM `{db}`.arrivals FORMAT TSV")
+    """Span end → queryable over every row. It includes how long each span waited in the
+    generator before its record was sent: loadgen moves a record so that its *latest* span ends
+    as it is sent, and the other spans of that record ended up to a root span's duration
+    (≤ 2 s) earlier, as an SDK holds ended spans until it exports them."""
+    return (f"SELECT count(), quantilesExact(0.5, 0.9, 0.99)(StampNs - EndNs), "
+            f"max(StampNs - EndNs) FROM `{db}`.arrivals FORMAT TSV")
+
+
+def record_arrivals_query(db, spans_per_record):
+    """Span end → queryable of the span of each record that ended as the record was sent
+    (its latest end): what the pipeline adds, Kafka to ClickHouse, without the generator's
+    wait. Records hold `spans_per_record` consecutive sequence numbers."""
+    return (f"SELECT count(), quantilesExact(0.5, 0.9, 0.99)(lag), max(lag) FROM ("
+            f"SELECT argMax(StampNs, EndNs) - max(EndNs) AS lag FROM `{db}`.arrivals "
+            f"GROUP BY intDiv(Seq, {int(spans_per_record)})) FORMAT TSV")
 
 
 def parse_arrivals(tsv):
-    """{"rows", "p50_s", "p90_s", "p99_s", "max_s"} from arrivals_query's answer."""
+    """{"rows", "p50_s", "p90_s", "p99_s", "max_s"} from an arrivals query's answer ("rows" are
+    records for record_arrivals_query)."""
     count, quantiles, mx = tsv.strip().split("\t")
     p50, p90, p99 = (int(x) / 1e9 for x in quantiles.strip("[]").split(","))
     return {"rows": int(count), "p50_s": round(p50, 3), "p90_s": round(p90, 3),

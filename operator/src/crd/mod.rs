@@ -296,7 +296,7 @@ fn default_batch_max_records() -> i64 {
 }
 
 fn default_batch_linger_ms() -> i64 {
-    i64::try_from(BatchConfig::default().linger_ms).unwrap_or(2_000)
+    i64::try_from(BatchConfig::default().linger_ms).unwrap_or(1_000)
 }
 
 /// Gateway size, never more replicas than partitions (an extra consumer would sit idle). One

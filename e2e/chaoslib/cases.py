@@ -335,6 +335,24 @@ def fuzz(ctx, _w):
     return f
 
 
+# ------------------------------------------------------------------ 11. coverage-guided decoder fuzzing
+
+def fuzz_guided(ctx, _w):
+    """e2e/fuzz: the libFuzzer targets of collector/fuzz (otlp_proto against prost,
+    otlp_json), instrumented on the pinned stable toolchain, the profile's seconds each."""
+    secs = ctx.p["fuzz_s"]
+    r = subprocess.run([str(REPO / "e2e" / "fuzz"), "--seconds", str(secs)], cwd=REPO,
+                       capture_output=True, text=True, timeout=2 * secs + 1800)
+    out = r.stdout + r.stderr
+    lines = re.findall(r"fuzz-guided: (otlp_\w+) (\d+) runs, (\d+) edges, (\d+) features, corpus (\d+)", out)
+    f = {"lost": "-", "duplicated": "-", "recover_s": "-", "peak_rss_mib": "-",
+         "seconds_per_target": secs,
+         "targets": {t: {"runs": int(n), "edges": int(e), "features": int(ft), "corpus": int(c)}
+                     for t, n, e, ft, c in lines}}
+    check(f, r.returncode == 0 and len(lines) == 2, f"e2e/fuzz failed:\n{out[-3000:]}")
+    return f
+
+
 CASES = {
     "kill9": (kill9, "kill -9 of a collector at random moments (2 in the group)"),
     "reject": (reject, "ClickHouse permanently refuses part of a batch"),
@@ -346,7 +364,8 @@ CASES = {
     "no_space": (no_space, "inserts refused for space (243 NOT_ENOUGH_SPACE)"),
     "rebalance": (rebalance, "rebalance storm: collectors 1→4→2→1 under load (SIGTERM scale-down)"),
     "fuzz": (fuzz, "decoders fuzzed (otlp_proto against prost, otlp_json), seeded mutations"),
+    "fuzz_guided": (fuzz_guided, "decoders fuzzed by libFuzzer, coverage-guided (e2e/fuzz)"),
 }
 
 # Cases that need no topic, database or collector.
-WITHOUT_WORLD = {"fuzz"}
+WITHOUT_WORLD = {"fuzz", "fuzz_guided"}

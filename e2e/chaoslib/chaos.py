@@ -4,15 +4,21 @@
     e2e/chaos --full          the long one (20 kills, a 30-minute ClickHouse outage, …)
     e2e/chaos --case kill9 --case reject     only these cases
     e2e/chaos --json out.json                where the JSON report goes
-    e2e/chaos --private-kafka                every case on a private Kafka too (no shared stack)
+    e2e/chaos --private-kafka                every case on a private Kafka too
 
 Faults are injected only into processes the runner starts itself: the collectors, a private
 chserver (its own port and data directory, fault switches in e2e/chserver/faults.py) and, for the
 broker-restart case, a private single-node Kafka. The shared stack's Kafka carries the other
-cases' topics (random names); nothing of the shared stack is stopped, slowed or restarted.
+cases' topics (random names); nothing else of the shared stack is stopped, slowed or restarted,
+but for the one exception below.
 
-Every case cleans up its topics and database after passing and keeps them (printing their names)
-after failing; the exit status is 0 only when every case passed.
+The two operator cases (operator_cases.py: operator_rebalance, operator_kill) need the shared
+stack's Kubernetes and the operator it runs, also with --private-kafka: they make a TracePipeline
+in a namespace of their own, and operator_kill kill -9s the operator's leading replica (the node
+agent restarts it, a standby takes over meanwhile; other pipelines on the stack wait, none breaks).
+
+Every case cleans up its topics and database (and namespace) after passing and keeps them
+(printing their names) after failing; the exit status is 0 only when every case passed.
 """
 
 import argparse
@@ -26,19 +32,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchlib"))
 
-from cases import CASES, WITHOUT_WORLD, Failed  # noqa: E402
+from cases import CASES as COLLECTOR_CASES  # noqa: E402
+from cases import WITHOUT_WORLD, Failed  # noqa: E402
 from infra import CHAOS_STATE, PrivateClickHouse, PrivateKafka  # noqa: E402
 from procs import on_signal, say, stop_all  # noqa: E402
 from stack import git_revision, stack_env  # noqa: E402
 from world import World  # noqa: E402
+from operator_cases import CASES as OPERATOR_CASES  # noqa: E402
+
+CASES = {**COLLECTOR_CASES, **OPERATOR_CASES}
 
 PROFILES = {
     "quick": {"kills": 3, "catch_up_s": 240, "slow_delay_ms": 3000, "slow_s": 20,
               "outage_s": 60, "outage_rate": 1500, "kafka_load_s": 25, "space_s": 12, "fuzz_s": 10,
-              "rebalance_hold_s": 10},
+              "rebalance_hold_s": 10, "operator_kills": 3, "quiet_s": 25},
     "full": {"kills": 20, "catch_up_s": 900, "slow_delay_ms": 5000, "slow_s": 120,
              "outage_s": 1800, "outage_rate": 500, "kafka_load_s": 90, "space_s": 60, "fuzz_s": 600,
-             "rebalance_hold_s": 60},
+             "rebalance_hold_s": 60, "operator_kills": 10, "quiet_s": 60},
 }
 
 
@@ -80,7 +90,8 @@ def run_case(ctx, name):
     w = None
     try:
         if name not in WITHOUT_WORLD:
-            w = World(name, brokers, ctx.ch, ctx.logdir)
+            # The operator migrates its pipelines' databases itself.
+            w = World(name, brokers, ctx.ch, ctx.logdir, schema=name not in OPERATOR_CASES)
             row.update(world=w.name)
         row.update(fn(ctx, w))
         row["passed"] = True
@@ -96,7 +107,8 @@ def run_case(ctx, name):
             row.setdefault("peak_rss_mib", round(w.peak_rss_mib(), 1))
             if not row["passed"]:
                 row["kept"] = {"topics": [w.topic, w.dlq], "database": w.database,
-                               "clickhouse": ctx.ch.url, "logs": str(w.logdir)}
+                               "clickhouse": ctx.ch.url, "logs": str(w.logdir),
+                               "also": [what for what, _ in w.cleanups]}
             w.close(row["passed"])
     row["took_s"] = round(time.monotonic() - t0, 1)
     say(f"{name}: {'PASS' if row['passed'] else 'FAIL'} in {row['took_s']}s "
@@ -105,23 +117,25 @@ def run_case(ctx, name):
 
 
 def table(rows):
-    head = f"{'case':<14} {'result':<6} {'lost':>6} {'dup':>6} {'recover s':>10} {'peak RSS MiB':>13} {'took s':>7}"
+    head = f"{'case':<18} {'result':<6} {'lost':>6} {'dup':>6} {'recover s':>10} {'peak RSS MiB':>13} {'took s':>7}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['case']:<14} {'PASS' if r['passed'] else 'FAIL':<6} {str(r.get('lost', '-')):>6} "
+        lines.append(f"{r['case']:<18} {'PASS' if r['passed'] else 'FAIL':<6} {str(r.get('lost', '-')):>6} "
                      f"{str(r.get('duplicated', '-')):>6} {str(r.get('recover_s', '-')):>10} "
                      f"{str(r.get('peak_rss_mib', '-')):>13} {r['took_s']:>7}")
     return "\n".join(lines)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--full", action="store_true", help="the long profile (default: quick)")
     ap.add_argument("--case", action="append", choices=list(CASES), help="run only this case (repeatable)")
     ap.add_argument("--json", help="where to write the JSON report (default: $STATE/chaos/report-<profile>.json)")
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     ap.add_argument("--private-kafka", action="store_true",
-                    help="every case on the runner's private Kafka (no shared stack needed)")
+                    help="every case on the runner's private Kafka (the operator cases still need "
+                    "the shared stack's Kubernetes and operator)")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, on_signal)
     profile = "full" if args.full else "quick"

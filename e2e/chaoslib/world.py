@@ -1,8 +1,8 @@
 """One chaos case's world: its topic, dead-letter topic, group and database (random names), the
 load generator's produce and verify (the `tracehouse-loadgen` binary), the real collector
 binary as child processes (kill -9, SIGTERM, metrics, resident memory sampled in the
-background), and the cleanup: everything deleted after a pass, kept (names printed) after a
-failure.
+background), and the cleanup: everything deleted after a pass (with what a case added through
+`also`, such as a Kubernetes namespace), kept (names printed) after a failure.
 """
 
 import json
@@ -87,7 +87,7 @@ def stop_now(p):
 
 
 class World:
-    def __init__(self, case, brokers, clickhouse, logdir, attributes="map"):
+    def __init__(self, case, brokers, clickhouse, logdir, attributes="map", schema=True):
         suffix = secrets.token_hex(3)
         self.case = case
         self.name = f"chaos_{case}_{suffix}"
@@ -104,9 +104,11 @@ class World:
         self._sampling = True
         self._sampler = threading.Thread(target=self._sample_loop, daemon=True)
         self._sampler.start()
-        run([bin_path("tracehouse-collector"), "schema", "apply", "--database", self.database,
-             "--table", "otel_traces", "--attributes", attributes], timeout=120,
-            env=dict(os.environ, **self.env), log=self.logdir / "schema.log")
+        self.cleanups = []  # (what is kept after a failure, how to remove it after a pass)
+        if schema:  # else the case's own applier (the operator) migrates the database
+            run([bin_path("tracehouse-collector"), "schema", "apply", "--database", self.database,
+                 "--table", "otel_traces", "--attributes", attributes], timeout=120,
+                env=dict(os.environ, **self.env), log=self.logdir / "schema.log")
 
     def gen(self, label):
         return f"{self.name}_{label}"
@@ -240,6 +242,11 @@ class World:
 
     # -- the end ----------------------------------------------------------------------------
 
+    def also(self, what, remove):
+        """Something more the case made: removed (first) after a pass, `what` printed after a
+        failure."""
+        self.cleanups.append((what, remove))
+
     def close(self, passed):
         self._sampling = False
         for c in self.collectors:
@@ -247,8 +254,14 @@ class World:
                 c.stop(grace=10)
         if not passed:
             say(f"{self.case}: kept for a look: topics {self.topic}, {self.dlq}; database "
-                f"{self.database} on {self.ch.url}; logs {self.logdir}")
+                f"{self.database} on {self.ch.url}; logs {self.logdir}"
+                + "".join(f"; {what}" for what, _ in self.cleanups))
             return
+        for what, remove in reversed(self.cleanups):
+            try:
+                remove()
+            except Exception as e:  # noqa: BLE001
+                say(f"{self.case}: cleanup of {what}: {e}")
         admin = AdminClient({"bootstrap.servers": self.brokers, "log_level": 2})
         try:
             for f in admin.delete_topics([self.topic, self.dlq], operation_timeout=30).values():

@@ -127,8 +127,9 @@ impl<'a> Fields<'a> {
         if self.buf.is_empty() {
             return Ok(None);
         }
-        let key = self.varint()?;
-        let tag = u32::try_from(key >> 3).map_err(|_| Unusual)?;
+        // prost refuses a key over u32::MAX (not only a field number over it): so do we.
+        let key = u32::try_from(self.varint()?).map_err(|_| Unusual)?;
+        let tag = key >> 3;
         if tag == 0 {
             return Err(Unusual);
         }

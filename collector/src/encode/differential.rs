@@ -388,3 +388,17 @@ fn nesting_is_accepted_exactly_as_deep_as_prost_reads_it() {
         assert!(e.push_record(&too_deep, Encoding::OtlpProto).is_err());
     }
 }
+
+#[test]
+fn a_key_over_u32_max_is_refused_as_prost_refuses_it() {
+    // Found by the coverage-guided fuzz target (collector/fuzz, otlp_proto): a 6-byte key
+    // varint whose value is over u32::MAX while its field number (key >> 3) still fits,
+    // then a fixed32 value. prost refuses the key; the in-place reader skipped it as an
+    // unknown field and accepted an empty record.
+    let record = [0xf5, 0xf5, 0xff, 0xff, 0xff, 0x00, 0x00, 0x02, 0xff, 0xff];
+    assert!(decode::decode(&record, Encoding::OtlpProto).is_err());
+    assert_eq!(in_place(&record), None);
+    for mut e in encoders() {
+        assert!(e.push_record(&record, Encoding::OtlpProto).is_err());
+    }
+}

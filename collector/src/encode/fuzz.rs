@@ -1,10 +1,11 @@
 //! Decoder fuzzing on the pinned stable toolchain: seeded random mutations of real records
 //! (loadgen's, in `otlp_proto` and `otlp_json`), for as long as `TRACEHOUSE_FUZZ_SECONDS`
-//! says. Not coverage-guided — cargo-fuzz/libFuzzer needs a nightly compiler — but
-//! differential and stacked: every mutated protobuf record the in-place reader accepts must
-//! give `prost`'s rows (`differential.rs`), no input may panic either decoder, and none may
-//! take longer than a second (a hang). The seed is printed, so a failure replays with
-//! `TRACEHOUSE_FUZZ_SEED`; the failing input is written next to the target directory.
+//! says. Not coverage-guided (the libFuzzer targets of `collector/fuzz`, run by `e2e/fuzz`,
+//! are; this one needs nothing but `cargo test`), but differential and stacked: every mutated
+//! protobuf record the in-place reader accepts must give `prost`'s rows (`differential.rs`),
+//! no input may panic either decoder, and none may take longer than a second (a hang). The
+//! seed is printed, so a failure replays with `TRACEHOUSE_FUZZ_SEED`; the failing input is
+//! written next to the target directory.
 //!
 //! `cargo test -p tracehouse-collector --lib fuzz -- --ignored --nocapture` (e2e/chaos runs
 //! it as its `fuzz` case: 20 s in the quick profile, 10 min per decoder in the full one).

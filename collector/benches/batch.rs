@@ -2,7 +2,7 @@
 //! each) copied into a [`BatchBuilder`] until the default 16 MiB cut, the batch sent to
 //! another thread that drops it (as the insert task does once ClickHouse acknowledged it),
 //! with payload buffers recycled through a [`BufPool`] or, as before, allocated per batch.
-//! Under mimalloc, like the binary.
+//! Under the system allocator, like the binary.
 //!
 //! Reported: payload MB (10^6 bytes) per CPU-second of the whole process (both threads,
 //! kernel time included: page faults on fresh memory are the point), then criterion's
@@ -20,9 +20,6 @@ use tracehouse_collector::pool::BufPool;
 mod common;
 mod realistic;
 use common::process_cpu_secs;
-
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const POLICY: CutPolicy = CutPolicy {
     max_bytes: 16 << 20,

@@ -28,10 +28,6 @@ use tracehouse_loadgen::generate::{Generator, GeneratorConfig};
 
 const RECORDS: usize = 20;
 
-/// The collector's allocator (see its main.rs), so the figures match the process.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Spans per CPU-second of `work` (which handles `spans` spans per call), over at
 /// least two CPU-seconds.
 fn spans_per_cpu_second(spans: u64, mut work: impl FnMut()) -> f64 {

@@ -89,8 +89,11 @@ pub async fn run(
     // Unbounded in count, bounded in bytes by type: a batch carries its budget permit and
     // an acknowledgement carries its batch (see `source`'s module docs).
     let (batch_tx, batch_rx) = crossbeam_channel::unbounded::<RecordBatch>();
-    let (encoded_tx, mut encoded_rx) =
-        mpsc::channel::<Encoded>(cfg.clickhouse.max_inflight_inserts);
+    // One encoded body waits for an insert slot (and one more in the dispatcher): encoding
+    // further ahead only holds more compressed bodies (2-4 MiB each on full spans) while
+    // ClickHouse is the bottleneck; batches not yet encoded wait as payloads, which the
+    // budget counts anyway.
+    let (encoded_tx, mut encoded_rx) = mpsc::channel::<Encoded>(1);
     let (ack_tx, ack_rx) = crossbeam_channel::unbounded::<Ack>();
     let worker_handles = workers::spawn(threads, factory.clone(), batch_rx, encoded_tx);
 

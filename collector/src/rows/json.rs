@@ -268,7 +268,7 @@ impl JsonObject {
 /// The first 8 bytes of `path` as a big-endian number (shorter paths padded with
 /// zeros), so that comparing heads agrees with comparing the paths bytewise whenever
 /// the heads differ.
-fn head_of(path: &[u8]) -> u64 {
+pub(crate) fn head_of(path: &[u8]) -> u64 {
     let mut b = [0u8; 8];
     let n = path.len().min(8);
     b[..n].copy_from_slice(&path[..n]);

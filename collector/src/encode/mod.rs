@@ -56,7 +56,7 @@ pub struct EncoderOptions {
 }
 
 impl EncoderOptions {
-    pub const DEFAULT_NATIVE_BLOCK_BYTES: usize = 4 << 20;
+    pub const DEFAULT_NATIVE_BLOCK_BYTES: usize = 2 << 20;
 
     pub fn new(format: InsertFormat) -> Self {
         Self {

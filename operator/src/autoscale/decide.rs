@@ -330,16 +330,26 @@ impl Decider<'_> {
     }
 
     /// Down, or across to the new ladder after partitions were added: only with a known
-    /// capacity, and only at the peak need of the stabilization window.
+    /// capacity, and only at the peak need of the stabilization window; without one, only
+    /// after a window with no load at all (`Idle`: zero need whatever the capacity).
     fn scale_in(&self, p: &Present<'_>) -> Decision {
         let ladder = &p.ladder;
         let signals = Some(p.signals);
         let Some(c) = p.signals.replica_capacity else {
-            return if self.current > ladder.lowest() {
-                self.hold(Hold::CapacityUnknown, signals)
-            } else {
-                self.decision(self.current, Reason::Steady, signals)
-            };
+            if self.current <= ladder.lowest() {
+                return self.decision(self.current, Reason::Steady, signals);
+            }
+            // Any capacity gives zero need when nothing arrives and nothing is behind.
+            let (peak, covered) = self.peak_need(1.0);
+            if covered && peak == 0.0 && p.signals.need.unwrap_or(0.0) == 0.0 {
+                let max_step = non_negative(self.spec.max_step);
+                let reason = Reason::Idle {
+                    window_seconds: non_negative(self.spec.scale_down_stabilization_seconds),
+                };
+                let lowest = ladder.lowest();
+                return self.decision(ladder.step(self.current, lowest, max_step), reason, signals);
+            }
+            return self.hold(Hold::CapacityUnknown, signals);
         };
         let max_step = non_negative(self.spec.max_step);
         let need_now = p.signals.need.unwrap_or(0.0);

@@ -412,6 +412,21 @@ fn scale_events_carry_the_numbers_that_caused_them() {
 }
 
 #[test]
+fn an_idle_window_scales_in_without_a_measured_capacity() {
+    // Left at 4 replicas with nothing arriving (an external owner gave the count back):
+    // nothing to measure, and nothing that needs measuring.
+    let mut g = Gateway::new(8, 4, 1_000.0);
+    g.run(1_200, |_| 0.0);
+    assert_eq!(g.replicas, 1);
+    let idle = g
+        .log
+        .iter()
+        .find(|(_, d)| matches!(d.reason, Reason::Idle { .. }))
+        .expect("an Idle step");
+    assert!(idle.1.replicas < 4, "{idle:?}");
+}
+
+#[test]
 fn reasons_are_stable_identifiers() {
     let reasons = [
         Reason::Steady,
@@ -429,6 +444,9 @@ fn reasons_are_stable_identifiers() {
             wanted: "MemoryPressure",
         }),
         Reason::Hold(Hold::CapacityUnknown),
+        Reason::Idle {
+            window_seconds: 300,
+        },
     ];
     let mut labels = Vec::new();
     for r in &reasons {

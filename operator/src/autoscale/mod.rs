@@ -38,7 +38,8 @@
 //!    rule), with samples reaching back that far (`LoadDeclined`, else `Stabilizing`), and
 //!    not when a pod's memory in that window, with its in-flight bytes grown to the lower
 //!    rung's load, would cross the high-water mark (`MemoryHeadroom`). Without a measured
-//!    capacity there is no scale-in (`CapacityUnknown`). Scale-out triggers on the lag target,
+//!    capacity there is no scale-in (`CapacityUnknown`) unless the whole window was idle:
+//!    nothing arrived and nothing was behind (`Idle`). Scale-out triggers on the lag target,
 //!    scale-in on 80 % of a lower rung: the gap is the hysteresis.
 //!
 //! The decision carries the numbers behind it ([`Signals`], and each [`Reason`] its own) for

@@ -75,6 +75,9 @@ pub enum Reason {
         window_seconds: u32,
         replica_capacity: f64,
     },
+    /// Nothing arrived and nothing was behind for the whole stabilization window: the lowest
+    /// rung, with or without a measured capacity (no load needs no capacity to size).
+    Idle { window_seconds: u32 },
     /// The partition count changed and the current count is no rung of the new ladder.
     PartitionsChanged { from: u32, to: u32, need: f64 },
     /// The count is outside `[min, max]` or above the partitions: back inside at once.
@@ -101,6 +104,7 @@ impl Reason {
             Self::LagAboveTarget { .. } => ("LagAboveTarget", "lag_above_target"),
             Self::MemoryPressure { .. } => ("MemoryPressure", "memory_pressure"),
             Self::LoadDeclined { .. } => ("LoadDeclined", "load_declined"),
+            Self::Idle { .. } => ("Idle", "idle"),
             Self::PartitionsChanged { .. } => ("PartitionsChanged", "partitions_changed"),
             Self::OutOfBounds { .. } => ("OutOfBounds", "out_of_bounds"),
             Self::Steady => ("Steady", "steady"),
@@ -168,6 +172,10 @@ impl fmt::Display for Reason {
                 f,
                 "the load needed at most {peak_need:.2} replicas at {replica_capacity:.0} \
                  records/s each over the last {window_seconds}s"
+            ),
+            Self::Idle { window_seconds } => write!(
+                f,
+                "nothing arrived and nothing was behind over the last {window_seconds}s"
             ),
             Self::PartitionsChanged { from, to, need } => write!(
                 f,

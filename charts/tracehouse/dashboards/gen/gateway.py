@@ -16,6 +16,15 @@ BY_PIPE = "namespace, pipeline"
 BY_POD = "namespace, pipeline, pod"
 
 
+def p50_p99(histogram):
+    """The p50 and p99 per pipeline of a collector histogram (its `_bucket` series)."""
+    return [
+        prom(f"histogram_quantile({q}, sum by ({BY_PIPE}, le) "
+             f"(rate({histogram}_bucket{{{SEL}}}[{RATE}])))", f"{{{{pipeline}}}} p{label}", ref)
+        for q, label, ref in (("0.5", "50", "A"), ("0.99", "99", "B"))
+    ]
+
+
 def build() -> dashboard.Dashboard:
     d = base(
         "tracehouse / Gateway",
@@ -123,23 +132,13 @@ def build() -> dashboard.Dashboard:
     d = d.with_row(dashboard.Row("Inserts"))
     d = d.with_panel(ts(
         "Insert latency p50 / p99", "s",
-        [
-            prom(f"histogram_quantile(0.5, sum by ({BY_PIPE}, le) "
-                 f"(rate(tracehouse_insert_duration_seconds_bucket{{{SEL}}}[{RATE}])))", "{{pipeline}} p50", "A"),
-            prom(f"histogram_quantile(0.99, sum by ({BY_PIPE}, le) "
-                 f"(rate(tracehouse_insert_duration_seconds_bucket{{{SEL}}}[{RATE}])))", "{{pipeline}} p99", "B"),
-        ],
+        p50_p99("tracehouse_insert_duration_seconds"),
         description="Latency of successful inserts into ClickHouse.",
         steps=thresholds((None, "green"), (5, "yellow"), (30, "red")),
     ))
     d = d.with_panel(ts(
         "Span freshness p50 / p99 (span end → insert acknowledged)", "s",
-        [
-            prom(f"histogram_quantile(0.5, sum by ({BY_PIPE}, le) "
-                 f"(rate(tracehouse_span_freshness_seconds_bucket{{{SEL}}}[{RATE}])))", "{{pipeline}} p50", "A"),
-            prom(f"histogram_quantile(0.99, sum by ({BY_PIPE}, le) "
-                 f"(rate(tracehouse_span_freshness_seconds_bucket{{{SEL}}}[{RATE}])))", "{{pipeline}} p99", "B"),
-        ],
+        p50_p99("tracehouse_span_freshness_seconds"),
         description="How old spans are when ClickHouse acknowledges their insert, from each span's end "
                     "time: Kafka and producer delay, consumer lag, the batch linger (batch.linger_ms) "
                     "and the insert itself. Clock skew between the applications and the gateway shows "
@@ -148,12 +147,7 @@ def build() -> dashboard.Dashboard:
     ))
     d = d.with_panel(ts(
         "Batch size (rows) p50 / p99", "short",
-        [
-            prom(f"histogram_quantile(0.5, sum by ({BY_PIPE}, le) "
-                 f"(rate(tracehouse_batch_rows_bucket{{{SEL}}}[{RATE}])))", "{{pipeline}} p50", "A"),
-            prom(f"histogram_quantile(0.99, sum by ({BY_PIPE}, le) "
-                 f"(rate(tracehouse_batch_rows_bucket{{{SEL}}}[{RATE}])))", "{{pipeline}} p99", "B"),
-        ],
+        p50_p99("tracehouse_batch_rows"),
         description="Rows per insert. Small batches mean many parts for ClickHouse to merge.",
     ))
     d = d.with_panel(ts(

@@ -197,14 +197,15 @@ class Bench:
 
     def start_tracehouse(self, db, group, mport):
         cfg = self.dir / "tracehouse.yaml"
-        # Connection settings only (and --linger-ms when given); batching, concurrency and
+        # Connection settings only (and --linger-ms, --no-attribute-keys when given); batching, concurrency and
         # limits are the collector's defaults (printed to tracehouse-effective-config.yaml).
         cfg.write_text(
             f"kafka:\n  brokers: \"{self.env['KAFKA_BROKERS']}\"\n  topics: [\"{self.topic}\"]\n"
             f"  group_id: \"{group}\"\n  encoding: otlp_proto\n"
             f"clickhouse:\n  url: \"{self.env['CLICKHOUSE_URL']}\"\n  database: \"{db}\"\n"
             f"  table: otel_traces\n  attributes: {self.args.attributes}\n"
-            f"metrics_addr: \"127.0.0.1:{mport}\"\n"
+            + ("  attribute_keys: false\n" if self.args.no_attribute_keys else "")
+            + f"metrics_addr: \"127.0.0.1:{mport}\"\n"
             + (f"batch:\n  linger_ms: {self.args.linger_ms}\n" if self.args.linger_ms is not None
                else ""))
         env = {**os.environ, **self.env}
@@ -587,6 +588,7 @@ def main():
         "mode": "live" if a.rate else "pre-filled",
         "collector_bin": a.collector_bin,
         "tracehouse_linger_ms": a.linger_ms,
+        "tracehouse_attribute_keys": not a.no_attribute_keys,
         "rate_spans_per_second": a.rate,
         "duration_seconds": a.duration if a.rate else None,
         "topic_records": sum(b.end.values()) if getattr(b, "end", None) else None,

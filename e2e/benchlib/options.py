@@ -37,6 +37,9 @@ def parse(doc, otelcol_config):
                     help="tracehouse's batch.linger_ms (default: the collector's default, 2000); "
                          "a batch waits at most this long for more records, so it bounds freshness "
                          "at low rates")
+    ap.add_argument("--no-attribute-keys", action="store_true",
+                    help="JSON attributes: tracehouse leaves ResourceAttributesKeys/SpanAttributesKeys "
+                         "to the server's defaults (empty), as Rotel does (the table keeps them)")
     ap.add_argument("--collector-bin",
                     help="tracehouse-collector binary to run instead of the release build "
                          "(e.g. to compare two revisions)")

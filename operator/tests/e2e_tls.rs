@@ -26,6 +26,19 @@ use tracehouse_e2e::unique_name;
 use tracehouse_operator::builders::{PIPELINE_LABEL, SECRETS_HASH_ANNOTATION};
 use tracehouse_operator::crd::{TracePipeline, condition};
 
+/// The Secret `kafka-scram`: the stack's SCRAM user with `password`; `rotated` adds a key,
+/// so the data (and the pods' secrets hash) changes while the credentials stay.
+async fn put_scram_secret(client: &Client, ns: &str, password: &str, rotated: bool) {
+    let mut data = json!({
+        "username": stack_var("KAFKA_SCRAM_USER"),
+        "password": password,
+    });
+    if rotated {
+        data["rotated"] = json!("1");
+    }
+    put_secret(client, ns, "kafka-scram", "Opaque", data).await;
+}
+
 /// The stack's CA, SCRAM user and client certificate as the Secrets users would create.
 async fn create_tls_secrets(client: &Client, ns: &str) {
     create_clickhouse_secret(client, ns).await;
@@ -37,17 +50,7 @@ async fn create_tls_secrets(client: &Client, ns: &str) {
         json!({ "ca.crt": read(&stack_var("TRACEHOUSE_CA_FILE")) }),
     )
     .await;
-    put_secret(
-        client,
-        ns,
-        "kafka-scram",
-        "Opaque",
-        json!({
-            "username": stack_var("KAFKA_SCRAM_USER"),
-            "password": stack_var("KAFKA_SCRAM_PASSWORD"),
-        }),
-    )
-    .await;
+    put_scram_secret(client, ns, &stack_var("KAFKA_SCRAM_PASSWORD"), false).await;
     put_secret(
         client,
         ns,
@@ -284,17 +287,7 @@ async fn security_failures_are_named_and_a_fixed_secret_rolls_the_pods_and_heals
         let name = "e2e";
         cleaning_up(&topic, &database, async {
             // 2. A wrong SCRAM password.
-            put_secret(
-                &client,
-                &ns,
-                "kafka-scram",
-                "Opaque",
-                json!({
-                    "username": stack_var("KAFKA_SCRAM_USER"),
-                    "password": "not-the-password",
-                }),
-            )
-            .await;
+            put_scram_secret(&client, &ns, "not-the-password", false).await;
             let spec = scram_spec(&ns, &topic, &database);
             apply(&api, &spec).await;
             wait_reason(
@@ -331,17 +324,7 @@ async fn security_failures_are_named_and_a_fixed_secret_rolls_the_pods_and_heals
                 .as_object_mut()
                 .unwrap()
                 .remove("tls");
-            put_secret(
-                &client,
-                &ns,
-                "kafka-scram",
-                "Opaque",
-                json!({
-                    "username": stack_var("KAFKA_SCRAM_USER"),
-                    "password": stack_var("KAFKA_SCRAM_PASSWORD"),
-                }),
-            )
-            .await;
+            put_scram_secret(&client, &ns, &stack_var("KAFKA_SCRAM_PASSWORD"), false).await;
             apply(&api, &plain_ch).await;
             wait_reason(
                 &api,
@@ -375,18 +358,7 @@ async fn security_failures_are_named_and_a_fixed_secret_rolls_the_pods_and_heals
 
             // 5. A rotated Secret rolls the pods (same config, new secrets hash).
             let before = secrets_hash_of_pods(&client, &ns, name).await;
-            put_secret(
-                &client,
-                &ns,
-                "kafka-scram",
-                "Opaque",
-                json!({
-                    "username": stack_var("KAFKA_SCRAM_USER"),
-                    "password": stack_var("KAFKA_SCRAM_PASSWORD"),
-                    "rotated": "1",
-                }),
-            )
-            .await;
+            put_scram_secret(&client, &ns, &stack_var("KAFKA_SCRAM_PASSWORD"), true).await;
             wait_for(
                 "pods with a new secrets hash",
                 Duration::from_secs(180),

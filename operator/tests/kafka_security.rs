@@ -30,6 +30,14 @@ fn scram(password: &str, ca_var: &str) -> KafkaAccess {
     }
 }
 
+/// (what, the brokers' variable, client properties, whether the error names the failure).
+type MixUp = (
+    &'static str,
+    &'static str,
+    BTreeMap<String, String>,
+    fn(&KafkaError) -> bool,
+);
+
 async fn read(access: &KafkaAccess) -> Result<BTreeMap<String, i32>, KafkaError> {
     // A topic every stack has once a consumer group committed: the offsets topic.
     partitions(
@@ -74,36 +82,39 @@ async fn secured_listeners_answer_the_right_credentials_and_name_the_wrong_ones(
     .unwrap_err();
     assert!(matches!(err, KafkaError::TlsFailed { .. }), "{err}");
 
-    // A plaintext client on the SASL_SSL listener.
-    let plain_on_tls = KafkaAccess {
-        brokers: stack_var("KAFKA_SASL_SSL_BROKERS"),
-        properties: BTreeMap::new(),
-    };
-    let err = read(&plain_on_tls).await.unwrap_err();
-    assert!(matches!(err, KafkaError::ProtocolMismatch { .. }), "{err}");
-
-    // A TLS client on the plaintext listener.
-    let tls_on_plain = KafkaAccess {
-        brokers: stack_var("KAFKA_BROKERS"),
-        properties: BTreeMap::from([
+    // The listener mix-ups: (what, brokers, client properties, the failure it must name).
+    let tls_client = || {
+        BTreeMap::from([
             ("security.protocol".into(), "SSL".into()),
             ("ssl.ca.pem".into(), pem("TRACEHOUSE_CA_FILE")),
-        ]),
+        ])
     };
-    let err = read(&tls_on_plain).await.unwrap_err();
-    assert!(matches!(err, KafkaError::ProtocolMismatch { .. }), "{err}");
-
-    // No client certificate on the mutual-TLS listener.
-    let no_cert = KafkaAccess {
-        brokers: stack_var("KAFKA_MTLS_BROKERS"),
-        properties: BTreeMap::from([
-            ("security.protocol".into(), "SSL".into()),
-            ("ssl.ca.pem".into(), pem("TRACEHOUSE_CA_FILE")),
-        ]),
-    };
-    let err = read(&no_cert).await.unwrap_err();
-    assert!(
-        matches!(err, KafkaError::TlsFailed { ref detail, .. } if detail.contains("certificate")),
-        "{err}"
-    );
+    let mix_ups: [MixUp; 3] = [
+        (
+            "a plaintext client on the SASL_SSL listener",
+            "KAFKA_SASL_SSL_BROKERS",
+            BTreeMap::new(),
+            |e| matches!(e, KafkaError::ProtocolMismatch { .. }),
+        ),
+        (
+            "a TLS client on the plaintext listener",
+            "KAFKA_BROKERS",
+            tls_client(),
+            |e| matches!(e, KafkaError::ProtocolMismatch { .. }),
+        ),
+        (
+            "no client certificate on the mutual-TLS listener",
+            "KAFKA_MTLS_BROKERS",
+            tls_client(),
+            |e| matches!(e, KafkaError::TlsFailed { detail, .. } if detail.contains("certificate")),
+        ),
+    ];
+    for (what, brokers, properties, named) in mix_ups {
+        let access = KafkaAccess {
+            brokers: stack_var(brokers),
+            properties,
+        };
+        let err = read(&access).await.unwrap_err();
+        assert!(named(&err), "{what}: {err}");
+    }
 }

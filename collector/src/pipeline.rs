@@ -21,7 +21,7 @@ use crate::insert::{Inserts, KafkaDeadLetters};
 use crate::log_limit::RateLimit;
 use crate::metrics::Metrics;
 use crate::sink::Sink;
-use crate::source::{self, Ack, MachineConfig, SourceConfig};
+use crate::source::{self, Ack, Holdings, MachineConfig, SourceConfig};
 use crate::workers::{self, Encoded, EncoderFactory};
 
 /// Run the collector until `shutdown` resolves; then drain within the configured deadline.
@@ -137,6 +137,7 @@ pub async fn run(
         // Leave a little of the shutdown deadline for the final commit and exit.
         drain_deadline: Duration::from_millis(cfg.shutdown_deadline_ms).mul_f64(0.8),
     };
+    let holdings = Holdings::new();
     let source = source::spawn(
         source_cfg,
         metrics.clone(),
@@ -144,6 +145,7 @@ pub async fn run(
         batch_tx,
         ack_rx,
         heartbeat,
+        holdings.clone(),
     )?;
     health.started.store(true, Ordering::Relaxed);
 
@@ -155,6 +157,9 @@ pub async fn run(
         metrics: metrics.clone(),
         acks: ack_tx,
         dead_letters,
+        dead_letter_max_bytes: cfg.kafka.dead_letter_max_bytes,
+        holdings,
+        breaker: crate::breaker::RejectBreaker::new(cfg.clickhouse.reject_breaker_records),
         retry_initial: Duration::from_millis(cfg.clickhouse.retry_initial_ms),
         retry_max: Duration::from_millis(cfg.clickhouse.retry_max_ms),
         abandon: abandon.clone(),

@@ -14,6 +14,7 @@
 //! would block the Kafka thread instead — and a blocked Kafka thread can neither pause nor
 //! heartbeat.
 
+mod holdings;
 mod kafka;
 pub mod machine;
 pub mod unsent;
@@ -26,6 +27,7 @@ use std::time::Duration;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
+pub use holdings::Holdings;
 pub use machine::{Ack, Command, MachineConfig, PartitionId};
 
 use crate::batch::{CHUNK_BYTES, RecordBatch};
@@ -80,6 +82,7 @@ pub fn spawn(
     batches: crossbeam_channel::Sender<RecordBatch>,
     acks: crossbeam_channel::Receiver<Ack>,
     heartbeat: Heartbeat,
+    holdings: Holdings,
 ) -> Result<Source, rdkafka::error::KafkaError> {
     let watermarks: watermarks::Watermarks = Arc::default();
     let assigned: watermarks::Assigned = Arc::default();
@@ -88,6 +91,7 @@ pub fn spawn(
         machine: Mutex::new(machine),
         metrics: metrics.clone(),
         assigned: assigned.clone(),
+        holdings,
     };
     let mut client = ClientConfig::new();
     client

@@ -23,6 +23,7 @@ pub mod freshness;
 pub mod http;
 pub mod insert;
 pub mod insert_encoder;
+pub mod kafka_clients;
 pub mod log_limit;
 pub mod metrics;
 pub mod offsets;

@@ -71,7 +71,9 @@ pub fn classify(code: u32) -> Verdict {
         | 676
         | 677 => Verdict::Permanent,
         // Schema or access problems: unknown table/column/database, auth, readonly, quota.
-        16 | 47 | 60 | 81 | 164 | 192..=195 | 497 | 516 | 10 => Verdict::Fatal,
+        // 48 NOT_IMPLEMENTED: a Native column of a type the table's column cannot take (the
+        // table's shape is not what the collector writes).
+        16 | 47 | 48 | 60 | 81 | 164 | 192..=195 | 497 | 516 | 10 => Verdict::Fatal,
         // Everything else, including 159 TIMEOUT_EXCEEDED, 209 SOCKET_TIMEOUT,
         // 210 NETWORK_ERROR, 241 MEMORY_LIMIT_EXCEEDED, 242 TABLE_IS_READ_ONLY,
         // 252 TOO_MANY_PARTS, 202 TOO_MANY_SIMULTANEOUS_QUERIES, 319 UNKNOWN_STATUS_OF_INSERT,

@@ -15,6 +15,8 @@ import email.policy
 import hmac
 import json
 import logging
+import shutil
+import tempfile
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler
@@ -22,6 +24,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import chdb
 
+import infile
 from blocks import BlockDecompressor, compress_blocks
 from errors import CHError, engine_error
 from faults import FAULTS
@@ -79,23 +82,31 @@ def parse_form(body: bytes, content_type: str) -> list[tuple[str, str]]:
 class Engine:
     """The chdb engine and the users allowed to reach it."""
 
-    def __init__(self, data_dir: str, users: dict[str, str]):
+    def __init__(self, data_dir: str, users: dict[str, str], custom_disks_dir: str | None = None):
         self.data_dir = data_dir
         self.users = users
         self.started = time.time()
+        # The engine reads its options once, when the first connection starts it. ClickHouse's
+        # `custom_local_disks_base_directory` lets a table name its own local disk
+        # (`SETTINGS disk = disk(type = 'local', path = …)`), as on a server configured so.
+        self.dsn = data_dir if not custom_disks_dir else (
+            f"file:{data_dir}?custom_local_disks_base_directory={custom_disks_dir.rstrip('/')}/")
         # The first connection starts the engine (loading every database: ~0.2 s and more with
         # more tables) and closing the last one shuts it down again. This connection stays open
         # for the server's lifetime so that the per-request connections cost ~0.3 ms, not a
         # restart of the engine each.
-        self._keeper = chdb.connect(self.data_dir)
+        self._keeper = chdb.connect(self.dsn)
+        # Where each INSERT's body passes to the engine (infile.py); private to this process.
+        self.fifo_dir = tempfile.mkdtemp(prefix="chserver-insert-")
 
     def connect(self):
-        return chdb.connect(self.data_dir)
+        return chdb.connect(self.dsn)
 
     def close(self):
         keeper, self._keeper = self._keeper, None
         if keeper is not None:
             keeper.close()
+        shutil.rmtree(self.fifo_dir, ignore_errors=True)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -400,27 +411,6 @@ class Handler(BaseHTTPRequestHandler):
         return self._insert_now(conn, statement, fmt, head, chunks)
 
     def _insert_now(self, conn, statement: str, fmt: str, head: bytes, chunks) -> dict:
-        inserter = conn.send_insert(statement, fmt)
-        written_bytes = 0
-        try:
-            if head:
-                inserter.append(head)
-                written_bytes += len(head)
-            for chunk in chunks:
-                inserter.append(chunk)
-                written_bytes += len(chunk)
-            res = inserter.finish()
-        except BaseException:
-            try:
-                inserter.cancel()
-            except Exception:  # noqa: BLE001 - cancelling an already failed insert may fail too
-                pass
-            # Drain what is left of the body so the connection could be reused.
-            for _ in chunks:
-                pass
-            raise
-        return {
-            "read_rows": res.rows_written, "read_bytes": written_bytes,
-            "written_rows": res.rows_written, "written_bytes": res.bytes_written,
-            "total_rows_to_read": 0, "result_rows": res.rows_written, "result_bytes": res.bytes_written,
-        }
+        # Through a FIFO and `INSERT … FROM INFILE`, not chdb's send_insert, which loses the
+        # engine's errors (see infile.py).
+        return infile.insert(conn, self.engine.fifo_dir, statement, fmt, head, chunks)

@@ -95,3 +95,20 @@ def engine_error(exc: Exception, infile: str | None = None) -> CHError:
     if n:
         name, message = n.group(1), message[: n.start()].rstrip()
     return CHError(code, name, message)
+
+
+ENGINE_USER = "default"  # every chdb connection runs as this user (chdb authenticates it so)
+READONLY_TEXT = "Cannot execute query in readonly mode"
+
+
+def as_request(err: CHError, user: str, http_get: bool) -> CHError:
+    """An engine error worded as a server that ran the query for this request words it: the
+    engine names its own user in access errors (`default: Cannot execute query in readonly
+    mode`); ClickHouse names the request's user, and for an HTTP GET says why (ContextAccess)."""
+    if err.name == "READONLY" and err.message.startswith(f"{ENGINE_USER}: {READONLY_TEXT}"):
+        message = f"{user}: {READONLY_TEXT}"
+        if http_get:
+            message += (". For queries over HTTP, method GET implies readonly. "
+                        "You should use method POST for modifying queries")
+        return CHError(err.code, err.name, message)
+    return err

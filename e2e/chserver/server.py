@@ -26,7 +26,7 @@ import chdb
 
 import infile
 from blocks import BlockDecompressor, compress_blocks
-from errors import CHError, engine_error
+from errors import CHError, as_request, engine_error
 from faults import FAULTS
 from httpcompression import IterReader, choose_response_encoding, decode_content, encode_content
 from native import client_revision, native_result
@@ -156,6 +156,26 @@ class Handler(BaseHTTPRequestHandler):
     # -- body reading --------------------------------------------------------------------------
 
     def _raw_reader(self):
+        """The read(n) over this request's body (one per request: what it has read is gone)."""
+        if getattr(self, "_body_read", None) is None:
+            self._body_read = self._new_raw_reader()
+        return self._body_read
+
+    def _drain_body(self) -> bool:
+        """Read what is left of a POST body after an error, as ClickHouse's HTTPHandler does, so
+        the connection stays usable and the client reads the answer instead of a reset. False
+        when the body cannot be read to its end (the connection must then be closed)."""
+        if self.command != "POST":
+            return True
+        try:
+            read = self._raw_reader()
+            while read(1 << 20):
+                pass
+            return True
+        except Exception:  # noqa: BLE001 - a broken body: close the connection instead
+            return False
+
+    def _new_raw_reader(self):
         """A read(n) over the request body, handling Content-Length and chunked encoding."""
         te = (self.headers.get("Transfer-Encoding") or "").lower()
         rfile = self.rfile
@@ -167,6 +187,9 @@ class Handler(BaseHTTPRequestHandler):
                     return b""
                 if state["left"] == 0:
                     line = rfile.readline(65537)
+                    if not line:
+                        raise CHError(3, "UNEXPECTED_END_OF_FILE",
+                                      "Unexpected end of file while reading chunk header of HTTP chunked data")
                     size = int(line.split(b";", 1)[0].strip() or b"0", 16)
                     if size == 0:
                         while rfile.readline(65537) not in (b"\r\n", b"\n", b""):
@@ -175,6 +198,8 @@ class Handler(BaseHTTPRequestHandler):
                         return b""
                     state["left"] = size
                 data = rfile.read(min(n, state["left"]))
+                if not data:
+                    raise CHError(3, "UNEXPECTED_END_OF_FILE", "Unexpected end of file while reading HTTP chunked data")
                 state["left"] -= len(data)
                 if state["left"] == 0:
                     rfile.readline(3)  # CRLF after the chunk
@@ -188,9 +213,11 @@ class Handler(BaseHTTPRequestHandler):
             if state["left"] <= 0:
                 return b""
             data = rfile.read(min(n, state["left"]))
-            state["left"] -= len(data)
             if not data:
-                state["left"] = 0
+                # The client went away mid-body: the insert must fail, not commit what came.
+                raise CHError(3, "UNEXPECTED_END_OF_FILE", f"Unexpected end of file: the request body ended "
+                                                           f"after {length - state['left']} of {length} bytes")
+            state["left"] -= len(data)
             return data
 
         return read
@@ -264,6 +291,8 @@ class Handler(BaseHTTPRequestHandler):
         params = dict(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
         query_id = params.get("query_id") or str(uuid.uuid4())
         body_consumed = False
+        user = None
+        self._body_read = None
         try:
             form = (self.command == "POST"
                     and (self.headers.get("Content-Type") or "").lower().startswith("multipart/form-data"))
@@ -273,7 +302,7 @@ class Handler(BaseHTTPRequestHandler):
                 for name, value in parse_form(b"".join(self._body_chunks(params)), self.headers.get("Content-Type")):
                     params.setdefault(name, value)
                 body_consumed = True
-            self._authenticate(params)
+            user = self._authenticate(params)
             if params.get("session_id") and params.get("session_check") == "1":
                 # chserver keeps no HTTP sessions (each request is a fresh query context), so a
                 # session the client expects to exist never does.
@@ -355,12 +384,13 @@ class Handler(BaseHTTPRequestHandler):
             finally:
                 conn.close()
         except CHError as err:
-            self.close_connection = self.close_connection or not body_consumed
-            self._error(err, query_id, params)
+            self.close_connection = self.close_connection or not (body_consumed or self._drain_body())
+            self._error(as_request(err, user, self.command == "GET") if user else err, query_id, params)
             return
         except Exception as exc:  # noqa: BLE001 - every engine error goes back to the client
-            self.close_connection = self.close_connection or not body_consumed
-            self._error(engine_error(exc), query_id, params)
+            self.close_connection = self.close_connection or not (body_consumed or self._drain_body())
+            err = engine_error(exc)
+            self._error(as_request(err, user, self.command == "GET") if user else err, query_id, params)
             return
 
         summary["elapsed_ns"] = time.monotonic_ns() - started

@@ -146,12 +146,14 @@ def insert(conn, fifo_dir: str, statement: str, fmt: str, head: bytes, chunks) -
             except BaseException as exc:  # noqa: BLE001 - the body failed: the stream stays unfinished
                 body_error = exc
     finally:
+        opened = writer.fd is not None
         writer.close()  # EOF: after the trailer a complete body, otherwise a truncated stream
-        if engine.is_alive():
-            # A reader still waiting in open() (the body failed before the engine opened the
-            # FIFO) is released by any writer; it then reads an empty, unfinished stream.
+        while not opened and engine.is_alive():
+            # Only when something failed before the engine opened the FIFO: a reader waiting in
+            # open() is released by any writer, then reads an empty, unfinished stream.
             os.close(os.open(path, os.O_RDWR | os.O_NONBLOCK))
-            engine.join()
+            engine.join(0.1)
+        engine.join()
         os.unlink(path)
         # Drain what is left of the body so the connection could be reused.
         try:

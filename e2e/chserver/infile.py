@@ -46,7 +46,7 @@ STORED_MAX = 0xFFFF
 FINAL_BLOCK = b"\x01\x00\x00\xff\xff"
 
 
-def stored_blocks(data: bytes | memoryview) -> bytes:
+def stored_blocks(data: bytes | memoryview) -> bytearray:
     """`data` as non-final stored deflate blocks (each starts on a byte boundary, as the previous
     stored block ended on one)."""
     out = bytearray()
@@ -55,7 +55,7 @@ def stored_blocks(data: bytes | memoryview) -> bytes:
         piece = mv[i:i + STORED_MAX]
         out += struct.pack("<BHH", 0, len(piece), len(piece) ^ 0xFFFF)
         out += piece
-    return bytes(out)
+    return out
 
 
 def gzip_trailer(crc: int, size: int) -> bytes:
@@ -88,7 +88,7 @@ class _FifoWriter:
             return True
         return False
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         """Write all of data; BrokenPipeError once the engine stopped reading (its query failed)."""
         mv = memoryview(data)
         while mv:

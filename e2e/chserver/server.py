@@ -162,7 +162,7 @@ class Handler(BaseHTTPRequestHandler):
         return self._body_read
 
     def _drain_body(self) -> bool:
-        """Read what is left of a POST body after an error, as ClickHouse's HTTPHandler does, so
+        """Read what is left of a POST body after an error, as ClickHouse does (drainRequestIfNeeded), so
         the connection stays usable and the client reads the answer instead of a reset. False
         when the body cannot be read to its end (the connection must then be closed)."""
         if self.command != "POST":

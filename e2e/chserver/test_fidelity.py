@@ -401,7 +401,7 @@ class AccessTest(FidelityCase):
                 self.assertEqual(self.count(t), 0)
 
     def test_the_connection_stays_usable_after_a_refused_insert(self):
-        # ClickHouse's HTTPHandler reads the rest of a refused POST body and keeps the connection.
+        # ClickHouse reads the rest of a refused POST body and keeps the connection (drainRequestIfNeeded).
         t = self.table()
         conn = http.client.HTTPConnection("127.0.0.1", SERVER.port, timeout=30)
         try:

@@ -3,6 +3,11 @@
 //!
 //! The read (`status`) happens at every reconcile and writes nothing; `apply` (which takes
 //! the schema lock in ClickHouse and records each step) runs only when something is pending.
+//!
+//! The reconciler puts a deadline on this step. `apply` runs in a task of its own, so that
+//! deadline only stops the *waiting*: the statements under the lock run to their end and
+//! the lock is released when they are done, never abandoned mid-way with the lock held
+//! (issue 30, finding 7). Within `apply`, only the wait for the lock is timed out.
 
 use std::time::Duration;
 
@@ -46,19 +51,40 @@ pub async fn ensure(
     }
     // Refuse conflicts before taking the lock; `apply` checks again under it.
     status.check()?;
-    let report = tracehouse_schema::apply(
-        &server,
-        options,
-        &ApplyOptions {
-            lock: LockConfig {
-                timeout: lock_timeout,
-                ..LockConfig::default()
-            },
-            up_to: None,
-            applied_by: applied_by.to_owned(),
+    let apply_options = ApplyOptions {
+        lock: LockConfig {
+            timeout: lock_timeout,
+            ..LockConfig::default()
         },
-    )
-    .await?;
+        up_to: None,
+        applied_by: applied_by.to_owned(),
+    };
+    let options = options.clone();
+    let target = format!("{}.{}", options.database, options.table);
+    let task = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let report = tracehouse_schema::apply(&server, &options, &apply_options).await;
+        // Logged here too: when the caller's deadline passed, nobody else sees the end.
+        match &report {
+            Ok(r) => {
+                tracing::debug!(%target, applied = r.applied.len(), took = ?started.elapsed(), "schema apply finished")
+            }
+            Err(e) => {
+                tracing::warn!(%target, error = %e, took = ?started.elapsed(), "schema apply failed")
+            }
+        }
+        report
+    });
+    let report = match task.await {
+        Ok(report) => report?,
+        Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+        // Only at runtime shutdown; the lock's own rules end its claim.
+        Err(_) => {
+            return Err(tracehouse_schema::Error::Protocol(
+                "the schema apply task was cancelled (shutting down)".into(),
+            ));
+        }
+    };
     Ok(SchemaOutcome {
         version: recorded_version(&report.status),
         applied: report

@@ -26,6 +26,7 @@ pub mod error;
 pub mod ident;
 pub mod ledger;
 pub mod lock;
+pub mod lock_decide;
 pub mod migrate;
 pub mod migrations;
 pub mod model;

@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use tracehouse_schema::dedup_window::{PipelineShape, effective_window};
 use tracehouse_schema::migrate::State;
 use tracehouse_schema::{ApplyOptions, ConnectionConfig, LockConfig, Server, Status, TableOptions};
 
@@ -21,6 +22,22 @@ pub struct SchemaOutcome {
     pub version: u32,
     /// `NNNN name` of each migration recorded by this call (empty when already up to date).
     pub applied: Vec<String>,
+    /// The traces table's insert-deduplication window now; `None` for a `Null` table.
+    pub dedup_window: Option<u64>,
+}
+
+/// The deduplication window a pipeline keeps on its table: `requested`
+/// (`spec.clickhouse.schema.dedupWindow`) is a floor, raised to what `partitions` at
+/// `linger_ms` need ([`PipelineShape::required_window`], whose header has the
+/// arithmetic); 0 turns deduplication off. A floor rather than a replacement because the
+/// API server stored the old default (1000) in every existing `TracePipeline`: a new
+/// field or a changed default would not reach them, a floor does.
+pub fn dedup_window(requested: u64, partitions: i32, linger_ms: i64) -> u64 {
+    let shape = PipelineShape::new(
+        u64::try_from(partitions).unwrap_or(0),
+        Duration::from_millis(u64::try_from(linger_ms).unwrap_or(0)),
+    );
+    effective_window(requested, shape.required_window())
 }
 
 /// The highest version recorded in the ledger for this table (0 when none).
@@ -47,6 +64,7 @@ pub async fn ensure(
         return Ok(SchemaOutcome {
             version: recorded_version(&status),
             applied: Vec::new(),
+            dedup_window: status.window.as_ref().and_then(|w| w.current),
         });
     }
     // Refuse conflicts before taking the lock; `apply` checks again under it.
@@ -87,10 +105,34 @@ pub async fn ensure(
     };
     Ok(SchemaOutcome {
         version: recorded_version(&report.status),
+        dedup_window: report.status.window.as_ref().and_then(|w| w.current),
         applied: report
             .applied
             .iter()
             .map(|a| format!("{:04} {}", a.version, a.name))
             .collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dedup_window;
+
+    #[test]
+    fn the_window_follows_the_partitions_with_the_spec_as_a_floor() {
+        // Issue 30's duplicates: 128 partitions at the stored default of 1000.
+        assert_eq!(dedup_window(1_000, 128, 1_000), 46_080);
+        assert_eq!(
+            dedup_window(1_000, 2, 1_000),
+            1_000,
+            "small pipelines keep the floor"
+        );
+        assert_eq!(dedup_window(100_000, 128, 1_000), 100_000);
+        assert_eq!(dedup_window(0, 128, 1_000), 0, "0 turns deduplication off");
+        assert_eq!(
+            dedup_window(1_000, 8, 100),
+            28_800,
+            "a shorter linger, more blocks"
+        );
+    }
 }

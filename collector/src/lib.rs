@@ -33,6 +33,7 @@ pub mod retry;
 pub mod rows;
 pub mod sink;
 pub mod source;
+pub mod startup;
 pub mod wire;
 pub mod workers;
 

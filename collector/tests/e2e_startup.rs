@@ -9,23 +9,6 @@ use std::time::Duration;
 
 use common::*;
 
-/// Polls the collector's metrics until `pred` holds (or fails after `timeout`).
-async fn wait_metrics(c: &Collector, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let m = c.metrics().await;
-        if pred(&m) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}; metrics:\n{m}\nlog:\n{}",
-            c.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_too_small_for_the_partitions_is_reported_with_both_numbers() {
     // `schema apply` without --partitions keeps the old default window of 1 000 blocks;
@@ -33,7 +16,7 @@ async fn a_window_too_small_for_the_partitions_is_reported_with_both_numbers() {
     let w = World::new("startwin", Attributes::Map);
     w.produce(800, 8, 1).await;
     let c = w.start_collector(&[]);
-    wait_metrics(&c, "window metrics", Duration::from_secs(60), |m| {
+    c.wait_metrics("window metrics", Duration::from_secs(60), |m| {
         sum_metric(m, "tracehouse_dedup_window_blocks") == 1000.0
             && sum_metric(m, "tracehouse_dedup_window_needed_blocks") == 2880.0
     })

@@ -6,10 +6,7 @@ use crate::model::{Attributes, Replication, Ttl};
 use crate::types::ClickHouseType;
 
 fn opts() -> TableOptions {
-    TableOptions::new(
-        Ident::new("database", "otel").unwrap(),
-        Ident::new("table", "otel_traces").unwrap(),
-    )
+    crate::model::default_options()
 }
 
 /// Reads the column list back out of a rendered `CREATE TABLE`, independently of

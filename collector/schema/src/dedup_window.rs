@@ -207,10 +207,7 @@ mod tests {
     use crate::model::Replication;
 
     fn opts() -> TableOptions {
-        TableOptions::new(
-            Ident::new("database", "otel").unwrap(),
-            Ident::new("table", "otel_traces").unwrap(),
-        )
+        crate::model::default_options()
     }
 
     #[test]

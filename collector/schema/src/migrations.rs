@@ -193,10 +193,7 @@ mod tests {
     use crate::model::{self, Attributes, Engine};
 
     fn opts() -> TableOptions {
-        TableOptions::new(
-            Ident::new("database", "otel").unwrap(),
-            Ident::new("table", "otel_traces").unwrap(),
-        )
+        crate::model::default_options()
     }
 
     #[test]

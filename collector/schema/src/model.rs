@@ -384,6 +384,15 @@ pub fn lookup_columns() -> Vec<LookupColumn> {
     ]
 }
 
+/// `otel.otel_traces` with every default: the options most unit tests start from.
+#[cfg(test)]
+pub(crate) fn default_options() -> TableOptions {
+    TableOptions::new(
+        crate::Ident::new("database", "otel").unwrap(),
+        crate::Ident::new("table", "otel_traces").unwrap(),
+    )
+}
+
 #[cfg(test)]
 #[path = "model_tests.rs"]
 mod tests;

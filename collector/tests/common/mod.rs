@@ -245,6 +245,24 @@ impl Collector {
         }
     }
 
+    /// Polls the metrics until `pred` holds; fails after `timeout` with `what`, the
+    /// metrics and the log.
+    pub async fn wait_metrics(&self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let m = self.metrics().await;
+            if pred(&m) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}; metrics:\n{m}\nlog:\n{}",
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
     pub async fn metrics(&self) -> String {
         match reqwest::get(format!("http://127.0.0.1:{}/metrics", self.metrics_port)).await {
             Ok(r) => r.text().await.unwrap_or_default(),

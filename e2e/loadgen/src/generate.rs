@@ -83,9 +83,14 @@ pub struct GeneratorConfig {
     /// What spans and resources carry besides ids, times and the verification keys.
     /// Default [`Shape::Rich`].
     pub shape: Shape,
-    /// Start time of the first trace, ns since the epoch; later traces start about a
-    /// millisecond apart. Default: the clock at the time `default()` is called.
+    /// Start time of the first trace, ns since the epoch; later traces start about
+    /// [`GeneratorConfig::trace_interval_ns`] apart. Default: the clock at the time
+    /// `default()` is called.
     pub start_time_unix_nano: u64,
+    /// Mean gap between the starts of two traces, ns; each gap is drawn between half and one
+    /// and a half times this. Default 1 ms. Larger gaps spread a data set over hours or
+    /// days of timestamps (the query benchmark's day of data).
+    pub trace_interval_ns: u64,
     /// Move each request in time so its latest span ends at the clock as the request is
     /// made (all its times by the same amount), so a consumer can tell how long after a
     /// span ended it saw it. Output then depends on the clock. Default false.
@@ -112,6 +117,7 @@ impl Default for GeneratorConfig {
             max_links_per_span: 1,
             shape: Shape::Rich,
             start_time_unix_nano: now,
+            trace_interval_ns: NS_PER_MS,
             end_at_clock: false,
         }
     }
@@ -315,7 +321,8 @@ impl Generator {
         let (node, parent_span_id) = match self.trace.nodes.len() {
             0 => {
                 let start = self.next_trace_start;
-                self.next_trace_start += rng.range(NS_PER_MS / 2, 3 * NS_PER_MS / 2);
+                let gap = self.config.trace_interval_ns.max(2);
+                self.next_trace_start += rng.range(gap / 2, 3 * gap / 2);
                 // Roots are mostly at the edge service, like real front doors.
                 let service = if rng.chance(70) {
                     0

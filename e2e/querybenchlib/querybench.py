@@ -59,8 +59,7 @@ from stats import summarize  # noqa: E402
 # Caches dropped before each cold run. The OS page cache is not dropped (the machine is shared).
 CACHE_DROPS = ("MARK CACHE", "UNCOMPRESSED CACHE", "INDEX MARK CACHE", "INDEX UNCOMPRESSED CACHE",
                "QUERY CONDITION CACHE", "QUERY CACHE", "MMAP CACHE", "PRIMARY INDEX CACHE",
-               "TEXT INDEX DICTIONARY CACHE", "TEXT INDEX HEADER CACHE",
-               "TEXT INDEX POSTINGS CACHE", "TEXT INDEX TOKENS CACHE")
+               "TEXT INDEX HEADER CACHE", "TEXT INDEX POSTINGS CACHE", "TEXT INDEX TOKENS CACHE")
 
 
 def parse_args():
@@ -144,7 +143,7 @@ class QueryBench:
         tmin, tmax = self.ch.rows(f"SELECT toUnixTimestamp64Milli(min(Timestamp)), "
                                   f"toUnixTimestamp64Milli(max(Timestamp)) FROM {t}")[0]
         traces = self.ch.rows(
-            "SELECT TraceId, toUnixTimestamp64Milli(min(Start)) FROM "
+            "SELECT TraceId, toUnixTimestamp(min(Start)) * 1000 FROM "
             f"`{db}`.`otel_traces_trace_id_ts` GROUP BY TraceId ORDER BY cityHash64(TraceId) "
             "LIMIT 500")
         digests = [r[0] for r in self.ch.rows(
@@ -262,12 +261,17 @@ def main():
                 catalog = b.catalog(layout, db)
                 params = draw_all(random.Random(a.seed), catalog,
                                   max(a.iterations, a.cold_iterations))
+            b.ch.reconnects = 0
             readers = b.readers(layout, db, catalog)
             for f in readers["failures"]:
                 say(f"{layout.name}: READER FAILED: {f['reader']} / {f['query']}: {f['error']}")
             queries = b.measure(layout, db, params)
             result["layouts"][layout.name] = {"summary": layout.summary, "ingest": ingest,
-                                              "readers": readers, "queries": queries}
+                                              "readers": readers, "queries": queries,
+                                              "server_reconnects": b.ch.reconnects}
+            if b.ch.reconnects:
+                say(f"{layout.name}: DISTURBED: the server went away {b.ch.reconnects} times "
+                    "while its queries ran (restarted by other work?)")
             if not a.keep:  # no background merges of this layout during the next one
                 b.ch.execute(f"DROP DATABASE IF EXISTS `{db}` SYNC")
     finally:

@@ -15,6 +15,15 @@ could take without a rewrite:
   `SpanAttributes['k'] = 'v'` into `has(SpanAttributeItems, 'k=v')` to hit the index.
 - `map_buckets`: + `map_serialization_version = 'with_buckets'` (MergeTree setting, ClickHouse
   26.3+): merged parts store Map keys in buckets so a single key is read without the whole map.
+  With the defaults (`map_buckets_min_avg_size = 32`) a span's ~16 attributes stay in one
+  bucket, so nothing changes; `map_buckets_min_avg_size = 0` with the `linear` strategy gives
+  about one bucket per key (checked on 200 000 spans: 82 substreams instead of 6, a one-key
+  facet query 200 ms → 19 ms). Parts written by inserts keep the basic serialization
+  (`map_serialization_version_for_zero_level_parts`), so inserts pay nothing; merges do.
+- `map_trace_proj`: + a projection of every column ordered by `(TraceId, toDateTime(Timestamp))`
+  (ClickStack's `prj_traceid_time`): a trace's spans are scattered over ~20 granules of the
+  table's `(ServiceName, SpanName, …)` order and every one of them is read whole (its maps
+  too); in the projection they are adjacent. A second copy of the data.
 - `json`: the `JSON` attribute variant (`schema apply --attributes json`, `*AttributesKeys`
   columns with bloom filters).
 """
@@ -68,8 +77,13 @@ LAYOUTS = {
         ),
         items=True),
     "map_buckets": Layout(
-        "map_buckets", "map", "+ bucketed Map serialization (map_serialization_version)",
-        extra_ddl=("ALTER TABLE {t} MODIFY SETTING map_serialization_version = 'with_buckets'",)),
+        "map_buckets", "map", "+ bucketed Map serialization, about one bucket per key",
+        extra_ddl=("ALTER TABLE {t} MODIFY SETTING map_serialization_version = 'with_buckets', "
+                   "map_buckets_strategy = 'linear', map_buckets_min_avg_size = 0",)),
+    "map_trace_proj": Layout(
+        "map_trace_proj", "map", "+ a projection ordered by TraceId (ClickStack's prj_traceid_time)",
+        extra_ddl=("ALTER TABLE {t} ADD PROJECTION IF NOT EXISTS prj_traceid_time "
+                   "(SELECT * ORDER BY (TraceId, toDateTime(Timestamp)))",)),
     "json": Layout("json", "json", "JSON attributes (+ *AttributesKeys with bloom filters)"),
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """e2e/querybench — a TSBS-style query benchmark of the otel_traces table, layout by layout.
 
-    e2e/querybench --spans N --out FILE [--layouts map,map_items,map_buckets,json]
+    e2e/querybench --spans N --out FILE [--layouts map,map_items,map_buckets,map_trace_proj,json]
                    [--iterations 20] [--cold-iterations 5] [--seed 1] [--keep]
                    [--profile release|debug] [--no-build]
     e2e/querybench --doc docs/querybench.md RESULT.json [RESULT.json ...]

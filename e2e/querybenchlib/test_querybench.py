@@ -71,7 +71,7 @@ class Rendering(unittest.TestCase):
             for sql in layout.ddl("db"):
                 self.assertTrue(sql.startswith("ALTER TABLE `db`.`otel_traces` "), sql)
                 self.assertRegex(sql, r" (ADD COLUMN IF NOT EXISTS|ADD INDEX IF NOT EXISTS|"
-                                      r"MODIFY SETTING) ")
+                                      r"ADD PROJECTION IF NOT EXISTS|MODIFY SETTING) ")
 
     def test_parse_layouts(self):
         self.assertEqual([x.name for x in parse_layouts("map,json")], ["map", "json"])

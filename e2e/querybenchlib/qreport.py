@@ -42,8 +42,8 @@ def header(result):
 def ingest_table(result):
     lines = ["| layout | rows | collector spans/CPU-s | server CPU µs/span (insert) | "
              "merge: wall s / server CPU s | on disk | B/span | skip-index bytes | "
-             "reader queries ok |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "reader queries ok | load avg (queries) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, lay in result["layouts"].items():
         i, rd = lay["ingest"], lay["readers"]
         ok = rd["checked"] - len(rd["failures"])
@@ -52,7 +52,8 @@ def ingest_table(result):
             f"{i['spans_per_cpu_second'] or '–':,} | {_v(i['server_cpu_us_per_span'])} | "
             f"{_v(i['merge_wall_seconds'])} / {_v(i['server_cpu_seconds_merge'])} | "
             f"{_fmt_bytes(i['bytes_on_disk'])} | {i['bytes_per_span']} | "
-            f"{_fmt_bytes(i['index_bytes'])} | {ok}/{rd['checked']} |")
+            f"{_fmt_bytes(i['index_bytes'])} | {ok}/{rd['checked']} | "
+            + "–".join(f"{x:.1f}" for x in lay.get("loadavg_1m_queries", [])) + " |")
     return "\n".join(lines)
 
 

@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchlib"))
 
-from procs import BenchError, machine, on_signal, run, say, stop_all  # noqa: E402
+from procs import BenchError, loadavg, machine, on_signal, run, say, stop_all  # noqa: E402
 from stack import E2E, REPO, STATE, git_revision, kafka_java, stack_env  # noqa: E402
 
 from client import TimedClient  # noqa: E402
@@ -262,13 +262,15 @@ def main():
                 params = draw_all(random.Random(a.seed), catalog,
                                   max(a.iterations, a.cold_iterations))
             b.ch.reconnects = 0
+            load0 = loadavg()
             readers = b.readers(layout, db, catalog)
             for f in readers["failures"]:
                 say(f"{layout.name}: READER FAILED: {f['reader']} / {f['query']}: {f['error']}")
             queries = b.measure(layout, db, params)
             result["layouts"][layout.name] = {"summary": layout.summary, "ingest": ingest,
                                               "readers": readers, "queries": queries,
-                                              "server_reconnects": b.ch.reconnects}
+                                              "server_reconnects": b.ch.reconnects,
+                                              "loadavg_1m_queries": [load0, loadavg()]}
             if b.ch.reconnects:
                 say(f"{layout.name}: DISTURBED: the server went away {b.ch.reconnects} times "
                     "while its queries ran (restarted by other work?)")

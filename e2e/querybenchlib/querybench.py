@@ -233,8 +233,15 @@ class QueryBench:
 def main():
     a = parse_args()
     if a.doc:
-        results = [json.loads(Path(p).read_text()) for p in a.results]
-        Path(a.doc).write_text(doc(results, " ".join(["e2e/querybench", *sys.argv[1:]])))
+        results, pictures = [], {}
+        for p in map(Path, a.results):
+            results.append(json.loads(p.read_text()))
+            png = p.with_suffix(".png")
+            if png.exists():
+                pictures[results[-1]["run"]["spans"]] = os.path.relpath(
+                    png.resolve(), Path(a.doc).resolve().parent)
+        Path(a.doc).write_text(doc(results, " ".join(["e2e/querybench", *sys.argv[1:]]),
+                                   pictures))
         say(f"wrote {a.doc}")
         return 0
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -6,12 +6,15 @@ trace ids and attribute values, services, operations); `draw(rng, catalog)` pick
 parameter set; `render(layout, db, params)` gives the SQL statements to run, in order (more than
 one only for the widening-window search, which stops at the first window that fills its page).
 
-The shapes follow what trace UIs send (read from their code): the Grafana ClickHouse plugin's
-trace-by-id through `otel_traces_trace_id_ts` and its trace search defaults (root spans,
-`Duration > 0`, newest first, LIMIT 1000), HyperDX's waterfall by `TraceId` inside a time window,
-its search that widens the time window until a page is full, and its facet value lists, the
-exporter README's service and operation latency queries, and Jaeger's dependency edges (a
-parent/child self-join).
+The shapes follow what trace UIs send. The Grafana ClickHouse plugin's are its own SQL, as its
+`src/data/sqlGenerator.test.ts` expects it: trace by id through `otel_traces_trace_id_ts` and
+the trace search defaults (root spans, `Duration > 0`, newest first, LIMIT 1000). HyperDX builds
+its SQL from a source's expressions, so its shapes here are modelled on what it asks for, not
+copied: the waterfall by `TraceId` inside a time window, a search on the implicit column
+(`SpanName` for trace sources) that widens the time window until a page is full, attribute
+equality and facet value lists. Besides: service and operation latency as the exporter's
+README and our dashboards ask for them, and Jaeger's dependency edges (a parent/child
+self-join).
 """
 
 from dataclasses import dataclass, field

@@ -875,6 +875,27 @@ mod tests {
     }
 
     #[test]
+    fn trace_interval_spreads_root_starts() {
+        let hour = 3_600 * 1_000_000_000;
+        let mut g = Generator::new(GeneratorConfig {
+            trace_interval_ns: hour,
+            spans_per_trace: 10,
+            ..config(4)
+        });
+        let req = g.next_request(100);
+        let mut roots: Vec<u64> = spans(&req)
+            .filter(|s| s.parent_span_id.is_empty())
+            .map(|s| s.start_time_unix_nano)
+            .collect();
+        roots.sort_unstable();
+        assert!(roots.len() >= 5, "{} traces in 100 spans", roots.len());
+        for pair in roots.windows(2) {
+            let gap = pair[1] - pair[0];
+            assert!((hour / 2..=3 * hour / 2).contains(&gap), "gap {gap} ns");
+        }
+    }
+
+    #[test]
     fn request_has_exactly_the_asked_number_of_spans() {
         let mut g = Generator::new(config(1));
         for n in [0, 1, 7, 100, 333] {

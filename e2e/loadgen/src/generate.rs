@@ -83,9 +83,14 @@ pub struct GeneratorConfig {
     /// What spans and resources carry besides ids, times and the verification keys.
     /// Default [`Shape::Rich`].
     pub shape: Shape,
-    /// Start time of the first trace, ns since the epoch; later traces start about a
-    /// millisecond apart. Default: the clock at the time `default()` is called.
+    /// Start time of the first trace, ns since the epoch; later traces start about
+    /// [`GeneratorConfig::trace_interval_ns`] apart. Default: the clock at the time
+    /// `default()` is called.
     pub start_time_unix_nano: u64,
+    /// Mean gap between the starts of two traces, ns; each gap is drawn between half and one
+    /// and a half times this. Default 1 ms. Larger gaps spread a data set over hours or
+    /// days of timestamps (the query benchmark's day of data).
+    pub trace_interval_ns: u64,
     /// Move each request in time so its latest span ends at the clock as the request is
     /// made (all its times by the same amount), so a consumer can tell how long after a
     /// span ended it saw it. Output then depends on the clock. Default false.
@@ -112,6 +117,7 @@ impl Default for GeneratorConfig {
             max_links_per_span: 1,
             shape: Shape::Rich,
             start_time_unix_nano: now,
+            trace_interval_ns: NS_PER_MS,
             end_at_clock: false,
         }
     }
@@ -315,7 +321,8 @@ impl Generator {
         let (node, parent_span_id) = match self.trace.nodes.len() {
             0 => {
                 let start = self.next_trace_start;
-                self.next_trace_start += rng.range(NS_PER_MS / 2, 3 * NS_PER_MS / 2);
+                let gap = self.config.trace_interval_ns.max(2);
+                self.next_trace_start += rng.range(gap / 2, 3 * gap / 2);
                 // Roots are mostly at the edge service, like real front doors.
                 let service = if rng.chance(70) {
                     0
@@ -865,6 +872,27 @@ mod tests {
         let first = |r: &ExportTraceServiceRequest| spans(r).next().unwrap().trace_id.clone();
         assert_ne!(first(&a), first(&b));
         assert_ne!(first(&a), first(&c));
+    }
+
+    #[test]
+    fn trace_interval_spreads_root_starts() {
+        let hour = 3_600 * 1_000_000_000;
+        let mut g = Generator::new(GeneratorConfig {
+            trace_interval_ns: hour,
+            spans_per_trace: 10,
+            ..config(4)
+        });
+        let req = g.next_request(100);
+        let mut roots: Vec<u64> = spans(&req)
+            .filter(|s| s.parent_span_id.is_empty())
+            .map(|s| s.start_time_unix_nano)
+            .collect();
+        roots.sort_unstable();
+        assert!(roots.len() >= 5, "{} traces in 100 spans", roots.len());
+        for pair in roots.windows(2) {
+            let gap = pair[1] - pair[0];
+            assert!((hour / 2..=3 * hour / 2).contains(&gap), "gap {gap} ns");
+        }
     }
 
     #[test]

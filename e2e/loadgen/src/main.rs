@@ -105,6 +105,10 @@ struct ProduceArgs {
     /// byte-identical output across runs.
     #[arg(long)]
     start_time_ns: Option<u64>,
+    /// Mean gap between trace starts in ms (fractions allowed); raise it to spread the spans
+    /// over hours or days of timestamps.
+    #[arg(long, default_value_t = 1.0)]
+    trace_interval_ms: f64,
     /// Move each record in time so its latest span ends as it is sent (for measuring span
     /// end → queryable; with --rate, times then follow the wall clock).
     #[arg(long)]
@@ -184,6 +188,7 @@ async fn run_produce(a: ProduceArgs) -> Result<()> {
         max_links_per_span: a.max_links,
         shape: a.shape,
         end_at_clock: a.end_at_clock,
+        trace_interval_ns: (a.trace_interval_ms * 1e6).round() as u64,
         ..GeneratorConfig::default()
     };
     if let Some(t) = a.start_time_ns {

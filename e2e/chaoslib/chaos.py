@@ -39,16 +39,25 @@ from procs import on_signal, say, stop_all  # noqa: E402
 from stack import git_revision, stack_env  # noqa: E402
 from world import World  # noqa: E402
 from operator_cases import CASES as OPERATOR_CASES  # noqa: E402
+from production_cases import CASES as PRODUCTION_CASES  # noqa: E402
+from production_cases import PRIVATE_KAFKA  # noqa: E402
 
-CASES = {**COLLECTOR_CASES, **OPERATOR_CASES}
+CASES = {**COLLECTOR_CASES, **OPERATOR_CASES, **PRODUCTION_CASES}
 
 PROFILES = {
     "quick": {"kills": 3, "catch_up_s": 240, "slow_delay_ms": 3000, "slow_s": 20,
               "outage_s": 60, "outage_rate": 1500, "kafka_load_s": 25, "space_s": 12, "fuzz_s": 10,
-              "rebalance_hold_s": 10, "operator_kills": 3, "quiet_s": 25},
+              "rebalance_hold_s": 10, "operator_kills": 3, "quiet_s": 25,
+              # production_cases.py (issue 30)
+              "mp_partitions": 96, "mp_rate": 3000, "mp_kills": 1, "late_rate": 3000,
+              "late_delay_ms": 4000, "late_s": 3, "stall_bound_s": 60, "fat_spans": 10000,
+              "broker_down_s": 15, "rollout_hold_s": 8, "rollouts": 1},
     "full": {"kills": 20, "catch_up_s": 900, "slow_delay_ms": 5000, "slow_s": 120,
              "outage_s": 1800, "outage_rate": 500, "kafka_load_s": 90, "space_s": 60, "fuzz_s": 600,
-             "rebalance_hold_s": 60, "operator_kills": 10, "quiet_s": 60},
+             "rebalance_hold_s": 60, "operator_kills": 10, "quiet_s": 60,
+             "mp_partitions": 128, "mp_rate": 6000, "mp_kills": 5, "late_rate": 6000,
+             "late_delay_ms": 4000, "late_s": 5, "stall_bound_s": 120, "fat_spans": 10000,
+             "broker_down_s": 60, "rollout_hold_s": 20, "rollouts": 4},
 }
 
 
@@ -84,7 +93,7 @@ class Context:
 
 def run_case(ctx, name):
     fn, title = CASES[name]
-    brokers = ctx.kafka.brokers if name == "kafka_restart" else ctx.brokers
+    brokers = ctx.kafka.brokers if name in {"kafka_restart", *PRIVATE_KAFKA} else ctx.brokers
     t0 = time.monotonic()
     row = {"case": name, "title": title}
     w = None
@@ -117,10 +126,10 @@ def run_case(ctx, name):
 
 
 def table(rows):
-    head = f"{'case':<18} {'result':<6} {'lost':>6} {'dup':>6} {'recover s':>10} {'peak RSS MiB':>13} {'took s':>7}"
+    head = f"{'case':<28} {'result':<6} {'lost':>6} {'dup':>6} {'recover s':>10} {'peak RSS MiB':>13} {'took s':>7}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['case']:<18} {'PASS' if r['passed'] else 'FAIL':<6} {str(r.get('lost', '-')):>6} "
+        lines.append(f"{r['case']:<28} {'PASS' if r['passed'] else 'FAIL':<6} {str(r.get('lost', '-')):>6} "
                      f"{str(r.get('duplicated', '-')):>6} {str(r.get('recover_s', '-')):>10} "
                      f"{str(r.get('peak_rss_mib', '-')):>13} {r['took_s']:>7}")
     return "\n".join(lines)

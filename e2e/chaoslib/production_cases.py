@@ -37,6 +37,7 @@ from world import CONFIGS
 
 SMALL = str(CONFIGS / "small-batches.yaml")
 LARGE = str(CONFIGS / "large-batches.yaml")
+LONG_LINGER = str(CONFIGS / "long-linger.yaml")
 DEAD_LETTER = str(CONFIGS / "dead-letter-limits.yaml")
 BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's default message.max.bytes
 FAT_RSS_BOUND_MIB = 512
@@ -270,7 +271,7 @@ def sigterm_broker_down(ctx, w):
     rng = random.Random(ctx.seed)
     spans = rate * 20
     prod = w.produce_bg(w.gen("load"), spans, partitions=4, rate=rate)
-    c = w.start_collector("--config", LARGE)
+    c = w.start_collector("--config", LONG_LINGER)
     w.wait_rows(1, 120)
     time.sleep(rng.uniform(3.0, 6.0))
     t_down = time.monotonic()
@@ -283,7 +284,7 @@ def sigterm_broker_down(ctx, w):
     time.sleep(max(0.0, t_down + down_s - time.monotonic()))
     ctx.kafka.up()
     t_up = time.monotonic()
-    new = w.start_collector("--config", LARGE)
+    new = w.start_collector("--config", LONG_LINGER)
     w.wait_produced(prod)
     w.wait_rows(spans, ctx.p["catch_up_s"])
     recover = time.monotonic() - t_up

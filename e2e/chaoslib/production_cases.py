@@ -33,6 +33,7 @@ import time
 from cases import check, exact, figures, m
 from infra import wait_for
 from procs import say
+from stack import Kafka
 from world import CONFIGS
 
 SMALL = str(CONFIGS / "small-batches.yaml")
@@ -131,15 +132,27 @@ def many_partitions_kill9_late(ctx, w):
         victim.kill9()
         t_kill = time.monotonic()
         survivor = b if victim is a else a
+        inserts_at_kill = m(survivor.metrics(), "tracehouse_inserts_total")
         time.sleep(max(0.0, t_late + late_s - time.monotonic()))
     finally:
         ctx.ch.set_faults([])
+    # The takeover: the dead member evicted, the survivor alone holds every partition. The
+    # survivor's inserts meanwhile are blocks the table's deduplication window had to hold.
+    k = Kafka(w.brokers)
+    try:
+        wait_for("the survivor holding every partition",
+                 lambda: w.group_members()[0] == 1 and k.assigned_partitions(w.group) == parts, 120, 0.5)
+    finally:
+        k.close()
+    takeover_s = time.monotonic() - t_kill
+    blocks = m(survivor.metrics(), "tracehouse_inserts_total") - inserts_at_kill
     w.wait_produced(prod)
     w.wait_rows(spans, ctx.p["catch_up_s"])
     recover = time.monotonic() - t_kill
     time.sleep(5)
     f, rep = figures(w, recover, partitions=parts, rate=rate, delay_ms=delay, late_s=late_s,
-                     killed_after_s=round(t_kill - t_late, 2), survivor_alive=survivor.alive)
+                     killed_after_s=round(t_kill - t_late, 2), takeover_s=round(takeover_s, 1),
+                     survivor_inserts_kill_to_takeover=blocks, survivor_alive=survivor.alive)
     exact(f, rep)
     check(f, survivor.alive, "the surviving collector exited")
     return f

@@ -23,6 +23,8 @@ pub enum SkipReason {
     Rejected,
     /// The record carried no payload (a tombstone).
     Empty,
+    /// Valid, but its rows take more than `limits.max_expanded_record_bytes`.
+    Expanded,
 }
 
 impl SkipReason {
@@ -32,6 +34,7 @@ impl SkipReason {
             SkipReason::Oversized => "oversized",
             SkipReason::Rejected => "rejected",
             SkipReason::Empty => "empty",
+            SkipReason::Expanded => "expanded",
         }
     }
 }

@@ -37,6 +37,14 @@ pub struct KafkaConfig {
     pub properties: std::collections::BTreeMap<String, String>,
     /// Copy undecodable or oversized records to this topic before skipping them.
     pub dead_letter_topic: Option<String>,
+    /// A copy in the dead-letter topic is cut to this many payload bytes (its headers say
+    /// so); the default fits Kafka's default `max.message.bytes`. See `dead_letter.rs`.
+    #[serde(skip_serializing_if = "is_default_dead_letter_max_bytes")]
+    pub dead_letter_max_bytes: usize,
+}
+
+fn is_default_dead_letter_max_bytes(v: &usize) -> bool {
+    *v == crate::dead_letter::DEFAULT_MAX_COPY_BYTES
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,6 +71,18 @@ pub struct ClickHouseConfig {
     /// without TLS stay as they were.
     #[serde(skip_serializing_if = "ClickHouseTlsConfig::is_default")]
     pub tls: ClickHouseTlsConfig,
+    /// After this many records in a row refused alone with no insert succeeding, the
+    /// configuration is suspect: stop skipping refused records, retry them (0: never).
+    /// See `breaker.rs`.
+    #[serde(skip_serializing_if = "is_default_reject_breaker_records")]
+    pub reject_breaker_records: u64,
+}
+
+/// The default of `clickhouse.reject_breaker_records`.
+pub const DEFAULT_REJECT_BREAKER_RECORDS: u64 = 16;
+
+fn is_default_reject_breaker_records(v: &u64) -> bool {
+    *v == DEFAULT_REJECT_BREAKER_RECORDS
 }
 
 /// TLS to ClickHouse: files the collector reads at start (the operator mounts them from
@@ -106,6 +126,18 @@ pub struct LimitsConfig {
     pub max_record_bytes: usize,
     /// Threads decoding and encoding batches (0: one per core).
     pub encode_threads: usize,
+    /// A record whose rows take more than this many (uncompressed) bytes is skipped as
+    /// `expanded`: every span row repeats its resource's attributes, so a small record can
+    /// expand a thousandfold. Bounds each encoder's memory per record.
+    #[serde(skip_serializing_if = "is_default_max_expanded_record_bytes")]
+    pub max_expanded_record_bytes: usize,
+}
+
+/// The default of `limits.max_expanded_record_bytes`.
+pub const DEFAULT_MAX_EXPANDED_RECORD_BYTES: usize = 64 << 20;
+
+fn is_default_max_expanded_record_bytes(v: &usize) -> bool {
+    *v == DEFAULT_MAX_EXPANDED_RECORD_BYTES
 }
 
 impl Default for Config {
@@ -130,6 +162,7 @@ impl Default for KafkaConfig {
             encoding: Encoding::OtlpProto,
             properties: Default::default(),
             dead_letter_topic: None,
+            dead_letter_max_bytes: crate::dead_letter::DEFAULT_MAX_COPY_BYTES,
         }
     }
 }
@@ -150,6 +183,7 @@ impl Default for ClickHouseConfig {
             retry_initial_ms: 200,
             retry_max_ms: 30_000,
             tls: ClickHouseTlsConfig::default(),
+            reject_breaker_records: DEFAULT_REJECT_BREAKER_RECORDS,
         }
     }
 }
@@ -170,6 +204,7 @@ impl Default for LimitsConfig {
             max_inflight_bytes: 64 << 20,
             max_record_bytes: 16 << 20,
             encode_threads: 0,
+            max_expanded_record_bytes: DEFAULT_MAX_EXPANDED_RECORD_BYTES,
         }
     }
 }
@@ -285,6 +320,15 @@ impl Config {
             return Err(invalid("batch.max_records", "must be > 0"));
         }
         let l = &self.limits;
+        if l.max_expanded_record_bytes < 1 << 20 {
+            return Err(invalid(
+                "limits.max_expanded_record_bytes",
+                "must be ≥ 1 MiB",
+            ));
+        }
+        if self.kafka.dead_letter_max_bytes == 0 {
+            return Err(invalid("kafka.dead_letter_max_bytes", "must be > 0"));
+        }
         if l.max_record_bytes == 0 {
             return Err(invalid("limits.max_record_bytes", "must be > 0"));
         }

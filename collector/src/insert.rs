@@ -2,16 +2,23 @@
 //! when ClickHouse refuses part of it for good, its skipped records dead-lettered with
 //! where they came from — then acknowledged to the source.
 //!
-//! The two things it talks to are small traits ([`Inserter`]: ClickHouse, [`DeadLetterSink`]:
-//! the dead-letter topic), so the rules below are unit-tested without either:
-//! - a batch is acknowledged only when every record is in ClickHouse or parked in the
-//!   dead-letter topic (or skipped with no dead-letter topic configured);
-//! - a permanent rejection isolates the refused records by bisection (each half is
-//!   re-encoded from the batch's records and inserted under the token of its own range), so
-//!   every good row lands and the partition never stalls;
-//! - transient failures retry forever with backoff and the same token (a duplicate is a
-//!   no-op), until shutdown's deadline abandons the batch: then nothing is acknowledged and
-//!   the next owner replays it.
+//! The two things it talks to are small traits ([`Inserter`]: ClickHouse,
+//! [`DeadLetterSink`]: the dead-letter topic), so the rules below are unit-tested without
+//! either:
+//! 1. a batch is acknowledged only when every record is in ClickHouse or parked in the
+//!    dead-letter topic (or skipped with no dead-letter topic configured);
+//! 2. a permanent rejection isolates the refused records by bisection (each half is
+//!    re-encoded from the batch's records and inserted under the token of its own range), so
+//!    every good row lands and the partition never stalls; a deterministic error is never
+//!    retried as transient ([`crate::retry`]);
+//! 3. transient failures retry with backoff and the same token (a duplicate is a no-op)
+//!    while the batch's partition is held in the batch's generation ([`Holdings`]) and
+//!    until shutdown's deadline abandons it: then nothing is acknowledged and the owner
+//!    replays it;
+//! 4. when every record is refused, the configuration is suspect: the
+//!    [`RejectBreaker`] stops skipping and the refused record is retried instead;
+//! 5. a dead-letter copy that the topic can never take is made smaller, then given up and
+//!    counted ([`crate::dead_letter`]), so it never holds its batch forever.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,16 +27,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use crate::batch::{RecordBatch, SkipReason, Skipped};
+use crate::breaker::RejectBreaker;
+pub use crate::dead_letter::{DeadLetterSink, KafkaDeadLetters, Letter, ParkError};
 use crate::freshness;
 use crate::log_limit::RateLimit;
 use crate::metrics::{Metrics, ReasonLabels};
-use crate::retry::{Backoff, Verdict};
+use crate::retry::{self, Backoff, Verdict};
 use crate::sink::{InsertError, Sink};
-use crate::source::Ack;
+use crate::source::{Ack, Holdings};
 use crate::workers::{self, Encoded, EncoderFactory};
 
 /// Where rows go: one insert attempt of a compressed body under a deduplication token.
@@ -53,69 +60,12 @@ impl Inserter for Sink {
     }
 }
 
-/// Where skipped records go: one attempt to park a record with its provenance.
-pub trait DeadLetterSink: Send + Sync + 'static {
-    fn park(
-        &self,
-        batch: &RecordBatch,
-        skipped: &Skipped,
-        payload: &[u8],
-    ) -> impl Future<Output = Result<(), String>> + Send;
-}
-
-/// The dead-letter topic: the record's payload, with headers naming its source topic,
-/// partition and offset, and why it was skipped.
-#[derive(Clone)]
-pub struct KafkaDeadLetters {
-    pub producer: FutureProducer,
-    pub topic: String,
-}
-
-impl DeadLetterSink for KafkaDeadLetters {
-    async fn park(
-        &self,
-        batch: &RecordBatch,
-        skipped: &Skipped,
-        payload: &[u8],
-    ) -> Result<(), String> {
-        let offset = skipped.offset.to_string();
-        let partition = batch.partition.to_string();
-        let headers = OwnedHeaders::new()
-            .insert(Header {
-                key: "tracehouse.source.topic",
-                value: Some(batch.topic.as_bytes()),
-            })
-            .insert(Header {
-                key: "tracehouse.source.partition",
-                value: Some(partition.as_bytes()),
-            })
-            .insert(Header {
-                key: "tracehouse.source.offset",
-                value: Some(offset.as_bytes()),
-            })
-            .insert(Header {
-                key: "tracehouse.reason",
-                value: Some(skipped.reason.label().as_bytes()),
-            })
-            .insert(Header {
-                key: "tracehouse.detail",
-                value: Some(skipped.detail.as_bytes()),
-            });
-        let record = FutureRecord::<(), [u8]>::to(&self.topic)
-            .payload(payload)
-            .headers(headers);
-        self.producer
-            .send(record, Duration::from_secs(30))
-            .await
-            .map(|_| ())
-            .map_err(|(e, _)| e.to_string())
-    }
-}
-
 /// Everything an insert task needs; shared by all of them.
 pub struct Inserts<I, D> {
     pub sink: I,
     pub dead_letters: Option<D>,
+    /// The bound of a dead-letter copy ([`crate::dead_letter`]).
+    pub dead_letter_max_bytes: usize,
     pub query: String,
     pub factory: EncoderFactory,
     pub metrics: Arc<Metrics>,
@@ -124,22 +74,54 @@ pub struct Inserts<I, D> {
     pub retry_max: Duration,
     /// Set when shutdown's drain deadline passed: stop retrying, leave batches uncommitted.
     pub abandon: Arc<AtomicBool>,
+    /// Which partitions the source holds now: batches of others stop retrying.
+    pub holdings: Holdings,
+    pub breaker: RejectBreaker,
     pub skip_log: std::sync::Mutex<RateLimit>,
 }
 
+/// Why an insert task stopped before the batch was done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// Shutdown's deadline passed.
+    Abandoned,
+    /// The partition is no longer held in the batch's generation.
+    Revoked,
+}
+
+type Done = Result<(), Stop>;
+
 impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
     /// Insert one encoded batch (splitting it on permanent rejections), dead-letter its
-    /// skipped records and acknowledge it. On abandonment nothing is acknowledged: the batch
-    /// stays uncommitted and is replayed later. The batch's payload is freed here; its budget
-    /// permit travels with the acknowledgement until the source has taken it.
+    /// skipped records and acknowledge it. Abandoned or revoked, nothing is acknowledged:
+    /// the batch stays uncommitted and is replayed. The batch's payload is freed here; its
+    /// budget permit travels with the acknowledgement until the source has taken it.
     pub async fn insert_batch(&self, encoded: Encoded) {
         let batch = encoded.batch.clone();
         let mut skipped: Vec<Skipped> = batch.skipped.clone();
         self.metrics.spans_decoded.inc_by(encoded.rows);
-        if !self.insert_slice(encoded, &mut skipped).await {
-            return;
+        let done = match self.insert_slice(encoded, &mut skipped).await {
+            Ok(()) => self.after_insert(&batch, &skipped).await,
+            stop => stop,
+        };
+        match done {
+            Ok(()) => {
+                let _ = self.acks.send(Ack::new(batch));
+            }
+            Err(Stop::Revoked) => {
+                self.metrics
+                    .batches_dropped
+                    .get_or_create(&ReasonLabels { reason: "revoked" })
+                    .inc();
+                tracing::info!(topic = %batch.topic, partition = batch.partition, first = batch.range.first, last = batch.range.last, "partition given away: the batch stops retrying, its new owner replays it");
+            }
+            Err(Stop::Abandoned) => {}
         }
-        for s in &skipped {
+    }
+
+    /// Count and log the skipped records, then park them.
+    async fn after_insert(&self, batch: &RecordBatch, skipped: &[Skipped]) -> Done {
+        for s in skipped {
             self.metrics
                 .records_skipped
                 .get_or_create(&ReasonLabels {
@@ -152,59 +134,79 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
                 tracing::warn!(topic = %batch.topic, partition = batch.partition, offset = s.offset, reason = s.reason.label(), detail = %s.detail, suppressed = limit.suppressed, "record skipped");
             }
         }
-        if let Some(dl) = &self.dead_letters
-            && !self.dead_letter(dl, &batch, &skipped).await
-        {
-            // Could not park the skipped records before shutdown: leave the batch uncommitted.
-            return;
+        match &self.dead_letters {
+            Some(dl) => self.dead_letter(dl, batch, skipped).await,
+            None => Ok(()),
         }
-        let _ = self.acks.send(Ack::new(batch));
     }
 
-    /// Insert one slice; false when abandoned.
+    /// Whether attempts on `batch` may go on (rule 3).
+    fn may_continue(&self, batch: &RecordBatch) -> Done {
+        if self.abandon.load(Ordering::Relaxed) {
+            Err(Stop::Abandoned)
+        } else if !self
+            .holdings
+            .holds(&batch.topic, batch.partition, batch.generation)
+        {
+            Err(Stop::Revoked)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// One attempt; on success, the metrics of an acknowledged insert.
+    async fn attempt(&self, encoded: &Encoded, token: &str) -> Result<(), InsertError> {
+        let started = Instant::now();
+        self.sink
+            .insert(&self.query, token, encoded.body.clone())
+            .await?;
+        let m = &self.metrics;
+        m.insert_duration.observe(started.elapsed().as_secs_f64());
+        m.inserts.inc();
+        m.rows_inserted.inc_by(encoded.rows);
+        m.bytes_inserted.inc_by(encoded.body.len() as u64);
+        m.batch_rows.observe(encoded.rows as f64);
+        m.batch_bytes.observe(encoded.body.len() as f64);
+        m.span_freshness
+            .observe_acknowledged(&encoded.end_times, freshness::unix_now_ns());
+        self.breaker.succeeded();
+        m.reject_breaker_open.set(0);
+        Ok(())
+    }
+
+    fn count_failure(&self, e: &InsertError, retried: bool) {
+        let reason = ReasonLabels { reason: e.reason() };
+        self.metrics.insert_errors.get_or_create(&reason).inc();
+        if retried {
+            self.metrics.insert_retries.get_or_create(&reason).inc();
+        }
+    }
+
+    /// Insert one slice (bisecting it on a permanent rejection).
     fn insert_slice<'a>(
         &'a self,
         encoded: Encoded,
         skipped: &'a mut Vec<Skipped>,
-    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Done> + Send + 'a>> {
         Box::pin(async move {
             skipped.extend(encoded.undecodable.iter().cloned());
             if encoded.rows == 0 {
-                return true;
+                return Ok(());
             }
             let token = encoded.batch.token(encoded.range);
             let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
             loop {
-                if self.abandon.load(Ordering::Relaxed) {
-                    return false;
-                }
-                let started = Instant::now();
-                let e = match self
-                    .sink
-                    .insert(&self.query, &token, encoded.body.clone())
-                    .await
-                {
-                    Ok(()) => {
-                        let m = &self.metrics;
-                        m.insert_duration.observe(started.elapsed().as_secs_f64());
-                        m.inserts.inc();
-                        m.rows_inserted.inc_by(encoded.rows);
-                        m.bytes_inserted.inc_by(encoded.body.len() as u64);
-                        m.batch_rows.observe(encoded.rows as f64);
-                        m.batch_bytes.observe(encoded.body.len() as f64);
-                        m.span_freshness
-                            .observe_acknowledged(&encoded.end_times, freshness::unix_now_ns());
-                        return true;
-                    }
+                self.may_continue(&encoded.batch)?;
+                let e = match self.attempt(&encoded, &token).await {
+                    Ok(()) => return Ok(()),
                     Err(e) => e,
                 };
-                let reason = ReasonLabels { reason: e.reason() };
-                self.metrics.insert_errors.get_or_create(&reason).inc();
-                if matches!(e.verdict(), Verdict::Permanent) {
-                    return self.split(encoded, skipped, &e.to_string()).await;
+                let permanent = matches!(e.verdict(), Verdict::Permanent);
+                self.count_failure(&e, !permanent);
+                if permanent {
+                    return self.split(encoded, skipped, e).await;
                 }
                 let delay = backoff.next_delay();
-                self.metrics.insert_retries.get_or_create(&reason).inc();
                 if backoff.attempts() == 1 || backoff.attempts().is_power_of_two() {
                     tracing::warn!(error = %e, token = %token, attempt = backoff.attempts(), retry_in_ms = delay.as_millis() as u64, "insert failed; retrying");
                 }
@@ -214,19 +216,13 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
     }
 
     /// A permanent rejection: isolate the refused records by bisection, insert the rest. A
-    /// single refused record is skipped as [`SkipReason::Rejected`] with ClickHouse's error.
-    async fn split(&self, encoded: Encoded, skipped: &mut Vec<Skipped>, error: &str) -> bool {
+    /// single refused record is skipped as [`SkipReason::Rejected`] with ClickHouse's error,
+    /// unless the [`RejectBreaker`] says every record is refused.
+    async fn split(&self, encoded: Encoded, skipped: &mut Vec<Skipped>, e: InsertError) -> Done {
         let records = encoded.records.clone();
         let batch = encoded.batch.clone();
         if records.len() <= 1 {
-            let r = &batch.records[records.start];
-            skipped.push(Skipped {
-                offset: r.offset,
-                reason: SkipReason::Rejected,
-                detail: error.to_string(),
-                payload: Some(batch.payload(r).to_vec()),
-            });
-            return true;
+            return self.refused_alone(encoded, skipped, e).await;
         }
         let mid = records.start + records.len() / 2;
         for half in [records.start..mid, mid..records.end] {
@@ -243,36 +239,117 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
                 undecodable: Vec::new(),
                 ..encoded
             };
-            if !self.insert_slice(encoded, skipped).await {
-                return false;
-            }
+            self.insert_slice(encoded, skipped).await?;
         }
-        true
+        Ok(())
     }
 
-    /// Park skipped records that carry a payload; true when all were parked, false when
-    /// shutdown abandoned the attempt.
-    async fn dead_letter(&self, dl: &D, batch: &RecordBatch, skipped: &[Skipped]) -> bool {
-        for s in skipped {
-            let Some(payload) = &s.payload else { continue };
-            let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
+    /// One record refused alone: skipped, or — with the breaker open — retried until an
+    /// insert succeeds somewhere (the configuration was fixed) or the breaker closes.
+    async fn refused_alone(
+        &self,
+        encoded: Encoded,
+        skipped: &mut Vec<Skipped>,
+        mut e: InsertError,
+    ) -> Done {
+        let batch = encoded.batch.clone();
+        let token = batch.token(encoded.range);
+        let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
+        loop {
+            // Refusals that follow from the record's own content never open the breaker.
+            let data_bound = matches!(&e, InsertError::Server { message, .. } if retry::is_too_many_partitions(message));
+            let open = if data_bound {
+                self.breaker.is_open()
+            } else {
+                self.breaker.refused()
+            };
+            if !open {
+                let r = &batch.records[encoded.records.start];
+                skipped.push(Skipped {
+                    offset: r.offset,
+                    reason: SkipReason::Rejected,
+                    detail: e.to_string(),
+                    payload: Some(batch.payload(r).to_vec()),
+                });
+                return Ok(());
+            }
+            self.metrics.reject_breaker_open.set(1);
+            let delay = backoff.next_delay();
+            if backoff.attempts() == 1 || backoff.attempts().is_power_of_two() {
+                tracing::error!(error = %e, token = %token, retry_in_ms = delay.as_millis() as u64, "ClickHouse refuses every record: suspecting the configuration (table shape, a proxy dropping decompress=1); not skipping, retrying the record");
+            }
+            tokio::time::sleep(delay).await;
             loop {
-                if self.abandon.load(Ordering::Relaxed) {
-                    return false;
-                }
-                match dl.park(batch, s, payload).await {
-                    Ok(()) => {
-                        self.metrics.records_dead_lettered.inc();
+                self.may_continue(&batch)?;
+                match self.attempt(&encoded, &token).await {
+                    Ok(()) => return Ok(()),
+                    Err(next) if matches!(next.verdict(), Verdict::Permanent) => {
+                        self.count_failure(&next, false);
+                        e = next;
                         break;
                     }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "dead-letter produce failed; retrying");
+                    Err(next) => {
+                        self.count_failure(&next, true);
                         tokio::time::sleep(backoff.next_delay()).await;
                     }
                 }
             }
         }
-        true
+    }
+
+    /// Park the skipped records that carry a payload, each as large a copy as the topic
+    /// takes ([`crate::dead_letter`]).
+    async fn dead_letter(&self, dl: &D, batch: &RecordBatch, skipped: &[Skipped]) -> Done {
+        for s in skipped {
+            let Some(payload) = &s.payload else { continue };
+            self.park(dl, batch, s, payload).await?;
+        }
+        Ok(())
+    }
+
+    async fn park(&self, dl: &D, batch: &RecordBatch, s: &Skipped, payload: &[u8]) -> Done {
+        let copies = crate::dead_letter::copies(payload, self.dead_letter_max_bytes);
+        let degraded = |reason| {
+            self.metrics
+                .dead_letter_degraded
+                .get_or_create(&ReasonLabels { reason })
+                .inc();
+        };
+        for (i, copy) in copies.iter().enumerate() {
+            let letter = Letter {
+                batch,
+                skipped: s,
+                payload: copy,
+                original_bytes: payload.len(),
+            };
+            let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
+            let refused = loop {
+                self.may_continue(batch)?;
+                match dl.park(&letter).await {
+                    Ok(()) => {
+                        self.metrics.records_dead_lettered.inc();
+                        match (i, letter.truncated()) {
+                            (0, true) => degraded("truncated"),
+                            (0, false) => {}
+                            _ => degraded("headers_only"),
+                        }
+                        return Ok(());
+                    }
+                    Err(e) if e.permanent => break e,
+                    Err(e) => {
+                        let delay = backoff.next_delay();
+                        if backoff.attempts() == 1 || backoff.attempts().is_power_of_two() {
+                            tracing::warn!(error = %e, attempt = backoff.attempts(), "dead-letter produce failed; retrying");
+                        }
+                        tokio::time::sleep(delay).await;
+                    }
+                }
+            };
+            tracing::warn!(error = %refused, topic = %batch.topic, partition = batch.partition, offset = s.offset, copy_bytes = copy.len(), "the dead-letter topic refuses this copy for good");
+        }
+        degraded("given_up");
+        tracing::error!(topic = %batch.topic, partition = batch.partition, offset = s.offset, reason = s.reason.label(), bytes = payload.len(), "the dead-letter topic refused every copy of a skipped record; it is given up (see its provenance here)");
+        Ok(())
     }
 }
 

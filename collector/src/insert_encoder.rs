@@ -10,7 +10,7 @@ use tracehouse_schema::{SettingError, TableOptions, TableSettings};
 
 use crate::config::Config;
 use crate::decode;
-use crate::encode::Encoder;
+use crate::encode::{Encoder, EncoderOptions};
 use crate::freshness::EndTimes;
 use crate::workers::{EncoderFactory, RecordEncoder};
 
@@ -58,9 +58,14 @@ pub fn factory(cfg: &Config) -> Result<EncoderFactory, String> {
     // `auto` is resolved for the table by the encoder.
     let format = cfg.clickhouse.insert_format;
     let encoding = cfg.kafka.encoding;
-    Encoder::new(&table, format).map_err(|e| format!("clickhouse: {e}"))?;
+    let options = EncoderOptions {
+        max_expanded_record_bytes: cfg.limits.max_expanded_record_bytes,
+        ..EncoderOptions::new(format)
+    };
+    Encoder::with_options(&table, options).map_err(|e| format!("clickhouse: {e}"))?;
     Ok(Arc::new(move || {
-        let encoder = Encoder::new(&table, format).expect("checked when the factory was built");
+        let encoder =
+            Encoder::with_options(&table, options).expect("checked when the factory was built");
         Box::new(ConfiguredEncoder { encoder, encoding }) as Box<dyn RecordEncoder>
     }))
 }

@@ -1,5 +1,6 @@
 //! The insert stage driven against a stand-in ClickHouse and dead-letter topic: bisection,
-//! retries under one token, dead letters, acknowledgement, and abandonment at shutdown.
+//! retries under one token, dead letters, acknowledgement, abandonment at shutdown, batches
+//! of partitions given away, the rejection breaker and copies the topic never takes.
 
 use std::sync::Mutex;
 use std::sync::atomic::AtomicUsize;
@@ -17,6 +18,10 @@ use crate::workers::testing::CountingEncoder;
 #[derive(Default)]
 struct FakeClickHouse {
     refuse: Option<&'static str>,
+    /// Refuse `refuse` with this code and message instead of 53 (type mismatch).
+    refuse_with: Option<(u32, &'static str)>,
+    /// Refuse every body (a configuration problem) while set.
+    refuse_all: AtomicBool,
     transient: AtomicUsize,
     /// Token of every attempt, in order.
     attempts: Mutex<Vec<String>>,
@@ -42,12 +47,19 @@ impl Inserter for FakeClickHouse {
             .lines()
             .map(str::to_string)
             .collect();
+        if self.refuse_all.load(Ordering::Relaxed) {
+            return Err(InsertError::Server {
+                code: 27,
+                message: "Cannot parse input: expected '\\t' before: 'x'".into(),
+            });
+        }
         if let Some(bad) = self.refuse
             && lines.iter().any(|l| l == bad)
         {
+            let (code, message) = self.refuse_with.unwrap_or((53, "type mismatch"));
             return Err(InsertError::Server {
-                code: 53,
-                message: format!("type mismatch: {bad}"),
+                code,
+                message: format!("{message}: {bad}"),
             });
         }
         self.accepted
@@ -76,22 +88,34 @@ impl FakeClickHouse {
     }
 }
 
-/// The dead-letter topic: keeps (offset, reason, detail) of what it parked; `failing`
-/// refuses every record.
+/// The dead-letter topic: keeps (offset, reason, detail, copy bytes) of what it parked;
+/// `failing` refuses every record for a while (transient), `max_bytes` refuses larger
+/// copies for good (a topic's `max.message.bytes`).
 #[derive(Default)]
 struct FakeDeadLetters {
     failing: AtomicBool,
-    parked: Mutex<Vec<(i64, SkipReason, String)>>,
+    max_bytes: Option<usize>,
+    refuse_everything: bool,
+    parked: Mutex<Vec<(i64, SkipReason, String, usize)>>,
 }
 
 impl DeadLetterSink for FakeDeadLetters {
-    async fn park(&self, batch: &RecordBatch, s: &Skipped, payload: &[u8]) -> Result<(), String> {
-        assert_eq!((&*batch.topic, batch.partition), ("spans", 0));
-        assert!(!payload.is_empty() || s.reason == SkipReason::Empty);
+    async fn park(&self, l: &Letter<'_>) -> Result<(), ParkError> {
+        assert_eq!((&*l.batch.topic, l.batch.partition), ("spans", 0));
         if self.failing.load(Ordering::Relaxed) {
-            return Err("broker down".into());
+            return Err(ParkError {
+                permanent: false,
+                message: "broker down".into(),
+            });
         }
-        let parked = (s.offset, s.reason, s.detail.clone());
+        if self.refuse_everything || self.max_bytes.is_some_and(|max| l.payload.len() > max) {
+            return Err(ParkError {
+                permanent: true,
+                message: "Broker: Message size too large".into(),
+            });
+        }
+        let s = l.skipped;
+        let parked = (s.offset, s.reason, s.detail.clone(), l.payload.len());
         self.parked.lock().unwrap().push(parked);
         Ok(())
     }
@@ -111,13 +135,8 @@ impl<T: Inserter> Inserter for Arc<T> {
 }
 
 impl<T: DeadLetterSink> DeadLetterSink for Arc<T> {
-    fn park(
-        &self,
-        batch: &RecordBatch,
-        skipped: &Skipped,
-        payload: &[u8],
-    ) -> impl Future<Output = Result<(), String>> + Send {
-        (**self).park(batch, skipped, payload)
+    fn park(&self, letter: &Letter<'_>) -> impl Future<Output = Result<(), ParkError>> + Send {
+        (**self).park(letter)
     }
 }
 
@@ -133,6 +152,9 @@ fn stage(
     let stage = Inserts {
         sink: ch.clone(),
         dead_letters: dlq.cloned(),
+        dead_letter_max_bytes: crate::dead_letter::DEFAULT_MAX_COPY_BYTES,
+        holdings: Holdings::everything(),
+        breaker: RejectBreaker::new(crate::config::DEFAULT_REJECT_BREAKER_RECORDS),
         query: "INSERT INTO t FORMAT TSV".into(),
         factory: factory(),
         metrics: Arc::new(Metrics::new(&mut Registry::default())),
@@ -161,6 +183,12 @@ fn reason(stage: &Stage, family: &str, reason: &'static str) -> u64 {
     match family {
         "skipped" => stage.metrics.records_skipped.get_or_create(&labels).get(),
         "retries" => stage.metrics.insert_retries.get_or_create(&labels).get(),
+        "degraded" => stage
+            .metrics
+            .dead_letter_degraded
+            .get_or_create(&labels)
+            .get(),
+        "dropped" => stage.metrics.batches_dropped.get_or_create(&labels).get(),
         _ => unreachable!(),
     }
 }
@@ -323,4 +351,183 @@ async fn rows_in_but_dead_letters_unparked_at_shutdown_leave_the_batch_unacknowl
     // parks the bad record then.
     assert_eq!(ch.landed(), ["1"]);
     assert!(acks.try_recv().is_err());
+}
+
+/// Runs `insert_batch` to its end, or fails the test when it does not end in 5 s (the
+/// stalls these tests guard against never end).
+async fn finishes(stage: &Stage, e: Encoded) {
+    tokio::time::timeout(Duration::from_secs(5), stage.insert_batch(e))
+        .await
+        .expect("the batch ends: a deterministic failure must not stall its partition");
+}
+
+#[tokio::test]
+async fn code_252_too_many_partitions_is_bisected_like_any_refusal_not_retried_forever() {
+    let ch = Arc::new(FakeClickHouse {
+        refuse: Some("101"),
+        refuse_with: Some((
+            252,
+            "Too many partitions for single INSERT block (more than 100). The limit is \
+             controlled by 'max_partitions_per_insert_block' setting",
+        )),
+        ..Default::default()
+    });
+    let dlq = Arc::new(FakeDeadLetters::default());
+    let (stage, acks) = stage(&ch, Some(&dlq));
+    finishes(&stage, encoded(&[b"1", b"2", b"101", b"4"])).await;
+    assert_eq!(ch.landed(), ["1", "2", "4"]);
+    let parked = dlq.parked.lock().unwrap().clone();
+    assert_eq!((parked[0].0, parked[0].1), (102, SkipReason::Rejected));
+    assert!(
+        parked[0].2.contains("ClickHouse error 252"),
+        "{}",
+        parked[0].2
+    );
+    assert!(acks.try_recv().is_ok());
+}
+
+#[tokio::test]
+async fn a_copy_the_dead_letter_topic_never_takes_is_cut_then_sent_as_headers_then_the_batch_is_acknowledged()
+ {
+    let ch = Arc::new(FakeClickHouse::default());
+    // A topic at Kafka's default max.message.bytes (~1 MiB) and a 3 MiB skipped record.
+    let dlq = Arc::new(FakeDeadLetters {
+        max_bytes: Some(1 << 20),
+        ..Default::default()
+    });
+    let (mut stage, acks) = stage(&ch, Some(&dlq));
+    let mut b = BatchBuilder::new("spans".into(), 0, 1);
+    b.push(100, 0, b"2");
+    let poison = vec![b'x'; 3 << 20];
+    b.push(101, 0, &poison);
+    b.push(102, 0, b"3");
+    let batch = Arc::new(b.take().unwrap());
+    let e = workers::encode_slice(&mut CountingEncoder::default(), &batch, 0..3);
+    // The bound fits the topic: the cut copy parks.
+    finishes(&stage, e).await;
+    assert_eq!(dlq.parked.lock().unwrap()[0].3, 1_000_000);
+    assert_eq!(reason(&stage, "degraded", "truncated"), 1);
+    assert!(acks.try_recv().is_ok());
+
+    // A bound over what the topic takes: the cut copy is refused for good, the headers
+    // alone park.
+    stage.dead_letter_max_bytes = 2 << 20;
+    let e = workers::encode_slice(&mut CountingEncoder::default(), &batch, 0..3);
+    finishes(&stage, e).await;
+    assert_eq!(dlq.parked.lock().unwrap()[1].3, 0);
+    assert_eq!(reason(&stage, "degraded", "headers_only"), 1);
+    assert!(acks.try_recv().is_ok());
+    assert_eq!(ch.landed(), ["2", "2", "3", "3"]);
+}
+
+#[tokio::test]
+async fn a_copy_refused_even_as_headers_is_given_up_and_counted_not_retried_forever() {
+    let ch = Arc::new(FakeClickHouse::default());
+    // A topic that refuses every message for good (its max.message.bytes below the
+    // headers' size, or a format it does not take).
+    let dlq = Arc::new(FakeDeadLetters {
+        refuse_everything: true,
+        ..Default::default()
+    });
+    let (stage, acks) = stage(&ch, Some(&dlq));
+    finishes(&stage, encoded(&[b"1", b"bad"])).await;
+    assert_eq!(reason(&stage, "degraded", "given_up"), 1);
+    assert_eq!(stage.metrics.records_dead_lettered.get(), 0);
+    assert_eq!(reason(&stage, "skipped", "decode_error"), 1);
+    assert!(
+        acks.try_recv().is_ok(),
+        "the batch is acknowledged all the same"
+    );
+}
+
+#[tokio::test]
+async fn a_batch_of_a_partition_given_away_stops_retrying_and_is_not_acknowledged() {
+    let ch = Arc::new(FakeClickHouse {
+        transient: AtomicUsize::new(usize::MAX),
+        ..Default::default()
+    });
+    let (mut stage, acks) = stage(&ch, None);
+    let holdings = Holdings::new();
+    holdings.publish([(crate::source::PartitionId::new("spans", 0), 1)]);
+    stage.holdings = holdings.clone();
+    let stage = Arc::new(stage);
+    let task = {
+        let stage = stage.clone();
+        tokio::spawn(async move { stage.insert_batch(encoded(&[b"1"])).await })
+    };
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(ch.attempts.lock().unwrap().len() > 1, "retrying while held");
+    // A rebalance gives the partition away (or takes it back in a new generation).
+    holdings.publish([(crate::source::PartitionId::new("spans", 0), 2)]);
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("stops retrying once the partition is given away")
+        .unwrap();
+    let attempts = ch.attempts.lock().unwrap().len();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        ch.attempts.lock().unwrap().len(),
+        attempts,
+        "no attempt after"
+    );
+    assert!(acks.try_recv().is_err(), "the new owner replays it");
+    assert_eq!(reason(&stage, "dropped", "revoked"), 1);
+}
+
+#[tokio::test]
+async fn when_every_record_is_refused_the_breaker_stops_skipping_and_retries_until_the_fix() {
+    let ch = Arc::new(FakeClickHouse::default());
+    ch.refuse_all.store(true, Ordering::Relaxed);
+    let (mut stage, acks) = stage(&ch, None);
+    stage.breaker = RejectBreaker::new(3);
+    let stage = Arc::new(stage);
+    let task = {
+        let stage = stage.clone();
+        tokio::spawn(async move { stage.insert_batch(encoded(&[b"1", b"2", b"3", b"4"])).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !task.is_finished(),
+        "the third refusal in a row opens the breaker"
+    );
+    assert_eq!(
+        reason(&stage, "skipped", "rejected"),
+        0,
+        "counted at the end"
+    );
+    assert_eq!(stage.metrics.reject_breaker_open.get(), 1);
+    // The configuration is fixed: the held record goes in, the breaker closes, the rest
+    // of the batch follows.
+    ch.refuse_all.store(false, Ordering::Relaxed);
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("ends once inserts pass")
+        .unwrap();
+    assert_eq!(
+        ch.landed(),
+        ["3", "4"],
+        "records 1 and 2 went before it opened"
+    );
+    assert_eq!(reason(&stage, "skipped", "rejected"), 2);
+    assert_eq!(stage.metrics.reject_breaker_open.get(), 0);
+    assert!(acks.try_recv().is_ok());
+}
+
+#[tokio::test]
+async fn refusals_of_too_many_partitions_never_open_the_breaker() {
+    let ch = Arc::new(FakeClickHouse {
+        refuse: Some("101"),
+        refuse_with: Some((
+            252,
+            "Too many partitions for single INSERT block (more than 100)",
+        )),
+        ..Default::default()
+    });
+    let (mut stage, acks) = stage(&ch, None);
+    stage.breaker = RejectBreaker::new(2);
+    for _ in 0..5 {
+        finishes(&stage, encoded(&[b"101"])).await;
+    }
+    assert_eq!(reason(&stage, "skipped", "rejected"), 5);
+    assert_eq!(acks.try_iter().count(), 5);
 }

@@ -57,6 +57,15 @@ pub struct Metrics {
     pub bytes_inserted: Counter,
     pub records_skipped: Family<ReasonLabels, Counter>,
     pub records_dead_lettered: Counter,
+    /// Dead-letter copies not parked as they were: `truncated` (cut to the bound),
+    /// `headers_only` (the topic refused the cut copy), `given_up` (refused even that).
+    pub dead_letter_degraded: Family<ReasonLabels, Counter>,
+    /// Batches given up without an acknowledgement: `revoked` (the partition went to
+    /// another member, which replays them).
+    pub batches_dropped: Family<ReasonLabels, Counter>,
+    /// 1 while the rejection breaker is open ([`crate::breaker`]): every record is refused,
+    /// the configuration is suspect, nothing is skipped.
+    pub reject_breaker_open: Gauge,
     pub insert_retries: Family<ReasonLabels, Counter>,
     pub insert_errors: Family<ReasonLabels, Counter>,
     pub inserts: Counter,
@@ -90,6 +99,9 @@ impl Metrics {
             bytes_inserted: Counter::default(),
             records_skipped: Family::default(),
             records_dead_lettered: Counter::default(),
+            dead_letter_degraded: Family::default(),
+            batches_dropped: Family::default(),
+            reject_breaker_open: Gauge::default(),
             insert_retries: Family::default(),
             insert_errors: Family::default(),
             inserts: Counter::default(),
@@ -117,6 +129,14 @@ impl Metrics {
                 .get_or_create(&ReasonLabels { reason })
                 .inc_by(0);
         }
+        for reason in ["truncated", "headers_only", "given_up"] {
+            m.dead_letter_degraded
+                .get_or_create(&ReasonLabels { reason })
+                .inc_by(0);
+        }
+        m.batches_dropped
+            .get_or_create(&ReasonLabels { reason: "revoked" })
+            .inc_by(0);
         m.start_time_seconds.set(
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -158,6 +178,21 @@ impl Metrics {
             "records_dead_lettered",
             "Skipped records copied to the dead-letter topic",
             m.records_dead_lettered.clone(),
+        );
+        r.register(
+            "dead_letter_degraded",
+            "Dead-letter copies cut to the bound, sent as headers only, or given up",
+            m.dead_letter_degraded.clone(),
+        );
+        r.register(
+            "batches_dropped",
+            "Batches given up unacknowledged, by reason (revoked: the new owner replays them)",
+            m.batches_dropped.clone(),
+        );
+        r.register(
+            "reject_breaker_open",
+            "1 while every record is refused: a configuration problem suspected, nothing skipped",
+            m.reject_breaker_open.clone(),
         );
         r.register(
             "insert_retries",

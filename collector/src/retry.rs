@@ -3,6 +3,14 @@
 //! The decision is made here and only here, on ClickHouse's exception code (never on the
 //! HTTP status, which ClickHouse maps loosely), so the sink, the tests and the metrics
 //! agree on what "retryable" means.
+//!
+//! Invariant: no deterministic error is [`Verdict::Retry`]. An error the same bytes would
+//! get again on every attempt must be `Permanent` (the insert stage bisects the batch and
+//! the refused records take the dead-letter path) or `Fatal`; retrying it would stall the
+//! partition forever. One code carries two meanings and is told apart by its message:
+//! 252 is TOO_MANY_PARTS (the server is behind on merges: wait) and also "Too many
+//! partitions for single INSERT block" (the rows fall on more than
+//! `max_partitions_per_insert_block` partitions of the table: the same rows always will).
 
 use std::time::Duration;
 
@@ -18,7 +26,24 @@ pub enum Verdict {
     Fatal,
 }
 
-/// Classify a ClickHouse exception code.
+/// Classify a ClickHouse exception: by its code, and by its message for the code that
+/// has two meanings (see the module docs).
+pub fn classify_exception(code: u32, message: &str) -> Verdict {
+    match code {
+        252 if is_too_many_partitions(message) => Verdict::Permanent,
+        _ => classify(code),
+    }
+}
+
+/// "Too many partitions for single INSERT block (more than 100). The limit is controlled
+/// by 'max_partitions_per_insert_block' setting. …": data-dependent, never transient.
+pub fn is_too_many_partitions(message: &str) -> bool {
+    message.contains("Too many partitions for single INSERT block")
+        || message.contains("max_partitions_per_insert_block")
+}
+
+/// Classify a ClickHouse exception code (for 252, the parts meaning: see
+/// [`classify_exception`]).
 pub fn classify(code: u32) -> Verdict {
     match code {
         // Data problems: parse and type errors, values out of range, too large.
@@ -46,7 +71,9 @@ pub fn classify(code: u32) -> Verdict {
         | 676
         | 677 => Verdict::Permanent,
         // Schema or access problems: unknown table/column/database, auth, readonly, quota.
-        16 | 47 | 60 | 81 | 164 | 192..=195 | 497 | 516 | 10 => Verdict::Fatal,
+        // 48 NOT_IMPLEMENTED: a Native column of a type the table's column cannot take (the
+        // table's shape is not what the collector writes).
+        16 | 47 | 48 | 60 | 81 | 164 | 192..=195 | 497 | 516 | 10 => Verdict::Fatal,
         // Everything else, including 159 TIMEOUT_EXCEEDED, 209 SOCKET_TIMEOUT,
         // 210 NETWORK_ERROR, 241 MEMORY_LIMIT_EXCEEDED, 242 TABLE_IS_READ_ONLY,
         // 252 TOO_MANY_PARTS, 202 TOO_MANY_SIMULTANEOUS_QUERIES, 319 UNKNOWN_STATUS_OF_INSERT,
@@ -101,6 +128,19 @@ mod tests {
         for code in [60, 81, 516] {
             assert_eq!(classify(code), Verdict::Fatal, "code {code}");
         }
+    }
+
+    #[test]
+    fn code_252_is_retried_for_too_many_parts_and_split_for_too_many_partitions() {
+        // Both messages as ClickHouse 26.9 words them (the second read off chdb's engine).
+        let parts = "Too many parts (3001 with average size of 1.00 KiB) in table 'otel.otel_traces'. \
+                     Merges are processing significantly slower than inserts";
+        let partitions = "Too many partitions for single INSERT block (more than 100). The limit is \
+                          controlled by 'max_partitions_per_insert_block' setting. Large number of \
+                          partitions is a common misconception. (TOO_MANY_PARTS)";
+        assert_eq!(classify_exception(252, parts), Verdict::Retry);
+        assert_eq!(classify_exception(252, partitions), Verdict::Permanent);
+        assert_eq!(classify_exception(241, partitions), Verdict::Retry);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::config::Credentials;
-use crate::retry::{Verdict, classify};
+use crate::retry::{Verdict, classify_exception};
 
 /// A failed insert attempt.
 #[derive(Debug, thiserror::Error)]
@@ -26,7 +26,7 @@ pub enum InsertError {
 impl InsertError {
     pub fn verdict(&self) -> Verdict {
         match self {
-            InsertError::Server { code, .. } => classify(*code),
+            InsertError::Server { code, message } => classify_exception(*code, message),
             InsertError::Transport(_) => Verdict::Retry,
         }
     }
@@ -39,7 +39,7 @@ impl InsertError {
                 "tls"
             }
             InsertError::Transport(_) => "unreachable",
-            InsertError::Server { code, .. } => match classify(*code) {
+            InsertError::Server { code, message } => match classify_exception(*code, message) {
                 Verdict::Retry => "server_busy",
                 Verdict::Permanent => "rejected_data",
                 Verdict::Fatal => "config_or_access",

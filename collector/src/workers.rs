@@ -61,7 +61,10 @@ pub fn encode_slice(
             Ok(n) => rows += n,
             Err(e) => undecodable.push(Skipped {
                 offset: r.offset,
-                reason: SkipReason::DecodeError,
+                reason: match e {
+                    DecodeError::Expanded { .. } => SkipReason::Expanded,
+                    _ => SkipReason::DecodeError,
+                },
                 // From here on the error travels as text: a dead-letter header and a log.
                 detail: e.to_string(),
                 payload: Some(batch.payload(r).to_vec()),

@@ -115,6 +115,8 @@ def main() -> int:
     ap.add_argument("--listen", default="127.0.0.1:8123", help="host:port to listen on")
     ap.add_argument("--data", required=True, help="directory where the engine keeps its data")
     ap.add_argument("--users-file", required=True, help="file of `user:password` lines")
+    ap.add_argument("--custom-disks-dir", help="ClickHouse's custom_local_disks_base_directory: where "
+                    "tables may put local disks of their own (`SETTINGS disk = disk(type = 'local', …)`)")
     ap.add_argument("--log-level", default=os.environ.get("CHSERVER_LOG", "INFO"))
     ap.add_argument("--https-listen", help="host:port for HTTPS (needs --tls-cert/--tls-key)")
     ap.add_argument("--mtls-listen", help="host:port for HTTPS that requires a client certificate "
@@ -127,7 +129,8 @@ def main() -> int:
 
     host, _, port = args.listen.rpartition(":")
     os.makedirs(args.data, exist_ok=True)
-    Handler.engine = Engine(os.path.abspath(args.data), load_users(args.users_file))
+    Handler.engine = Engine(os.path.abspath(args.data), load_users(args.users_file),
+                            args.custom_disks_dir and os.path.abspath(args.custom_disks_dir))
     ThreadingHTTPServer.daemon_threads = True
     ThreadingHTTPServer.request_queue_size = 128
     server = ThreadingHTTPServer((host, int(port)), Handler)

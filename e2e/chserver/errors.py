@@ -60,9 +60,32 @@ ENGINE_ERROR = re.compile(r"Code: (\d+)\. DB::Exception: (.*)", re.S)
 TRAILING_NAME = re.compile(r"\s*\(([A-Z_0-9]+)\)(?:\s*\(version [^)]*\))?\s*$")
 
 
-def engine_error(exc: Exception) -> CHError:
-    """Turn an exception raised by chdb into a ClickHouse-shaped error."""
+# A data error of `INSERT … FROM INFILE` (infile.py) is raised on the engine's client side,
+# which wraps the engine's whole text once more: `Code: N. DB::Exception: <text> (NAME) (version
+# …). (NAME)`, where <text> is itself `Code: N. DB::Exception: …`.
+CLIENT_WRAPPED = re.compile(r"Code: (\d+)\. DB::Exception: (Code: \1\. DB::Exception: .*)\. \([A-Z_0-9]+\)\s*$", re.S)
+
+
+def without_infile(text: str, path: str) -> str:
+    """The engine's text of an INSERT whose body came through chserver's FIFO at `path`, as a
+    server that read the body itself words it: without the client-side wrapping and without
+    the parts that name the FIFO (`(in file/uri <path>)`, `While executing File: data for
+    INSERT was parsed from file`)."""
+    m = CLIENT_WRAPPED.match(text.strip())
+    if m:
+        text = m.group(2)
+    for fragment in (f" (in file/uri {path}):", f"(in file/uri {path}): ", f"While reading from: {path}: ",
+                     f"While reading from: {path}", ": While executing File: data for INSERT was parsed from file"):
+        text = text.replace(fragment, "")
+    return text
+
+
+def engine_error(exc: Exception, infile: str | None = None) -> CHError:
+    """Turn an exception raised by chdb into a ClickHouse-shaped error (`infile`: the FIFO the
+    INSERT's body came through, see `without_infile`)."""
     text = str(exc)
+    if infile:
+        text = without_infile(text, infile)
     m = ENGINE_ERROR.search(text)
     if not m:
         return CHError(1001, "STD_EXCEPTION", text.strip() or type(exc).__name__)
@@ -72,3 +95,20 @@ def engine_error(exc: Exception) -> CHError:
     if n:
         name, message = n.group(1), message[: n.start()].rstrip()
     return CHError(code, name, message)
+
+
+ENGINE_USER = "default"  # every chdb connection runs as this user (chdb authenticates it so)
+READONLY_TEXT = "Cannot execute query in readonly mode"
+
+
+def as_request(err: CHError, user: str, http_get: bool) -> CHError:
+    """An engine error worded as a server that ran the query for this request words it: the
+    engine names its own user in access errors (`default: Cannot execute query in readonly
+    mode`); ClickHouse names the request's user, and for an HTTP GET says why (ContextAccess)."""
+    if err.name == "READONLY" and err.message.startswith(f"{ENGINE_USER}: {READONLY_TEXT}"):
+        message = f"{user}: {READONLY_TEXT}"
+        if http_get:
+            message += (". For queries over HTTP, method GET implies readonly. "
+                        "You should use method POST for modifying queries")
+        return CHError(err.code, err.name, message)
+    return err

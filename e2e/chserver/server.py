@@ -15,6 +15,8 @@ import email.policy
 import hmac
 import json
 import logging
+import shutil
+import tempfile
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler
@@ -22,8 +24,9 @@ from urllib.parse import parse_qsl, urlsplit
 
 import chdb
 
+import infile
 from blocks import BlockDecompressor, compress_blocks
-from errors import CHError, engine_error
+from errors import CHError, as_request, engine_error
 from faults import FAULTS
 from httpcompression import IterReader, choose_response_encoding, decode_content, encode_content
 from native import client_revision, native_result
@@ -79,23 +82,31 @@ def parse_form(body: bytes, content_type: str) -> list[tuple[str, str]]:
 class Engine:
     """The chdb engine and the users allowed to reach it."""
 
-    def __init__(self, data_dir: str, users: dict[str, str]):
+    def __init__(self, data_dir: str, users: dict[str, str], custom_disks_dir: str | None = None):
         self.data_dir = data_dir
         self.users = users
         self.started = time.time()
+        # The engine reads its options once, when the first connection starts it. ClickHouse's
+        # `custom_local_disks_base_directory` lets a table name its own local disk
+        # (`SETTINGS disk = disk(type = 'local', path = …)`), as on a server configured so.
+        self.dsn = data_dir if not custom_disks_dir else (
+            f"file:{data_dir}?custom_local_disks_base_directory={custom_disks_dir.rstrip('/')}/")
         # The first connection starts the engine (loading every database: ~0.2 s and more with
         # more tables) and closing the last one shuts it down again. This connection stays open
         # for the server's lifetime so that the per-request connections cost ~0.3 ms, not a
         # restart of the engine each.
-        self._keeper = chdb.connect(self.data_dir)
+        self._keeper = chdb.connect(self.dsn)
+        # Where each INSERT's body passes to the engine (infile.py); private to this process.
+        self.fifo_dir = tempfile.mkdtemp(prefix="chserver-insert-")
 
     def connect(self):
-        return chdb.connect(self.data_dir)
+        return chdb.connect(self.dsn)
 
     def close(self):
         keeper, self._keeper = self._keeper, None
         if keeper is not None:
             keeper.close()
+        shutil.rmtree(self.fifo_dir, ignore_errors=True)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -145,6 +156,26 @@ class Handler(BaseHTTPRequestHandler):
     # -- body reading --------------------------------------------------------------------------
 
     def _raw_reader(self):
+        """The read(n) over this request's body (one per request: what it has read is gone)."""
+        if getattr(self, "_body_read", None) is None:
+            self._body_read = self._new_raw_reader()
+        return self._body_read
+
+    def _drain_body(self) -> bool:
+        """Read what is left of a POST body after an error, as ClickHouse does (drainRequestIfNeeded), so
+        the connection stays usable and the client reads the answer instead of a reset. False
+        when the body cannot be read to its end (the connection must then be closed)."""
+        if self.command != "POST":
+            return True
+        try:
+            read = self._raw_reader()
+            while read(1 << 20):
+                pass
+            return True
+        except Exception:  # noqa: BLE001 - a broken body: close the connection instead
+            return False
+
+    def _new_raw_reader(self):
         """A read(n) over the request body, handling Content-Length and chunked encoding."""
         te = (self.headers.get("Transfer-Encoding") or "").lower()
         rfile = self.rfile
@@ -156,6 +187,9 @@ class Handler(BaseHTTPRequestHandler):
                     return b""
                 if state["left"] == 0:
                     line = rfile.readline(65537)
+                    if not line:
+                        raise CHError(3, "UNEXPECTED_END_OF_FILE",
+                                      "Unexpected end of file while reading chunk header of HTTP chunked data")
                     size = int(line.split(b";", 1)[0].strip() or b"0", 16)
                     if size == 0:
                         while rfile.readline(65537) not in (b"\r\n", b"\n", b""):
@@ -164,6 +198,8 @@ class Handler(BaseHTTPRequestHandler):
                         return b""
                     state["left"] = size
                 data = rfile.read(min(n, state["left"]))
+                if not data:
+                    raise CHError(3, "UNEXPECTED_END_OF_FILE", "Unexpected end of file while reading HTTP chunked data")
                 state["left"] -= len(data)
                 if state["left"] == 0:
                     rfile.readline(3)  # CRLF after the chunk
@@ -177,9 +213,11 @@ class Handler(BaseHTTPRequestHandler):
             if state["left"] <= 0:
                 return b""
             data = rfile.read(min(n, state["left"]))
-            state["left"] -= len(data)
             if not data:
-                state["left"] = 0
+                # The client went away mid-body: the insert must fail, not commit what came.
+                raise CHError(3, "UNEXPECTED_END_OF_FILE", f"Unexpected end of file: the request body ended "
+                                                           f"after {length - state['left']} of {length} bytes")
+            state["left"] -= len(data)
             return data
 
         return read
@@ -253,6 +291,8 @@ class Handler(BaseHTTPRequestHandler):
         params = dict(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
         query_id = params.get("query_id") or str(uuid.uuid4())
         body_consumed = False
+        user = None
+        self._body_read = None
         try:
             form = (self.command == "POST"
                     and (self.headers.get("Content-Type") or "").lower().startswith("multipart/form-data"))
@@ -262,7 +302,7 @@ class Handler(BaseHTTPRequestHandler):
                 for name, value in parse_form(b"".join(self._body_chunks(params)), self.headers.get("Content-Type")):
                     params.setdefault(name, value)
                 body_consumed = True
-            self._authenticate(params)
+            user = self._authenticate(params)
             if params.get("session_id") and params.get("session_check") == "1":
                 # chserver keeps no HTTP sessions (each request is a fresh query context), so a
                 # session the client expects to exist never does.
@@ -344,12 +384,13 @@ class Handler(BaseHTTPRequestHandler):
             finally:
                 conn.close()
         except CHError as err:
-            self.close_connection = self.close_connection or not body_consumed
-            self._error(err, query_id, params)
+            self.close_connection = self.close_connection or not (body_consumed or self._drain_body())
+            self._error(as_request(err, user, self.command == "GET") if user else err, query_id, params)
             return
         except Exception as exc:  # noqa: BLE001 - every engine error goes back to the client
-            self.close_connection = self.close_connection or not body_consumed
-            self._error(engine_error(exc), query_id, params)
+            self.close_connection = self.close_connection or not (body_consumed or self._drain_body())
+            err = engine_error(exc)
+            self._error(as_request(err, user, self.command == "GET") if user else err, query_id, params)
             return
 
         summary["elapsed_ns"] = time.monotonic_ns() - started
@@ -400,27 +441,6 @@ class Handler(BaseHTTPRequestHandler):
         return self._insert_now(conn, statement, fmt, head, chunks)
 
     def _insert_now(self, conn, statement: str, fmt: str, head: bytes, chunks) -> dict:
-        inserter = conn.send_insert(statement, fmt)
-        written_bytes = 0
-        try:
-            if head:
-                inserter.append(head)
-                written_bytes += len(head)
-            for chunk in chunks:
-                inserter.append(chunk)
-                written_bytes += len(chunk)
-            res = inserter.finish()
-        except BaseException:
-            try:
-                inserter.cancel()
-            except Exception:  # noqa: BLE001 - cancelling an already failed insert may fail too
-                pass
-            # Drain what is left of the body so the connection could be reused.
-            for _ in chunks:
-                pass
-            raise
-        return {
-            "read_rows": res.rows_written, "read_bytes": written_bytes,
-            "written_rows": res.rows_written, "written_bytes": res.bytes_written,
-            "total_rows_to_read": 0, "result_rows": res.rows_written, "result_bytes": res.bytes_written,
-        }
+        # Through a FIFO and `INSERT … FROM INFILE`, not chdb's send_insert, which loses the
+        # engine's errors (see infile.py).
+        return infile.insert(conn, self.engine.fifo_dir, statement, fmt, head, chunks)

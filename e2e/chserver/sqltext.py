@@ -165,3 +165,17 @@ def quote_identifier(name: str) -> str:
 
 
 SETTING_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def infile_statement(statement: str, path: str, fmt: str) -> str:
+    """`INSERT INTO t [(cols)] [SETTINGS …]` as `INSERT INTO t [(cols)] FROM INFILE '<path>'
+    COMPRESSION 'gzip' [SETTINGS …] FORMAT <fmt>`: ClickHouse's grammar puts FROM INFILE before
+    the SETTINGS clause."""
+    at = len(statement.rstrip())
+    for word, start, _ in _clause_words(statement):
+        if word == "SETTINGS":
+            at = start
+            break
+    head, tail = statement[:at].rstrip(), statement[at:].strip()
+    return (f"{head} FROM INFILE {quote_string(path)} COMPRESSION 'gzip'"
+            f"{' ' + tail if tail else ''} FORMAT {fmt}")

@@ -31,6 +31,7 @@ import chdb  # noqa: E402
 import blocks  # noqa: E402
 import errors  # noqa: E402
 import httpcompression  # noqa: E402
+import infile  # noqa: E402
 import native  # noqa: E402
 import server  # noqa: E402
 import sqltext  # noqa: E402
@@ -363,6 +364,57 @@ class EngineErrorTest(unittest.TestCase):
                              ("UNKNOWN_DATABASE", 404), ("SYNTAX_ERROR", 400), ("QUERY_IS_TOO_LARGE", 413),
                              ("NOT_IMPLEMENTED", 501), ("CHECKSUM_DOESNT_MATCH", 500), ("TIMEOUT_EXCEEDED", 408)]:
             self.assertEqual(CHError(1, name, "m").status, status, name)
+
+
+class InfileTest(unittest.TestCase):
+    """The pure parts of infile.py and what it relies on: the gzip framing, the statement, the
+    rewording of the engine's messages."""
+
+    def test_stored_blocks_are_gzip_that_zlib_reads(self):
+        data = os.urandom(200_000)
+        body = infile.GZIP_HEADER + infile.stored_blocks(data[:70_000]) + infile.stored_blocks(data[70_000:])
+        body += infile.gzip_trailer(zlib.crc32(data), len(data))
+        self.assertEqual(gzip.decompress(body), data)
+        self.assertEqual(gzip.decompress(infile.GZIP_HEADER + infile.gzip_trailer(0, 0)), b"")
+
+    def test_a_stream_without_its_end_is_refused(self):
+        # An abandoned insert closes the FIFO before the final block: the reader must fail.
+        unfinished = infile.GZIP_HEADER + infile.stored_blocks(b"whole rows")
+        for cut in (unfinished, infile.GZIP_HEADER):
+            d = zlib.decompressobj(31)
+            d.decompress(cut)
+            self.assertFalse(d.eof)
+            with self.assertRaises(EOFError):
+                gzip.decompress(cut)
+
+    def test_statement_puts_from_infile_before_settings(self):
+        self.assertEqual(sqltext.infile_statement("INSERT INTO db.t (a, b)", "/x/f'1", "RowBinary"),
+                         "INSERT INTO db.t (a, b) FROM INFILE '/x/f\\'1' COMPRESSION 'gzip' FORMAT RowBinary")
+        self.assertEqual(sqltext.infile_statement("INSERT INTO t (settings) SETTINGS async_insert = 0 ", "/f", "Native"),
+                         "INSERT INTO t (settings) FROM INFILE '/f' COMPRESSION 'gzip' SETTINGS async_insert = 0 "
+                         "FORMAT Native")
+
+    def test_engine_messages_lose_the_fifo_and_the_client_side_wrapping(self):
+        path = "/tmp/chserver-insert-abc/0123"
+        raw = ("Code: 27. DB::Exception: Code: 27. DB::Exception: Cannot parse input: expected '\"' before: "
+               f"'abc\"}}': (at row 1)\n: (in file/uri {path}): While executing ParallelParsingBlockInputFormat: "
+               "While executing File: data for INSERT was parsed from file. (CANNOT_PARSE_INPUT_ASSERTION_FAILED) "
+               "(version 26.9.2.1). (CANNOT_PARSE_INPUT_ASSERTION_FAILED)")
+        err = errors.engine_error(RuntimeError(raw), infile=path)
+        self.assertEqual((err.code, err.name, err.status), (27, "CANNOT_PARSE_INPUT_ASSERTION_FAILED", 400))
+        self.assertEqual(err.message, "Cannot parse input: expected '\"' before: 'abc\"}': (at row 1)\n: "
+                                      "While executing ParallelParsingBlockInputFormat.")
+        plain = "Code: 252. DB::Exception: Too many partitions for single INSERT block (more than 100). (TOO_MANY_PARTS)"
+        self.assertEqual(errors.engine_error(RuntimeError(plain), infile=path).message,
+                         "Too many partitions for single INSERT block (more than 100).")
+
+    def test_readonly_names_the_requests_user(self):
+        err = CHError(164, "READONLY", "default: Cannot execute query in readonly mode")
+        self.assertEqual(errors.as_request(err, "alice", False).message, "alice: Cannot execute query in readonly mode")
+        self.assertTrue(errors.as_request(err, "alice", True).message.endswith(
+            "For queries over HTTP, method GET implies readonly. You should use method POST for modifying queries"))
+        other = CHError(60, "UNKNOWN_TABLE", "default: x")
+        self.assertIs(errors.as_request(other, "alice", True), other)
 
 
 class _Headers(dict):

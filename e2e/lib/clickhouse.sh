@@ -38,7 +38,7 @@ clickhouse_up() {
   clickhouse_install
   if pid_alive clickhouse; then say "clickhouse already running"; return 0; fi
   local pw; pw="$(clickhouse_password)"
-  mkdir -p "$CLICKHOUSE_DATA/db"
+  mkdir -p "$CLICKHOUSE_DATA/db" "$CLICKHOUSE_DATA/disks"
   # The password reaches the server through a file, never the command line (ps would show it).
   printf '%s:%s\n' "$CLICKHOUSE_USER_NAME" "$pw" >"$CLICKHOUSE_DATA/users"
   chmod 600 "$CLICKHOUSE_DATA/users"
@@ -47,6 +47,7 @@ clickhouse_up() {
   port_taken "$CLICKHOUSE_TLS_PORT" && die "clickhouse: port $CLICKHOUSE_TLS_PORT is already taken"
   start_bg clickhouse "$CLICKHOUSE_PORT" "$VENV/bin/python" -u "$E2E_DIR/chserver/chserver.py" \
     --listen "127.0.0.1:$CLICKHOUSE_PORT" --data "$CLICKHOUSE_DATA/db" --users-file "$CLICKHOUSE_DATA/users" \
+    --custom-disks-dir "$CLICKHOUSE_DATA/disks" \
     --https-listen "127.0.0.1:$CLICKHOUSE_TLS_PORT" --mtls-listen "127.0.0.1:$CLICKHOUSE_MTLS_PORT" \
     --tls-cert "$TLS_DIR/server.crt" --tls-key "$TLS_DIR/server.key" --tls-ca "$TLS_DIR/ca.crt"
   wait_until clickhouse 120 clickhouse_ping

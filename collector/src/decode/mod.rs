@@ -100,6 +100,13 @@ pub enum DecodeError {
     /// expected (a bug); the record is kept out of the batch like any undecodable one.
     #[error("internal error: the re-encoded ExportTraceServiceRequest could not be read")]
     Reencoded,
+    /// A valid record whose rows take more than `limits.max_expanded_record_bytes`
+    /// (every span row repeats its resource's attributes).
+    #[error(
+        "the record's rows take {bytes} bytes or more, over limits.max_expanded_record_bytes = {limit} \
+         (spans × their resource's attributes)"
+    )]
+    Expanded { bytes: usize, limit: usize },
 }
 
 impl DecodeError {
@@ -110,6 +117,7 @@ impl DecodeError {
             Self::Proto(_) => "invalid_proto",
             Self::Json(_) => "invalid_json",
             Self::Reencoded => "reencoded",
+            Self::Expanded { .. } => "expanded",
         }
     }
 }

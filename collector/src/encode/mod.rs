@@ -53,16 +53,22 @@ pub struct EncoderOptions {
     /// Native only: a block is cut once its columns hold about this many bytes.
     /// The server squashes small blocks anyway; this bounds the encoder's memory.
     pub native_block_bytes: usize,
+    /// A record whose rows grow past this many uncompressed bytes is refused as
+    /// [`DecodeError::Expanded`] (every span row repeats its resource's attributes, so one
+    /// small record can expand a thousandfold): the bound of an encoder's memory per record.
+    pub max_expanded_record_bytes: usize,
 }
 
 impl EncoderOptions {
     pub const DEFAULT_NATIVE_BLOCK_BYTES: usize = 2 << 20;
+    pub const DEFAULT_MAX_EXPANDED_RECORD_BYTES: usize = 64 << 20;
 
     pub fn new(format: InsertFormat) -> Self {
         Self {
             format,
             compression: Compression::Lz4,
             native_block_bytes: Self::DEFAULT_NATIVE_BLOCK_BYTES,
+            max_expanded_record_bytes: Self::DEFAULT_MAX_EXPANDED_RECORD_BYTES,
         }
     }
 }
@@ -135,6 +141,26 @@ struct Mark {
     /// [`NativeBlock::mark`]'s column lengths.
     native: Vec<usize>,
 }
+
+/// Why a record's rows were taken back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// The in-place reader does not take this shape: `prost` decodes it instead.
+    Unusual,
+    /// The record's rows grew past the expansion limit (bytes so far).
+    Expanded(usize),
+}
+
+impl From<proto::Unusual> for Stop {
+    fn from(_: proto::Unusual) -> Self {
+        Stop::Unusual
+    }
+}
+
+/// How often (in rows) a record's growth is checked against the expansion limit: summing
+/// the column lengths costs about as much as a small row, so not at every row. A record
+/// overshoots the limit by at most this many rows.
+const EXPANSION_CHECK_ROWS: usize = 32;
 
 /// Body buffers an encoder owns for reuse: the one it fills and those in flight, which
 /// come back to it. (More bodies in flight than this get plain buffers.)
@@ -252,25 +278,36 @@ impl Encoder {
         payload: &[u8],
         encoding: Encoding,
     ) -> Result<usize, DecodeError> {
-        if encoding == Encoding::OtlpProto
-            && let Ok(n) = self.push_proto(payload)
-        {
-            return Ok(n);
+        if encoding == Encoding::OtlpProto {
+            match self.push_proto(payload) {
+                Ok(n) => return Ok(n),
+                Err(Stop::Expanded(bytes)) => return Err(self.expanded(bytes)),
+                Err(Stop::Unusual) => {}
+            }
         }
         let req = decode::decode(payload, encoding)?;
         self.push_request(&req)
     }
 
+    fn expanded(&self, bytes: usize) -> DecodeError {
+        DecodeError::Expanded {
+            bytes,
+            limit: self.options.max_expanded_record_bytes,
+        }
+    }
+
     /// Appends every span of `req` as a row; returns how many.
     pub fn push_request(&mut self, req: &ExportTraceServiceRequest) -> Result<usize, DecodeError> {
         let canonical = req.encode_to_vec();
-        self.push_proto(&canonical)
-            .map_err(|proto::Unusual| DecodeError::Reencoded)
+        self.push_proto(&canonical).map_err(|stop| match stop {
+            Stop::Unusual => DecodeError::Reencoded,
+            Stop::Expanded(bytes) => self.expanded(bytes),
+        })
     }
 
     /// Appends the spans of an `otlp_proto` record read in place; on [`proto::Unusual`]
     /// everything appended for it is taken back.
-    fn push_proto(&mut self, payload: &[u8]) -> proto::Result<usize> {
+    fn push_proto(&mut self, payload: &[u8]) -> Result<usize, Stop> {
         let mark = self.mark();
         self.record_ends.clear();
         match self.push_proto_inner(payload) {
@@ -314,8 +351,22 @@ impl Encoder {
         self.mark_scratch = mark.native;
     }
 
-    fn push_proto_inner(&mut self, payload: &[u8]) -> proto::Result<usize> {
+    /// The bytes the current record's rows took so far, from where `mark` was taken.
+    fn grown_since(&self, raw_mark: usize, native_mark: usize) -> usize {
+        let native = match &self.rows {
+            Rows::RowBinary => 0,
+            Rows::Native(block) => block.data_len().saturating_sub(native_mark),
+        };
+        self.raw.len().saturating_sub(raw_mark) + native
+    }
+
+    fn push_proto_inner(&mut self, payload: &[u8]) -> Result<usize, Stop> {
         let before = self.row_count;
+        let raw_mark = self.raw.len();
+        let native_mark = match &self.rows {
+            Rows::RowBinary => 0,
+            Rows::Native(block) => block.data_len(),
+        };
         let mut resource_spans = Vec::new();
         proto::request(payload, &mut resource_spans)?;
         let mut resource = ResourceView::default();
@@ -358,8 +409,18 @@ impl Encoder {
                         Rows::Native(block) => block.push_row(&row, &mut self.nested_attrs)?,
                     }
                     self.row_count += 1;
+                    if (self.row_count - before).is_multiple_of(EXPANSION_CHECK_ROWS) {
+                        let grown = self.grown_since(raw_mark, native_mark);
+                        if grown > self.options.max_expanded_record_bytes {
+                            return Err(Stop::Expanded(grown));
+                        }
+                    }
                 }
             }
+        }
+        let grown = self.grown_since(raw_mark, native_mark);
+        if grown > self.options.max_expanded_record_bytes {
+            return Err(Stop::Expanded(grown));
         }
         Ok(self.row_count - before)
     }
@@ -473,6 +534,57 @@ mod tests {
                 }],
                 ..Default::default()
             }],
+        }
+    }
+
+    /// Finding 3 of the exactly-once issue: a valid 0.8 MiB record — 100 resource
+    /// attributes of 4 KiB, 10 000 spans — expands to ~4 GiB of rows, because every row
+    /// repeats its resource's attributes. Refused past the limit, with the memory it took
+    /// bounded by the limit (plus one check interval of rows), and the encoder still usable.
+    #[test]
+    fn a_record_that_expands_past_the_limit_is_refused_and_its_rows_taken_back() {
+        use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+        use opentelemetry_proto::tonic::resource::v1::Resource;
+        let mut fat = request(10_000);
+        fat.resource_spans[0].resource = Some(Resource {
+            attributes: (0..100)
+                .map(|i| KeyValue {
+                    key: format!("k{i}"),
+                    value: Some(AnyValue {
+                        value: Some(any_value::Value::StringValue("v".repeat(4096))),
+                    }),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        });
+        let fat = fat.encode_to_vec();
+        assert!(fat.len() < 1 << 20, "{} bytes", fat.len());
+        let limit = 8 << 20;
+        for format in [InsertFormat::RowBinary, InsertFormat::Native] {
+            let options = EncoderOptions {
+                max_expanded_record_bytes: limit,
+                ..EncoderOptions::new(format)
+            };
+            let mut enc = Encoder::with_options(&table(), options).unwrap();
+            let small = request(3).encode_to_vec();
+            assert_eq!(enc.push_record(&small, Encoding::OtlpProto).unwrap(), 3);
+            let err = enc.push_record(&fat, Encoding::OtlpProto).unwrap_err();
+            let DecodeError::Expanded { bytes, limit: l } = err else {
+                panic!("{format:?}: {err}")
+            };
+            assert_eq!(l, limit);
+            assert!(bytes > limit && bytes < limit + 33 * 420_000, "{bytes}");
+            assert_eq!(err.kind(), "expanded");
+            assert_eq!(
+                enc.rows(),
+                3,
+                "{format:?}: the record's rows are taken back"
+            );
+            assert!(enc.buffered_bytes() < 1 << 20, "{format:?}");
+            // And it goes on encoding.
+            assert!(enc.push_record(&small, Encoding::OtlpProto).is_ok());
+            assert_eq!(enc.rows(), 6);
         }
     }
 

@@ -21,6 +21,7 @@ use rdkafka::error::KafkaResult;
 use rdkafka::message::Message;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
+use super::holdings::Holdings;
 use super::machine::{Ack, Command, CommitOffset, Machine, PartitionId, Record};
 use super::unsent::Unsent;
 use super::watermarks::{Assigned, Watermarks};
@@ -37,6 +38,8 @@ pub(super) struct SourceContext {
     pub(super) metrics: Arc<Metrics>,
     /// Partitions held now, for the watermark thread.
     pub(super) assigned: Assigned,
+    /// Partitions and generations held now, for the insert stage.
+    pub(super) holdings: Holdings,
 }
 
 impl ClientContext for SourceContext {
@@ -110,6 +113,7 @@ impl SourceContext {
     fn published(&self, machine: &Machine) {
         let list: Vec<PartitionId> = machine.assigned().cloned().collect();
         self.metrics.assigned_partitions.set(list.len() as i64);
+        self.holdings.publish(machine.held());
         *self.assigned.lock().expect("assigned lock") = list;
     }
 }
@@ -327,10 +331,13 @@ impl SourceLoop {
                 ours
             },
             |intent| {
+                // Recorded with the ledger as it is now, not as it was at the cut: the
+                // acknowledged offset may have moved since, and must not move back.
+                let now = self.machine().current_commit(&intent.partition);
                 commit(
                     &self.consumer,
                     &self.metrics,
-                    std::slice::from_ref(intent),
+                    std::slice::from_ref(now.as_ref().unwrap_or(intent)),
                     true,
                     "recording a batch cut",
                 )
@@ -341,7 +348,22 @@ impl SourceLoop {
 
     fn on_record(&self, r: Record<'_>, out: &mut Vec<Command>, counters: &mut TopicCounters) {
         if self.machine().needs_ledger(r.topic, r.partition) {
-            let ledger = self.read_ledger(r.topic, r.partition, r.offset);
+            // Without the previous owner's cuts this record cannot be batched safely (a
+            // partition started without its recorded cuts would cut anew, and a replayed
+            // batch would go in under another token): ask until Kafka answers. The
+            // consumer's heartbeats go on in librdkafka's own thread meanwhile.
+            let mut wait = Duration::from_millis(250);
+            let ledger = loop {
+                if let Some(ledger) = self.read_ledger(r.topic, r.partition, r.offset) {
+                    break ledger;
+                }
+                if self.stop.load(Ordering::Relaxed) {
+                    return; // never batched, never committed: the next owner reads it
+                }
+                self.beat();
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(Duration::from_secs(5));
+            };
             self.machine().load_ledger(r.topic, r.partition, ledger);
         }
         let held = self.machine().record(r, out);
@@ -363,8 +385,9 @@ impl SourceLoop {
         self.execute(out);
     }
 
-    /// Read the committed offset and the previous owner's recorded cuts for a partition.
-    fn read_ledger(&self, topic: &str, partition: i32, first_seen: i64) -> PartitionLedger {
+    /// Read the committed offset and the previous owner's recorded cuts for a partition;
+    /// `None` when Kafka could not say.
+    fn read_ledger(&self, topic: &str, partition: i32, first_seen: i64) -> Option<PartitionLedger> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(topic, partition);
         match self
@@ -377,13 +400,13 @@ impl SourceLoop {
                 {
                     let metadata = elem.metadata().to_string();
                     tracing::info!(topic, partition, committed, cuts = %metadata, "resuming from committed offset");
-                    return PartitionLedger::new(committed, Some(&metadata));
+                    return Some(PartitionLedger::new(committed, Some(&metadata)));
                 }
-                PartitionLedger::new(first_seen, None)
+                Some(PartitionLedger::new(first_seen, None))
             }
             Err(e) => {
-                tracing::warn!(topic, partition, error = %e, "cannot read committed offset; starting without recorded cuts");
-                PartitionLedger::new(first_seen, None)
+                tracing::warn!(topic, partition, error = %e, "cannot read the committed offset; holding the partition's records until Kafka answers");
+                None
             }
         }
     }

@@ -14,10 +14,22 @@
 //!    batch that replays a previous owner's recorded cut ends exactly at that cut — no
 //!    timer, pause or shutdown closes it earlier — so its token deduplicates. (The shell
 //!    holds a batch whose time cut Kafka did not take: [`super::unsent`].)
+//! 3. every cut made by time — the linger timer, a budget pause, *shutdown* — is durable:
+//!    Kafka has it before the rows can reach ClickHouse (a shutdown with Kafka unreachable
+//!    therefore sends nothing new: the next owner cuts those records its own way);
+//! 4. a revoke commits every revoked partition's ledger synchronously — the acknowledged
+//!    offset *and* the cuts of every batch still in flight — whether or not the offset
+//!    moved, so the next owner replays the old owner's cuts even when an asynchronous intent
+//!    commit was lost in the rebalance or the batch settings changed between owners;
+//! 5. the budget never holds back a batch that replays a recorded cut: such a partition is
+//!    not paused until the batch reached its cut (were it paused, nothing might free the
+//!    budget, and [`REPLAY_LINGER`] would close it at a new end: a duplicate). The memory
+//!    this takes past the budget is bounded by the recorded batches, which the previous
+//!    owner held within its own budget.
 //!
 //! Memory: every open batch holds its bytes against the [`Budget`] through a permit that
-//! the batch carries; the machine pauses all partitions when the budget is spent and
-//! resumes them below [`RESUME_FRACTION`].
+//! the batch carries; the machine pauses all partitions when the budget is spent (but for
+//! rule 5) and resumes them below [`RESUME_FRACTION`].
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -270,7 +282,8 @@ impl Machine {
 
     /// The group takes `ids` away. Their open batches were never sent: they are dropped
     /// (their records go back to Kafka for the next owner, their budget comes back). The
-    /// acknowledged progress is committed synchronously, so the next owner starts there.
+    /// acknowledged progress and the cuts of the batches in flight are committed
+    /// synchronously, moved or not (rule 4), so the next owner starts there and cuts alike.
     pub fn revoke(&mut self, ids: &[PartitionId], out: &mut Vec<Command>) {
         let mut offsets = Vec::new();
         for id in ids {
@@ -278,9 +291,10 @@ impl Machine {
                 continue;
             };
             let mut p = self.partitions.swap_remove(idx);
-            if let Some((offset, metadata)) =
-                p.ledger.as_mut().and_then(PartitionLedger::take_commit)
-            {
+            if let Some((offset, metadata)) = p.ledger.as_mut().map(|l| {
+                l.take_commit();
+                l.current_commit()
+            }) {
                 offsets.push(CommitOffset {
                     partition: p.id.clone(),
                     offset,
@@ -427,7 +441,9 @@ impl Machine {
         let mut resume = Vec::new();
         let mut sends = Vec::new();
         for p in &mut self.partitions {
-            if over && !p.paused {
+            // Rule 5: a batch replaying a recorded cut must get its records; pause after.
+            let replaying = p.recorded_cut().is_some();
+            if over && !p.paused && !replaying {
                 p.paused = true;
                 pause.push(p.id.clone());
                 sends.extend(p.close_early(true));
@@ -466,11 +482,30 @@ impl Machine {
         }
     }
 
-    /// Shutdown begins: send what is open (batches replaying a recorded cut stay unsent).
+    /// Shutdown begins: send what is open, durably (rule 3: a shutdown cut is a time cut);
+    /// batches replaying a recorded cut stay unsent.
     pub fn close_for_shutdown(&mut self, out: &mut Vec<Command>) {
         for p in &mut self.partitions {
-            out.extend(p.close_early(false));
+            out.extend(p.close_early(true));
         }
+    }
+
+    /// The commit that describes `id`'s ledger now (the acknowledged offset and the cuts of
+    /// everything in flight): what a held cut is recorded with, so a late recording never
+    /// moves the committed offset back.
+    pub fn current_commit(&self, id: &PartitionId) -> Option<CommitOffset> {
+        let p = self.partitions.iter().find(|p| p.id == *id)?;
+        let (offset, metadata) = p.ledger.as_ref()?.current_commit();
+        Some(CommitOffset {
+            partition: p.id.clone(),
+            offset,
+            metadata,
+        })
+    }
+
+    /// The partitions held now with their assignment generations ([`super::Holdings`]).
+    pub fn held(&self) -> impl Iterator<Item = (PartitionId, u64)> + '_ {
+        self.partitions.iter().map(|p| (p.id.clone(), p.generation))
     }
 
     /// Batches sent and not yet acknowledged, over all partitions.

@@ -14,6 +14,7 @@
 //! would block the Kafka thread instead — and a blocked Kafka thread can neither pause nor
 //! heartbeat.
 
+mod holdings;
 mod kafka;
 pub mod machine;
 pub mod unsent;
@@ -26,6 +27,7 @@ use std::time::Duration;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
+pub use holdings::Holdings;
 pub use machine::{Ack, Command, MachineConfig, PartitionId};
 
 use crate::batch::{CHUNK_BYTES, RecordBatch};
@@ -42,10 +44,11 @@ const BATCH_POOL_SLACK_CHUNKS: usize = 8;
 /// What the source needs to know.
 #[derive(Debug, Clone)]
 pub struct SourceConfig {
-    pub brokers: String,
+    /// The group consumer's settings ([`crate::kafka_clients::consumer`]).
+    pub consumer: ClientConfig,
+    /// The watermark reader's ([`crate::kafka_clients::watermarks`]).
+    pub watermarks: ClientConfig,
     pub topics: Vec<String>,
-    pub group_id: String,
-    pub properties: Vec<(String, String)>,
     pub machine: MachineConfig,
     /// How long shutdown may wait for in-flight batches before giving up on them.
     pub drain_deadline: Duration,
@@ -80,6 +83,7 @@ pub fn spawn(
     batches: crossbeam_channel::Sender<RecordBatch>,
     acks: crossbeam_channel::Receiver<Ack>,
     heartbeat: Heartbeat,
+    holdings: Holdings,
 ) -> Result<Source, rdkafka::error::KafkaError> {
     let watermarks: watermarks::Watermarks = Arc::default();
     let assigned: watermarks::Assigned = Arc::default();
@@ -88,29 +92,10 @@ pub fn spawn(
         machine: Mutex::new(machine),
         metrics: metrics.clone(),
         assigned: assigned.clone(),
+        holdings,
     };
-    let mut client = ClientConfig::new();
-    client
-        .set("bootstrap.servers", &cfg.brokers)
-        .set("group.id", &cfg.group_id)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("partition.assignment.strategy", "cooperative-sticky")
-        .set("fetch.max.bytes", "8388608")
-        .set("max.partition.fetch.bytes", "2097152")
-        .set("queued.max.messages.kbytes", "8192")
-        .set("session.timeout.ms", "30000")
-        .set("max.poll.interval.ms", "300000");
-    for (k, v) in &cfg.properties {
-        client.set(k, v);
-    }
-    let consumer: BaseConsumer<SourceContext> = client.create_with_context(ctx)?;
-    let mut wm_client = ClientConfig::new();
-    wm_client.set("bootstrap.servers", &cfg.brokers);
-    for (k, v) in &cfg.properties {
-        wm_client.set(k, v);
-    }
+    let consumer: BaseConsumer<SourceContext> = cfg.consumer.create_with_context(ctx)?;
+    let wm_client = cfg.watermarks.clone();
     let topics: Vec<&str> = cfg.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics)?;
     let stop = Arc::new(AtomicBool::new(false));

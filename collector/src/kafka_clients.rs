@@ -1,0 +1,132 @@
+//! Every Kafka client the collector makes — the group consumer, the watermark reader, the
+//! dead-letter producer — configured here and only here.
+//!
+//! Each starts from the brokers and the user's `kafka.properties` (security, SASL, TLS, …)
+//! and adds what its role needs. The user's properties win over our tuning, never over the
+//! settings the delivery guarantees rest on ([`PINNED`]): the collector commits only what
+//! ClickHouse acknowledged, so the consumer must never commit or store offsets by itself.
+
+use rdkafka::config::ClientConfig;
+
+/// Consumer settings the at-least-once rules depend on; `kafka.properties` cannot change
+/// them (`Config::validate` refuses them there by name, and they are applied last).
+pub const PINNED: [(&str, &str); 3] = [
+    ("enable.auto.commit", "false"),
+    ("enable.auto.offset.store", "false"),
+    // Offsets come from the commits of acknowledged batches; with no commit yet, start at
+    // the beginning rather than skip what is already in the topic.
+    ("auto.offset.reset", "earliest"),
+];
+
+/// The settings every client shares: where the brokers are and how to reach them.
+fn base<'a>(
+    brokers: &str,
+    properties: impl IntoIterator<Item = (&'a String, &'a String)>,
+    tuning: &[(&str, &str)],
+) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers);
+    for (k, v) in tuning {
+        c.set(*k, *v);
+    }
+    for (k, v) in properties {
+        c.set(k, v);
+    }
+    c
+}
+
+/// The group consumer of the source.
+pub fn consumer<'a>(
+    brokers: &str,
+    group_id: &str,
+    properties: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> ClientConfig {
+    let mut c = base(
+        brokers,
+        properties,
+        &[
+            ("partition.assignment.strategy", "cooperative-sticky"),
+            ("fetch.max.bytes", "8388608"),
+            ("max.partition.fetch.bytes", "2097152"),
+            ("queued.max.messages.kbytes", "8192"),
+            ("session.timeout.ms", "30000"),
+            ("max.poll.interval.ms", "300000"),
+        ],
+    );
+    c.set("group.id", group_id);
+    for (k, v) in PINNED {
+        c.set(k, v);
+    }
+    c
+}
+
+/// The client that reads high watermarks for the lag metrics (no group).
+pub fn watermarks<'a>(
+    brokers: &str,
+    properties: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> ClientConfig {
+    base(brokers, properties, &[])
+}
+
+/// The dead-letter producer. Its own size limit is generous: what a copy may weigh is
+/// decided by `kafka.dead_letter_max_bytes` and the topic ([`crate::dead_letter`]).
+pub fn dead_letter_producer<'a>(
+    brokers: &str,
+    properties: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> ClientConfig {
+    base(
+        brokers,
+        properties,
+        &[
+            ("message.timeout.ms", "30000"),
+            ("compression.type", "lz4"),
+            ("message.max.bytes", "67108864"),
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn user_properties_win_over_tuning_but_never_over_the_pinned_settings() {
+        let p = props(&[
+            ("security.protocol", "SASL_SSL"),
+            ("session.timeout.ms", "45000"),
+            ("enable.auto.commit", "true"),
+        ]);
+        let c = consumer("b:9092", "g", &p);
+        assert_eq!(c.get("bootstrap.servers"), Some("b:9092"));
+        assert_eq!(c.get("group.id"), Some("g"));
+        assert_eq!(c.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(c.get("session.timeout.ms"), Some("45000"));
+        assert_eq!(c.get("enable.auto.commit"), Some("false"));
+        assert_eq!(c.get("enable.auto.offset.store"), Some("false"));
+    }
+
+    #[test]
+    fn every_client_carries_the_security_properties() {
+        let p = props(&[("sasl.mechanism", "SCRAM-SHA-512")]);
+        for c in [
+            consumer("b", "g", &p),
+            watermarks("b", &p),
+            dead_letter_producer("b", &p),
+        ] {
+            assert_eq!(c.get("sasl.mechanism"), Some("SCRAM-SHA-512"));
+        }
+        assert_eq!(
+            dead_letter_producer("b", &p).get("compression.type"),
+            Some("lz4")
+        );
+    }
+}

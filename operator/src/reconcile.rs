@@ -231,7 +231,13 @@ async fn converge(
             .fingerprint(&builders::referenced_secrets(tp))
             .await?,
     );
-    let options = builders::table_options(&spec.clickhouse)?;
+    let mut options = builders::table_options(&spec.clickhouse)?;
+    // Sized from the partitions (issue 30, finding 6): `apply` changes it as they grow.
+    options.dedup_window = migrations::dedup_window(
+        options.dedup_window,
+        partitions,
+        spec.collector.batch.linger_ms,
+    );
 
     // Who sizes the gateway: the scale subresource, the autoscaler or the partitions.
     let mut sizing = ctx
@@ -273,6 +279,7 @@ async fn converge(
                 ctx.metrics.wrote("SchemaMigration");
             }
             obs.schema = Step::Ok(outcome.version);
+            obs.dedup_window = outcome.dedup_window;
         }
         Ok(Err(source)) => {
             let e = Error::Schema { target, source };

@@ -66,6 +66,8 @@ pub struct Observation {
     pub kafka: Step<i32>,
     /// Schema version recorded in ClickHouse.
     pub schema: Step<u32>,
+    /// The traces table's insert-deduplication window, when the schema step read it.
+    pub dedup_window: Option<u64>,
     pub desired_replicas: Option<i32>,
     pub config_hash: Option<String>,
     pub selector: Option<String>,
@@ -243,6 +245,10 @@ pub fn next(prev: &TracePipelineStatus, obs: &Observation, now: &Time) -> TraceP
             Step::Ok(v) => Some(i64::from(v)),
             _ => prev.schema_version,
         },
+        dedup_window: obs
+            .dedup_window
+            .map(|w| i64::try_from(w).unwrap_or(i64::MAX))
+            .or(prev.dedup_window),
         config_hash: obs.config_hash.clone().or_else(|| prev.config_hash.clone()),
         last_error: obs.failure().map(|(_, m)| m),
         autoscaling: match &obs.autoscaling {
@@ -290,6 +296,16 @@ pub fn events(prev: &TracePipelineStatus, next: &TracePipelineStatus) -> Vec<Eve
                 "traces table at schema version {} (was {})",
                 shown(next.schema_version),
                 shown(prev.schema_version)
+            ),
+        ));
+    }
+    if next.dedup_window != prev.dedup_window && next.dedup_window.is_some() {
+        out.push(normal(
+            "DedupWindowChanged",
+            format!(
+                "traces table deduplication window is {} blocks (was {})",
+                shown(next.dedup_window),
+                shown(prev.dedup_window)
             ),
         ));
     }
@@ -479,6 +495,31 @@ mod tests {
         assert_eq!(ready_of(&s3).status, "True");
         let reasons: Vec<&str> = events(&s2, &s3).iter().map(|e| e.reason).collect();
         assert_eq!(reasons, ["PipelineReady"]);
+    }
+
+    #[test]
+    fn the_deduplication_window_is_shown_and_its_changes_announced_once() {
+        let mut obs = healthy(1);
+        obs.dedup_window = Some(2_880);
+        let s1 = next(&TracePipelineStatus::default(), &obs, &at(0));
+        assert_eq!(s1.dedup_window, Some(2_880));
+        obs.dedup_window = Some(46_080);
+        let s2 = next(&s1, &obs, &at(10));
+        let window: Vec<_> = events(&s1, &s2)
+            .into_iter()
+            .filter(|e| e.reason == "DedupWindowChanged")
+            .collect();
+        assert_eq!(window.len(), 1);
+        assert!(
+            window[0].note.contains("46080 blocks (was 2880)"),
+            "{}",
+            window[0].note
+        );
+        assert!(events(&s2, &next(&s2, &obs, &at(20))).is_empty());
+        // A failed schema step reads nothing: the shown window stays.
+        let mut failed = healthy(1);
+        failed.schema = Step::NotRun;
+        assert_eq!(next(&s2, &failed, &at(30)).dedup_window, Some(46_080));
     }
 
     #[test]

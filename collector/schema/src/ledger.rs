@@ -5,6 +5,10 @@
 //! table name) and `version`. Rows are only ever inserted, under the schema lock. If
 //! a version somehow has several rows (which the lock exists to prevent), the
 //! earliest counts and `records` says how many there are, so it shows up in `status`.
+//!
+//! Version [`SETTINGS_VERSION`] (0) is not a migration: its rows record changes of table
+//! settings that are desired state rather than history (the deduplication window, see
+//! [`crate::dedup_window`]), one row per change, and are left out of [`read`].
 
 use serde::Deserialize;
 
@@ -17,6 +21,8 @@ use crate::model::TableOptions;
 
 /// Name of the ledger table, in the traces table's database.
 pub const LEDGER_TABLE: &str = "tracehouse_schema_migrations";
+/// The ledger version of setting changes (no migration has it).
+pub const SETTINGS_VERSION: u32 = 0;
 
 /// How a migration came to be recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +57,8 @@ pub struct AppliedRecord {
     pub applied_by: String,
     /// Rows recorded for this version; 1 unless something went wrong.
     pub records: u64,
+    /// The statements that ran (or would have), `;\n`-separated.
+    pub statements: String,
 }
 
 pub(crate) fn ledger_ident() -> Ident {
@@ -76,9 +84,11 @@ pub fn read_ledger_sql(opts: &TableOptions) -> String {
     format!(
         "SELECT version, argMin(name, ts) AS name, argMin(checksum, ts) AS checksum, \
          argMin(mode, ts) AS mode, toString(min(ts)) AS applied_at, \
-         argMin(applied_by, ts) AS applied_by, count() AS records \
-         FROM (SELECT version, name, checksum, mode, applied_by, applied_at AS ts \
-         FROM {}.{} WHERE target = {}) GROUP BY version ORDER BY version",
+         argMin(applied_by, ts) AS applied_by, count() AS records, \
+         argMin(statements, ts) AS statements \
+         FROM (SELECT version, name, checksum, mode, applied_by, statements, applied_at AS ts \
+         FROM {}.{} WHERE target = {} AND version != {SETTINGS_VERSION}) \
+         GROUP BY version ORDER BY version",
         opts.database,
         ledger_ident(),
         quote_str(opts.table.as_str()),

@@ -21,22 +21,39 @@
 //! 3. A new epoch is claimed only after reading the previous one as released or
 //!    expired, so a live holder is never displaced. Expiry compares `written_at`
 //!    (set by the server) with the server's `now64()`: applier clocks do not matter.
-//! 4. The holder renews (claims the next epoch with its own token, which also proves
-//!    it still holds the lock) before every migration, so no DDL starts on a lease
-//!    that was not just verified. Residual risk, as for any lease: a holder stalled
-//!    for longer than the lease *during* one statement could overlap the next holder;
-//!    the lease (default 2 min) dwarfs a metadata DDL, and every migration is
+//! 4. While held, a keeper task renews the lease every third of it (claims the next epoch
+//!    with the holder's own token, which also proves it still holds the lock), and the
+//!    applier verifies before every migration and before recording it. So a slow
+//!    statement (an `ALTER`, an `ON CLUSTER` DDL waiting on a host) never outlives its
+//!    lease while its process lives. Residual risk, as for any lease: a whole process
+//!    stalled for longer than the lease could overlap the next holder; every migration is
 //!    idempotent or adoption-checked, so even that cannot duplicate or lose data.
+//!
+//! Why the lock never leaks (issue 30, finding 7):
+//! 5. A [`SchemaLock`] is released on every exit path: [`SchemaLock::release`] on the
+//!    normal one; dropping it unreleased (a caller's deadline, a task aborted at shutdown)
+//!    stops the keeper and spawns the release on the current runtime. Only a dead process
+//!    leaves a live claim, and then (6) or the lease ends it.
+//! 6. A process that restarts with the same identity (the operator's pod name) takes its
+//!    dead predecessor's claim back at once; see [`crate::lock_decide`] for the rule and
+//!    why it is safe. Another identity waits for the lease, since that holder may live.
+//! 7. Only the *wait* is bounded ([`LockConfig::timeout`]); callers that need a deadline
+//!    on the held section must not drop it while statements run (the operator runs
+//!    `apply` in its own task and stops waiting for it, it never cancels it).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::RngCore;
 use serde::Deserialize;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use crate::client::Server;
 use crate::ddl::{merge_tree_engine, on_cluster};
 use crate::error::Error;
 use crate::ident::{Ident, quote_ident, quote_str};
+use crate::lock_decide::{self, Decision, Holder, Kind, Latest};
 use crate::model::{Engine, TableOptions};
 
 /// Name of the lock table, in the traces table's database.
@@ -47,13 +64,17 @@ pub const LOCK_DEDUP_WINDOW: u64 = 10_000;
 /// Lease and waiting behaviour.
 #[derive(Debug, Clone)]
 pub struct LockConfig {
-    /// How long a claim stays valid without renewal; a crashed applier blocks others
-    /// for at most this long.
+    /// How long a claim stays valid without renewal; a crashed applier of another
+    /// identity blocks others for at most this long.
     pub lease: Duration,
-    /// How long to wait for another applier before giving up with `LockTimeout`.
+    /// How long to wait for another applier before giving up with `LockTimeout`. Only
+    /// the wait: once held, nothing here times the holder out.
     pub timeout: Duration,
     /// First wait between polls; doubles up to two seconds.
     pub poll: Duration,
+    /// Renew the lease every third of it while held (rule 4). Off only in tests that
+    /// play a stalled holder.
+    pub keep_alive: bool,
 }
 
 impl Default for LockConfig {
@@ -63,6 +84,7 @@ impl Default for LockConfig {
             // Longer than the lease, so a dead holder's claim expires while we wait.
             timeout: Duration::from_secs(180),
             poll: Duration::from_millis(100),
+            keep_alive: true,
         }
     }
 }
@@ -85,21 +107,6 @@ pub fn create_lock_table(opts: &TableOptions) -> String {
         on_cluster(opts),
         merge_tree_engine(opts),
     )
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Acquire,
-    Release,
-}
-
-impl Kind {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Acquire => "acquire",
-            Self::Release => "release",
-        }
-    }
 }
 
 /// One claim: the insert whose deduplication token makes it the only row of `epoch`.
@@ -136,9 +143,9 @@ fn latest_sql(database: &Ident, scope: &str) -> String {
     )
 }
 
-fn epoch_tokens_sql(database: &Ident, scope: &str, epoch: u64) -> String {
+fn epoch_rows_sql(database: &Ident, scope: &str, epoch: u64) -> String {
     format!(
-        "SELECT token FROM {database}.{} WHERE scope = {} AND epoch = {epoch}",
+        "SELECT token, kind FROM {database}.{} WHERE scope = {} AND epoch = {epoch}",
         lock_ident(),
         quote_str(scope)
     )
@@ -153,71 +160,273 @@ struct LatestRow {
     live: u8,
 }
 
-#[derive(Debug, clickhouse::Row, Deserialize)]
-struct TokenRow {
-    token: String,
+impl From<LatestRow> for Latest {
+    fn from(r: LatestRow) -> Self {
+        Self {
+            epoch: r.epoch,
+            kind: Kind::parse(&r.kind),
+            token: r.token,
+            holder: Holder::parse(&r.holder),
+            live: r.live == 1,
+        }
+    }
 }
 
-/// A held schema lock. Release it with [`SchemaLock::release`]; if the process dies
-/// instead, the lease runs out on its own.
+#[derive(Debug, clickhouse::Row, Deserialize)]
+struct EpochRow {
+    token: String,
+    kind: String,
+}
+
+/// One acquisition's identity and the IO on its rows; shared with the keeper task.
 #[derive(Debug)]
-pub struct SchemaLock {
+struct Claimant {
     server: Server,
     database: Ident,
     scope: String,
+    /// Random per acquisition: which claims are ours.
     token: String,
-    holder: String,
+    holder: Holder,
     lease_ms: u64,
-    epoch: u64,
+}
+
+impl Claimant {
+    fn scope_name(&self) -> String {
+        format!("{}.{}", self.database, quote_ident(&self.scope))
+    }
+
+    fn lost(&self, latest: Option<&Latest>) -> Error {
+        Error::LockLost {
+            scope: self.scope_name(),
+            holder: latest.map_or_else(
+                || "nobody visible".into(),
+                |l| l.holder.identity().to_string(),
+            ),
+        }
+    }
+
+    async fn latest(&self) -> Result<Option<Latest>, Error> {
+        let rows: Vec<LatestRow> = self
+            .server
+            .fetch_all(
+                "read the schema lock",
+                &latest_sql(&self.database, &self.scope),
+            )
+            .await?;
+        Ok(rows.into_iter().next().map(Latest::from))
+    }
+
+    /// Inserts our row for `epoch` and reports whether it is the one that was kept.
+    async fn claim(&self, epoch: u64, kind: Kind) -> Result<bool, Error> {
+        let sql = claim_sql(
+            &self.database,
+            &self.scope,
+            epoch,
+            kind,
+            &self.token,
+            &self.holder.column(),
+            self.lease_ms,
+        );
+        self.server.execute("claim the schema lock", &sql).await?;
+        let rows: Vec<EpochRow> = self
+            .server
+            .fetch_all(
+                "read back the schema lock",
+                &epoch_rows_sql(&self.database, &self.scope, epoch),
+            )
+            .await?;
+        match rows.as_slice() {
+            // Our token with the other kind (a renewal that landed before our release)
+            // is not the row we asked for: the caller looks again.
+            [only] => Ok(only.token == self.token && only.kind == kind.as_str()),
+            // A replica that has not seen the winner's row yet: not ours, look again.
+            [] => Ok(false),
+            many => Err(Error::Protocol(format!(
+                "the schema lock table holds {} rows for epoch {epoch} of {:?}: insert \
+                 deduplication is not working on {}.{}, so the lock cannot be trusted",
+                many.len(),
+                self.scope,
+                self.database,
+                lock_ident()
+            ))),
+        }
+    }
+
+    async fn verify(&self) -> Result<(), Error> {
+        let latest = self.latest().await?;
+        if lock_decide::holds(latest.as_ref(), &self.token) {
+            Ok(())
+        } else {
+            Err(self.lost(latest.as_ref()))
+        }
+    }
+
+    async fn renew(&self) -> Result<(), Error> {
+        let latest = self.latest().await?;
+        match &latest {
+            Some(l) if lock_decide::holds(latest.as_ref(), &self.token) => {
+                if self.claim(l.epoch + 1, Kind::Acquire).await? {
+                    Ok(())
+                } else {
+                    let now = self.latest().await?;
+                    Err(self.lost(now.as_ref()))
+                }
+            }
+            _ => Err(self.lost(latest.as_ref())),
+        }
+    }
+
+    /// Best effort: if our claim is no longer the latest row, there is nothing of ours
+    /// left to release. Looks again when a row of ours raced the release (bounded).
+    async fn release(&self) -> Result<(), Error> {
+        for _ in 0..3 {
+            let latest = self.latest().await?;
+            let Some(l) = latest
+                .as_ref()
+                .filter(|_| lock_decide::ours_to_release(latest.as_ref(), &self.token))
+            else {
+                tracing::warn!(scope = %self.scope, "schema lock was no longer ours to release");
+                return Ok(());
+            };
+            if self.claim(l.epoch + 1, Kind::Release).await? {
+                tracing::info!(scope = %self.scope, "schema lock released");
+                return Ok(());
+            }
+        }
+        Err(Error::Protocol(format!(
+            "could not release the schema lock on {}: every release lost its epoch",
+            self.scope_name()
+        )))
+    }
+}
+
+/// The task that renews a held lease (rule 4) until told to stop.
+#[derive(Debug)]
+struct Keeper {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Keeper {
+    fn start(claimant: Arc<Claimant>, every: Duration) -> Self {
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    // A send or a dropped sender: either way, stop.
+                    _ = stopped.changed() => return,
+                    () = tokio::time::sleep(every) => {}
+                }
+                match claimant.renew().await {
+                    Ok(()) => tracing::debug!(scope = %claimant.scope, "schema lock lease renewed"),
+                    Err(e @ Error::LockLost { .. }) => {
+                        // The applier finds out at its next verify and stops.
+                        tracing::error!(error = %e, "schema lock lost while held");
+                        return;
+                    }
+                    // Transient: the lease still has two thirds to run; try again.
+                    Err(e) => tracing::warn!(error = %e, "could not renew the schema lock lease"),
+                }
+            }
+        });
+        Self { stop, task }
+    }
+
+    /// Stops renewing and waits for a renewal in flight, so no claim of ours lands
+    /// after what the caller does next.
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// A held schema lock. Release it with [`SchemaLock::release`]; dropping it unreleased
+/// releases it in the background (rule 5); if the process dies instead, the lease runs
+/// out on its own, or the same identity takes it back at once (rule 6).
+#[derive(Debug)]
+pub struct SchemaLock {
+    claimant: Arc<Claimant>,
+    keeper: Option<Keeper>,
+    released: bool,
 }
 
 impl SchemaLock {
     /// Waits until the lock on `opts.table` is free and takes it, or fails with
-    /// [`Error::LockTimeout`] naming the holder. `holder` is free text for humans.
+    /// [`Error::LockTimeout`] naming the holder. `identity` names this applier; it must
+    /// be unique among live appliers (a pod name, `host/pid`), see rule 6.
     pub async fn acquire(
         server: &Server,
         opts: &TableOptions,
-        holder: &str,
+        identity: &str,
+        config: &LockConfig,
+    ) -> Result<Self, Error> {
+        Self::acquire_as(server, opts, Holder::this_process(identity), config).await
+    }
+
+    /// [`SchemaLock::acquire`] as an explicit holder (tests play other processes).
+    pub async fn acquire_as(
+        server: &Server,
+        opts: &TableOptions,
+        holder: Holder,
         config: &LockConfig,
     ) -> Result<Self, Error> {
         let mut token_bytes = [0u8; 16];
         rand::rng().fill_bytes(&mut token_bytes);
-        let mut lock = Self {
+        let claimant = Claimant {
             server: server.clone(),
             database: opts.database.clone(),
             scope: opts.table.as_str().to_string(),
             token: token_bytes.iter().map(|b| format!("{b:02x}")).collect(),
-            holder: holder.to_string(),
+            holder,
             lease_ms: u64::try_from(config.lease.as_millis())
                 .unwrap_or(u64::MAX)
                 .max(1),
-            epoch: 0,
         };
         let started = Instant::now();
         let mut wait = config.poll;
         loop {
-            let latest = lock.latest().await?;
-            let free_epoch = match &latest {
-                None => Some(1),
-                Some(r) if r.kind == Kind::Release.as_str() || r.live == 0 => Some(r.epoch + 1),
-                Some(_) => None,
+            let latest = claimant.latest().await?;
+            let holder = match lock_decide::decide(latest.as_ref(), &claimant.holder) {
+                Decision::Claim { epoch, taking_over } => {
+                    if claimant.claim(epoch, Kind::Acquire).await? {
+                        match taking_over {
+                            Some(dead) => tracing::warn!(
+                                scope = %claimant.scope, epoch, predecessor = %dead,
+                                "schema lock taken back from a dead process of the same identity"
+                            ),
+                            None => {
+                                tracing::info!(scope = %claimant.scope, epoch, "schema lock acquired")
+                            }
+                        }
+                        let claimant = Arc::new(claimant);
+                        let keeper = config.keep_alive.then(|| {
+                            Keeper::start(
+                                claimant.clone(),
+                                (config.lease / 3).max(Duration::from_millis(50)),
+                            )
+                        });
+                        return Ok(Self {
+                            claimant,
+                            keeper,
+                            released: false,
+                        });
+                    }
+                    // Lost the race for the free epoch.
+                    None
+                }
+                Decision::Wait { holder } => Some(holder),
             };
-            if let Some(epoch) = free_epoch
-                && lock.claim(epoch, Kind::Acquire).await?
-            {
-                lock.epoch = epoch;
-                tracing::info!(scope = %lock.scope, epoch, "schema lock acquired");
-                return Ok(lock);
-            }
-            // Held by someone else, or we lost the race for the free epoch.
             let elapsed = started.elapsed();
             if elapsed >= config.timeout {
-                let holder = match lock.latest().await? {
-                    Some(r) => r.holder,
-                    None => "nobody visible".into(),
+                let holder = match holder {
+                    Some(h) => h,
+                    None => claimant.latest().await?.map_or_else(
+                        || "nobody visible".into(),
+                        |l| l.holder.identity().to_string(),
+                    ),
                 };
                 return Err(Error::LockTimeout {
-                    scope: format!("{}.{}", lock.database, quote_ident(&lock.scope)),
+                    scope: claimant.scope_name(),
                     waited: elapsed,
                     holder,
                 });
@@ -230,91 +439,55 @@ impl SchemaLock {
     /// Proves the lock is still ours and starts a fresh lease; [`Error::LockLost`]
     /// if the lease ran out and someone else took it.
     pub async fn renew(&mut self) -> Result<(), Error> {
-        self.verify().await?;
-        if self.claim(self.epoch + 1, Kind::Acquire).await? {
-            self.epoch += 1;
-            Ok(())
-        } else {
-            let latest = self.latest().await?;
-            Err(self.lost(latest))
-        }
+        self.claimant.renew().await
     }
 
     /// Fails with [`Error::LockLost`] unless the lock is still ours and unexpired.
     pub async fn verify(&self) -> Result<(), Error> {
-        match self.latest().await? {
-            Some(r) if r.epoch == self.epoch && r.token == self.token && r.live == 1 => Ok(()),
-            other => Err(self.lost(other)),
-        }
+        self.claimant.verify().await
     }
 
-    /// Hands the lock back. Best effort: if our lease already ran out, there is
-    /// nothing of ours left to release.
-    pub async fn release(self) -> Result<(), Error> {
-        match self.latest().await? {
-            Some(r) if r.epoch == self.epoch && r.token == self.token => {
-                self.claim(self.epoch + 1, Kind::Release).await?;
-                tracing::info!(scope = %self.scope, "schema lock released");
-            }
-            _ => tracing::warn!(scope = %self.scope, "schema lock was no longer ours to release"),
+    /// Hands the lock back. Best effort: if our lease already ran out and someone took
+    /// it, there is nothing of ours left to release.
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.released = true;
+        if let Some(keeper) = self.keeper.take() {
+            keeper.stop().await;
         }
-        Ok(())
+        self.claimant.release().await
     }
 
-    /// This holder's random token (recorded in the ledger next to what it applied).
+    /// This acquisition's random token (recorded in the ledger next to what it applied).
     pub fn token(&self) -> &str {
-        &self.token
+        &self.claimant.token
     }
+}
 
-    fn lost(&self, latest: Option<LatestRow>) -> Error {
-        Error::LockLost {
-            scope: format!("{}.{}", self.database, quote_ident(&self.scope)),
-            holder: latest.map_or_else(|| "nobody visible".into(), |r| r.holder),
+/// Rule 5: a lock dropped unreleased is released in the background.
+impl Drop for SchemaLock {
+    fn drop(&mut self) {
+        if self.released {
+            return;
         }
-    }
-
-    async fn latest(&self) -> Result<Option<LatestRow>, Error> {
-        let rows: Vec<LatestRow> = self
-            .server
-            .fetch_all(
-                "read the schema lock",
-                &latest_sql(&self.database, &self.scope),
-            )
-            .await?;
-        Ok(rows.into_iter().next())
-    }
-
-    /// Inserts our row for `epoch` and reports whether it is the one that was kept.
-    async fn claim(&self, epoch: u64, kind: Kind) -> Result<bool, Error> {
-        let sql = claim_sql(
-            &self.database,
-            &self.scope,
-            epoch,
-            kind,
-            &self.token,
-            &self.holder,
-            self.lease_ms,
-        );
-        self.server.execute("claim the schema lock", &sql).await?;
-        let rows: Vec<TokenRow> = self
-            .server
-            .fetch_all(
-                "read back the schema lock",
-                &epoch_tokens_sql(&self.database, &self.scope, epoch),
-            )
-            .await?;
-        match rows.as_slice() {
-            [only] => Ok(only.token == self.token),
-            // A replica that has not seen the winner's row yet: not ours, look again.
-            [] => Ok(false),
-            many => Err(Error::Protocol(format!(
-                "the schema lock table holds {} rows for epoch {epoch} of {:?}: insert \
-                 deduplication is not working on {}.{}, so the lock cannot be trusted",
-                many.len(),
-                self.scope,
-                self.database,
-                lock_ident()
-            ))),
+        let keeper = self.keeper.take();
+        let claimant = self.claimant.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                tracing::warn!(scope = %claimant.scope, "schema lock dropped while held: releasing it");
+                runtime.spawn(async move {
+                    if let Some(k) = keeper {
+                        k.stop().await;
+                    }
+                    if let Err(e) = claimant.release().await {
+                        tracing::warn!(error = %e, "could not release a dropped schema lock; its lease runs out");
+                    }
+                });
+            }
+            Err(_) => {
+                // No runtime left (process exit): the keeper died with it; rule 6 or the
+                // lease ends the claim.
+                tracing::warn!(scope = %claimant.scope, "schema lock dropped without a runtime; its lease runs out");
+            }
         }
     }
 }

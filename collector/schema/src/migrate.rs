@@ -4,13 +4,23 @@
 //! `apply` creates the bookkeeping tables if needed, takes the schema lock, reads the
 //! ledger again under it, and then runs or adopts each pending migration in order,
 //! recording each one right after it succeeds.
+//!
+//! After the migrations, `apply` brings the deduplication window to
+//! [`TableOptions::dedup_window`] (`ALTER TABLE … MODIFY SETTING`, only on the tables
+//! whose window differs, so it is idempotent), recorded in the ledger as a setting
+//! change ([`ledger::SETTINGS_VERSION`]). The window is desired state, not history:
+//! migration 5 recorded with another window still counts as applied (its recorded text
+//! equals ours but for the number), so changing the window never reads as an edited
+//! migration.
 
 use std::time::Instant;
 
 use crate::adopt::{self, Verdict};
 use crate::client::Server;
 use crate::ddl;
+use crate::dedup_window;
 use crate::error::Error;
+use crate::ident::{Ident, quote_str};
 use crate::ledger::{self, AppliedRecord, Mode, RecordContext};
 use crate::lock::{self, LockConfig, SchemaLock};
 use crate::migrations::{self, Rendered};
@@ -50,7 +60,23 @@ pub struct Status {
     pub migrations: Vec<MigrationStatus>,
     /// Ledger rows for versions this binary does not know (a newer release).
     pub unknown: Vec<AppliedRecord>,
+    /// The deduplication window; `None` for an engine without one (`Null`).
+    pub window: Option<WindowStatus>,
     target: String,
+}
+
+/// Where the deduplication window stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowStatus {
+    /// The engine's setting (`non_replicated_deduplication_window`, …).
+    pub setting: &'static str,
+    /// What the options ask for.
+    pub desired: u64,
+    /// The traces table's window now (its setting or the engine default); `None` while
+    /// the table does not exist.
+    pub current: Option<u64>,
+    /// What `apply` runs to bring every table to `desired`; empty when none differs.
+    pub changes: Vec<String>,
 }
 
 impl Status {
@@ -62,9 +88,12 @@ impl Status {
         })
     }
 
-    /// True when every known migration is recorded and nothing is amiss.
+    /// True when every known migration is recorded, the window is as asked, and
+    /// nothing is amiss.
     pub fn is_up_to_date(&self) -> bool {
-        self.pending().next().is_none() && self.check().is_ok()
+        self.pending().next().is_none()
+            && self.window.as_ref().is_none_or(|w| w.changes.is_empty())
+            && self.check().is_ok()
     }
 
     /// The first reason `apply` would refuse to run, if any.
@@ -112,7 +141,9 @@ pub async fn status(server: &Server, opts: &TableOptions) -> Result<Status, Erro
     let mut out = Vec::with_capacity(rendered.len());
     for m in rendered {
         let state = match records.iter().find(|r| r.version == m.version) {
-            Some(r) if r.checksum == m.checksum => State::Applied(r.clone()),
+            Some(r) if r.checksum == m.checksum || same_but_window(r, &m) => {
+                State::Applied(r.clone())
+            }
             Some(r) => State::ChecksumMismatch(r.clone()),
             None => State::Pending(pending_action(server, opts, &m).await?),
         };
@@ -125,8 +156,80 @@ pub async fn status(server: &Server, opts: &TableOptions) -> Result<Status, Erro
     Ok(Status {
         migrations: out,
         unknown: records.into_iter().filter(|r| r.version > known).collect(),
+        window: window_status(server, opts).await?,
         target: format!("{}.{}", opts.database, opts.table),
     })
+}
+
+/// A recorded migration whose text differs from ours only in a window number.
+fn same_but_window(recorded: &AppliedRecord, m: &Rendered) -> bool {
+    !m.statements.is_empty()
+        && recorded.statements.contains("deduplication_window = ")
+        && dedup_window::without_window_values(&recorded.statements)
+            == dedup_window::without_window_values(&m.statements.join(";\n"))
+}
+
+#[derive(Debug, clickhouse::Row, serde::Deserialize)]
+struct CreateRow {
+    name: String,
+    create_table_query: String,
+}
+
+/// `(name, create_table_query)` of those of `names` that exist in the database.
+pub(crate) async fn create_queries(
+    server: &Server,
+    database: &Ident,
+    names: &[Ident],
+) -> Result<Vec<(Ident, String)>, Error> {
+    let list = names
+        .iter()
+        .map(|n| quote_str(n.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let rows: Vec<CreateRow> = server
+        .fetch_all(
+            "read the table settings",
+            &format!(
+                "SELECT name, create_table_query FROM system.tables \
+                 WHERE database = {} AND name IN ({list})",
+                quote_str(database.as_str())
+            ),
+        )
+        .await?;
+    Ok(names
+        .iter()
+        .filter_map(|n| {
+            rows.iter()
+                .find(|r| r.name == n.as_str())
+                .map(|r| (n.clone(), r.create_table_query.clone()))
+        })
+        .collect())
+}
+
+/// Where the window of the traces table and its lookup table stands. Read-only.
+pub async fn window_status(
+    server: &Server,
+    opts: &TableOptions,
+) -> Result<Option<WindowStatus>, Error> {
+    let Some(desired) = dedup_window::desired_setting(opts) else {
+        return Ok(None);
+    };
+    let tables = create_queries(
+        server,
+        &opts.database,
+        &[opts.table.clone(), opts.lookup_table()?],
+    )
+    .await?;
+    let current = tables
+        .iter()
+        .find(|(n, _)| n == &opts.table)
+        .map(|(_, q)| dedup_window::current_window(desired.name, q));
+    Ok(Some(WindowStatus {
+        setting: desired.name,
+        desired: desired.value,
+        current,
+        changes: dedup_window::change_statements(opts, &desired, &tables),
+    }))
 }
 
 async fn pending_action(
@@ -312,5 +415,70 @@ async fn apply_locked(
             notes,
         });
     }
+    let stopped_early = options
+        .up_to
+        .is_some_and(|v| v < migrations::LATEST_VERSION);
+    if !stopped_early && let Some(changed) = set_window(server, opts, options, lock).await? {
+        done.push(changed);
+    }
     Ok(done)
+}
+
+/// The name of a window change in the ledger and the report.
+pub const SET_WINDOW: &str = "set_deduplication_window";
+
+/// Brings every table's window to the options' (read again under the lock), recorded.
+async fn set_window(
+    server: &Server,
+    opts: &TableOptions,
+    options: &ApplyOptions,
+    lock: &mut SchemaLock,
+) -> Result<Option<Applied>, Error> {
+    let Some(window) = window_status(server, opts).await? else {
+        return Ok(None);
+    };
+    if window.changes.is_empty() {
+        return Ok(None);
+    }
+    lock.renew().await?;
+    let started = Instant::now();
+    for sql in &window.changes {
+        server
+            .execute("change the deduplication window", sql)
+            .await?;
+    }
+    lock.verify().await?;
+    let change = Rendered {
+        version: ledger::SETTINGS_VERSION,
+        name: SET_WINDOW,
+        checksum: migrations::checksum(&window.changes),
+        statements: window.changes.clone(),
+        creates: None,
+    };
+    let ctx = RecordContext {
+        applied_by: &options.applied_by,
+        lock_token: lock.token(),
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    };
+    server
+        .execute(
+            "record the window change in the ledger",
+            &ledger::record_sql(opts, &change, Mode::Applied, &ctx),
+        )
+        .await?;
+    let note = format!(
+        "{} {} -> {}",
+        window.setting,
+        window
+            .current
+            .map_or_else(|| "unset".to_string(), |c| c.to_string()),
+        window.desired
+    );
+    tracing::info!(%note, "deduplication window changed");
+    Ok(Some(Applied {
+        version: ledger::SETTINGS_VERSION,
+        name: SET_WINDOW,
+        mode: Mode::Applied,
+        notes: vec![note],
+    }))
 }

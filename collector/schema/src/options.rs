@@ -15,7 +15,9 @@ pub const DEFAULT_DATABASE: &str = "otel";
 pub const DEFAULT_TABLE: &str = "otel_traces";
 /// Default `non_replicated_deduplication_window`: how many recent insert blocks a
 /// plain MergeTree remembers so a retried insert with the same
-/// `insert_deduplication_token` is dropped. 1000 matches the replicated default.
+/// `insert_deduplication_token` is dropped. Enough for about two partitions at a 1 s
+/// linger: a floor, which the operator raises to what the pipeline needs
+/// ([`crate::dedup_window`]); the CLI's `--dedup-window` sets it directly.
 pub const DEFAULT_DEDUP_WINDOW: u64 = 1000;
 
 /// How span and resource attributes are stored: the one definition of the attributes
@@ -223,8 +225,10 @@ pub struct TableOptions {
     pub attribute_keys_columns: bool,
     pub engine: Engine,
     pub ttl: Option<Ttl>,
-    /// `non_replicated_deduplication_window` for plain MergeTree (0 disables
-    /// deduplication of retried inserts). Not used by the other engines.
+    /// The insert-deduplication window to keep (0 disables deduplication of retried
+    /// inserts): `non_replicated_deduplication_window` on plain MergeTree,
+    /// `replicated_deduplication_window` (never below its default) on replicated tables.
+    /// `apply` changes it on existing tables too; see [`crate::dedup_window`].
     pub dedup_window: u64,
 }
 

@@ -42,6 +42,7 @@ fn quick(lease: Duration, timeout: Duration) -> LockConfig {
         lease,
         timeout,
         poll: Duration::from_millis(20),
+        keep_alive: true,
     }
 }
 
@@ -228,12 +229,15 @@ async fn an_expired_lease_is_taken_over_and_the_old_holder_learns_it_lost() {
     let ch = connect("lock_expiry");
     let opts = ch.opts();
     prepare_lock_table(&ch, &opts).await;
-    // A takes a one-second lease and "stalls" (never renews).
+    // A takes a one-second lease and "stalls" (a stopped process: nothing renews).
     let mut a = SchemaLock::acquire(
         &ch.server,
         &opts,
         "stalled-A",
-        &quick(Duration::from_secs(1), Duration::from_secs(5)),
+        &LockConfig {
+            keep_alive: false,
+            ..quick(Duration::from_secs(1), Duration::from_secs(5))
+        },
     )
     .await
     .unwrap();

@@ -237,7 +237,9 @@ pub struct SchemaSpec {
     #[schemars(regex(pattern = r"^[0-9]{1,9}[dhms]?$"))]
     pub ttl: Option<String>,
     /// How many recent insert blocks MergeTree remembers so a retried insert is not
-    /// stored twice (0 disables deduplication).
+    /// stored twice, at least: the operator raises it to what the topics' partitions need
+    /// (360 per partition at a 1 s linger) and keeps the table at it as they grow; the
+    /// window in effect is in `status.dedupWindow`. 0 disables deduplication.
     #[serde(default = "default_dedup_window")]
     #[schemars(range(min = 0, max = 1_000_000))]
     pub dedup_window: i64,

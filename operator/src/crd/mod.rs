@@ -384,6 +384,10 @@ pub struct TracePipelineStatus {
     /// Latest schema migration recorded for the traces table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema_version: Option<i64>,
+    /// The traces table's insert-deduplication window (blocks), as the operator last read
+    /// it: `spec.clickhouse.schema.dedupWindow` raised to what the partitions need.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup_window: Option<i64>,
     /// Hash of the collector configuration the gateway runs; changes roll the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_hash: Option<String>,

@@ -1,0 +1,331 @@
+//! The traces table's insert-deduplication window: how large a pipeline needs it, which
+//! table setting carries it on each engine, and the statements that change it. Pure.
+//!
+//! ## Why it must be sized (issue 30, finding 6)
+//!
+//! A replayed batch is dropped as a duplicate only while its token is still among the
+//! last `W` blocks the table remembers, and that count is **table-wide**: every block any
+//! partition inserts pushes the oldest token out. Each active partition inserts at least
+//! one block per `linger` (the timer cuts a batch even when few records came), so in a
+//! time `H`, `P` partitions insert at least `P × H / linger` blocks. A block whose rows
+//! fall on two days (the table is `PARTITION BY toDate(Timestamp)`) is stored as two parts
+//! with two tokens, so a block counts twice at worst. The token must survive until the
+//! latest moment it can come back:
+//!
+//! - `session timeout`: a consumer killed with -9 keeps its partitions until the group
+//!   coordinator gives up on it (30 s, `session.timeout.ms`); only then does the next owner
+//!   replay its last batches;
+//! - `retry horizon`: how much later a batch may still be sent again — the new owner's
+//!   catch-up, a held batch waiting for its cut to be recorded, a replayed batch waiting up
+//!   to `REPLAY_LINGER` (30 s) for its recorded end, an old owner's insert retries. 60 s by
+//!   default.
+//!
+//! ```text
+//! W = safety × parts_per_block × P × ceil((session_timeout + retry_horizon) / linger)
+//!   = 2 × 2 × P × ceil(90 s / 1 s)   at the defaults
+//!   = 360 × P                        (8 partitions: 2 880; 128 partitions: 46 080)
+//! ```
+//!
+//! The old fixed 1 000 covered `P ≤ 2` at these figures; the kill -9 runs on 128
+//! partitions in issue 30 duplicated 1 600 and 2 000 spans with it. The window is clamped
+//! to [`MAX_WINDOW`]. A bigger window costs little: a plain MergeTree keeps one hash per
+//! block in memory and in its `deduplication_logs` file (tens of bytes each, ~5 MB at a
+//! 100 000-block window); a replicated table keeps them in Keeper, which is why its
+//! window is never lowered below the server's default of 10 000 blocks.
+//!
+//! More collectors or pipelines writing the same table share its window: size it for
+//! the sum of their partitions.
+
+use std::time::Duration;
+
+use crate::ident::Ident;
+use crate::model::{Engine, TableOptions};
+
+/// `session.timeout.ms` of the collector's consumer.
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
+/// How much later than its first send a batch may still be sent again (see the module).
+pub const DEFAULT_RETRY_HORIZON: Duration = Duration::from_secs(60);
+/// Headroom over the arithmetic: more than one block per linger at high rates, uneven
+/// partitions, a slow rebalance.
+pub const DEFAULT_SAFETY: u64 = 2;
+/// A block whose rows span midnight is stored as two parts, each with its own token.
+pub const PARTS_PER_BLOCK: u64 = 2;
+/// The largest window we set (the `TracePipeline`'s `dedupWindow` accepts up to this).
+pub const MAX_WINDOW: u64 = 1_000_000;
+/// ClickHouse's default `replicated_deduplication_window` (26.9): a floor we never lower.
+pub const REPLICATED_DEFAULT_WINDOW: u64 = 10_000;
+
+/// The setting that holds the window of a plain MergeTree.
+pub const NON_REPLICATED_SETTING: &str = "non_replicated_deduplication_window";
+/// The setting that holds the window of a ReplicatedMergeTree.
+pub const REPLICATED_SETTING: &str = "replicated_deduplication_window";
+
+/// What the window depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PipelineShape {
+    /// Partitions of every topic that writes into the table, summed.
+    pub partitions: u64,
+    /// The batch linger (`batch.linger_ms`): the longest a partition goes without a block.
+    pub linger: Duration,
+    pub session_timeout: Duration,
+    pub retry_horizon: Duration,
+    pub safety: u64,
+}
+
+impl PipelineShape {
+    /// `partitions` and `linger` with the default timeouts and safety factor.
+    pub fn new(partitions: u64, linger: Duration) -> Self {
+        Self {
+            partitions,
+            linger,
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            retry_horizon: DEFAULT_RETRY_HORIZON,
+            safety: DEFAULT_SAFETY,
+        }
+    }
+
+    /// The window this pipeline needs (the formula of the module header), in
+    /// `1..=MAX_WINDOW`.
+    pub fn required_window(&self) -> u64 {
+        let horizon_ms = (self.session_timeout + self.retry_horizon).as_millis();
+        // A zero linger still cuts at most one batch per millisecond of timer resolution.
+        let linger_ms = self.linger.as_millis().max(1);
+        let lingers = u64::try_from(horizon_ms.div_ceil(linger_ms)).unwrap_or(u64::MAX);
+        self.safety
+            .max(1)
+            .saturating_mul(PARTS_PER_BLOCK)
+            .saturating_mul(self.partitions.max(1))
+            .saturating_mul(lingers.max(1))
+            .min(MAX_WINDOW)
+    }
+}
+
+/// The window to set, from what the user asked (`requested`: a floor; 0 turns
+/// deduplication off) and what the pipeline needs.
+pub fn effective_window(requested: u64, required: u64) -> u64 {
+    if requested == 0 {
+        0
+    } else {
+        requested.max(required).min(MAX_WINDOW)
+    }
+}
+
+/// One deduplication setting of one table, as the engine names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowSetting {
+    pub name: &'static str,
+    pub value: u64,
+}
+
+/// The window setting `opts` asks for on its engine, if the engine has one: the plain
+/// window as given; a replicated one never below the server's default; none for `Null`.
+pub fn desired_setting(opts: &TableOptions) -> Option<WindowSetting> {
+    match opts.engine {
+        Engine::MergeTree => Some(WindowSetting {
+            name: NON_REPLICATED_SETTING,
+            value: opts.dedup_window,
+        }),
+        Engine::Replicated(_) => Some(WindowSetting {
+            name: REPLICATED_SETTING,
+            value: opts.dedup_window.max(REPLICATED_DEFAULT_WINDOW),
+        }),
+        Engine::Null => None,
+    }
+}
+
+/// The value of `name` in a `SETTINGS` clause of a `CREATE TABLE` statement (as
+/// `system.tables.create_table_query` shows it), if set there.
+pub fn setting_in(create_query: &str, name: &str) -> Option<u64> {
+    let at = create_query.rfind(" SETTINGS ")?;
+    create_query[at + " SETTINGS ".len()..]
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| k.trim() == name)
+        .and_then(|(_, v)| v.trim().parse().ok())
+}
+
+/// The window a table has: its own setting, or the engine's server default when unset.
+pub fn current_window(setting: &str, create_query: &str) -> u64 {
+    setting_in(create_query, setting).unwrap_or(if setting == REPLICATED_SETTING {
+        REPLICATED_DEFAULT_WINDOW
+    } else {
+        0
+    })
+}
+
+/// `ALTER TABLE … MODIFY SETTING` for each table whose window differs from `desired`;
+/// `tables` pairs each table (traces, lookup) with its `create_table_query`. Empty when
+/// nothing differs, so running the result is idempotent.
+pub fn change_statements(
+    opts: &TableOptions,
+    desired: &WindowSetting,
+    tables: &[(Ident, String)],
+) -> Vec<String> {
+    tables
+        .iter()
+        .filter(|(_, create)| current_window(desired.name, create) != desired.value)
+        .map(|(table, _)| {
+            format!(
+                "ALTER TABLE {}.{table}{} MODIFY SETTING {} = {}",
+                opts.database,
+                crate::ddl::on_cluster(opts),
+                desired.name,
+                desired.value
+            )
+        })
+        .collect()
+}
+
+/// The text of a window statement with its number blanked: migration 5 recorded with
+/// another window is the same migration (the window is desired state, changed by
+/// [`change_statements`], not history).
+pub fn without_window_values(statements: &str) -> String {
+    let mut out = String::with_capacity(statements.len());
+    let mut rest = statements;
+    while let Some(at) = rest.find("deduplication_window = ") {
+        let end = at + "deduplication_window = ".len();
+        out.push_str(&rest[..end]);
+        out.push('N');
+        rest = rest[end..].trim_start_matches(|c: char| c.is_ascii_digit());
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Replication;
+
+    fn opts() -> TableOptions {
+        TableOptions::new(
+            Ident::new("database", "otel").unwrap(),
+            Ident::new("table", "otel_traces").unwrap(),
+        )
+    }
+
+    #[test]
+    fn the_window_grows_with_partitions_and_the_horizon_and_shrinks_with_linger() {
+        let at = |p: u64, linger_ms: u64| {
+            PipelineShape::new(p, Duration::from_millis(linger_ms)).required_window()
+        };
+        // The figures the module header quotes.
+        assert_eq!(at(1, 1_000), 360);
+        assert_eq!(at(8, 1_000), 2_880);
+        assert_eq!(at(128, 1_000), 46_080);
+        // Issue 30's case: 128 partitions at the old fixed 1 000 was 46× too small.
+        assert!(at(128, 1_000) > 46 * 1_000);
+        assert_eq!(
+            at(8, 100),
+            28_800,
+            "ten times the blocks at a tenth of the linger"
+        );
+        assert_eq!(at(8, 7_000), 8 * 4 * 13, "ceil(90 / 7) lingers");
+        let mut long = PipelineShape::new(8, Duration::from_secs(1));
+        long.retry_horizon = Duration::from_secs(270);
+        assert_eq!(long.required_window(), 8 * 4 * 300);
+    }
+
+    #[test]
+    fn the_window_is_bounded_and_never_zero() {
+        assert_eq!(
+            PipelineShape::new(100_000, Duration::ZERO).required_window(),
+            MAX_WINDOW
+        );
+        assert_eq!(
+            PipelineShape::new(0, Duration::from_secs(1)).required_window(),
+            360
+        );
+        let mut no_safety = PipelineShape::new(1, Duration::from_secs(3_600));
+        no_safety.safety = 0;
+        assert_eq!(no_safety.required_window(), 2);
+    }
+
+    #[test]
+    fn a_requested_window_is_a_floor_and_zero_turns_deduplication_off() {
+        assert_eq!(effective_window(1_000, 46_080), 46_080);
+        assert_eq!(effective_window(100_000, 46_080), 100_000);
+        assert_eq!(effective_window(0, 46_080), 0);
+        assert_eq!(effective_window(5_000_000, 1), MAX_WINDOW);
+    }
+
+    #[test]
+    fn each_engine_names_its_own_setting_and_replicated_never_goes_below_the_default() {
+        let mut o = opts();
+        o.dedup_window = 2_880;
+        assert_eq!(
+            desired_setting(&o),
+            Some(WindowSetting {
+                name: NON_REPLICATED_SETTING,
+                value: 2_880
+            })
+        );
+        o.engine = Engine::Replicated(Replication {
+            cluster: Ident::new("cluster", "c").unwrap(),
+            zk_path: Replication::DEFAULT_ZK_PATH.into(),
+            replica: Replication::DEFAULT_REPLICA.into(),
+        });
+        assert_eq!(
+            desired_setting(&o).unwrap().value,
+            REPLICATED_DEFAULT_WINDOW
+        );
+        o.dedup_window = 46_080;
+        assert_eq!(desired_setting(&o).unwrap().name, REPLICATED_SETTING);
+        assert_eq!(desired_setting(&o).unwrap().value, 46_080);
+        o.engine = Engine::Null;
+        assert_eq!(desired_setting(&o), None);
+    }
+
+    #[test]
+    fn settings_are_read_from_the_create_statement_with_engine_defaults() {
+        let q = "CREATE TABLE otel.t (`a` UInt8) ENGINE = MergeTree ORDER BY a \
+                 SETTINGS index_granularity = 8192, non_replicated_deduplication_window = 1000";
+        assert_eq!(setting_in(q, NON_REPLICATED_SETTING), Some(1000));
+        assert_eq!(setting_in(q, "index_granularity"), Some(8192));
+        assert_eq!(setting_in(q, REPLICATED_SETTING), None);
+        assert_eq!(
+            current_window(REPLICATED_SETTING, q),
+            REPLICATED_DEFAULT_WINDOW
+        );
+        let bare = "CREATE TABLE otel.t (`a` UInt8) ENGINE = MergeTree ORDER BY a";
+        assert_eq!(current_window(NON_REPLICATED_SETTING, bare), 0);
+    }
+
+    #[test]
+    fn only_tables_whose_window_differs_are_altered() {
+        let o = opts();
+        let want = WindowSetting {
+            name: NON_REPLICATED_SETTING,
+            value: 2_880,
+        };
+        let t = |name: &str, window: u64| {
+            (
+                Ident::new("table", name).unwrap(),
+                format!(
+                    "CREATE TABLE x ENGINE = MergeTree ORDER BY a SETTINGS index_granularity = 8192, non_replicated_deduplication_window = {window}"
+                ),
+            )
+        };
+        assert_eq!(
+            change_statements(&o, &want, &[t("otel_traces", 1_000), t("lookup", 2_880)]),
+            vec![
+                "ALTER TABLE `otel`.`otel_traces` MODIFY SETTING non_replicated_deduplication_window = 2880"
+                    .to_string()
+            ]
+        );
+        assert!(change_statements(&o, &want, &[t("otel_traces", 2_880)]).is_empty());
+    }
+
+    #[test]
+    fn window_values_are_blanked_for_comparing_migration_texts() {
+        let a = "ALTER TABLE `d`.`t` MODIFY SETTING non_replicated_deduplication_window = 1000;\n\
+                 ALTER TABLE `d`.`l` MODIFY SETTING non_replicated_deduplication_window = 1000";
+        let b = a.replace("1000", "46080");
+        assert_eq!(without_window_values(a), without_window_values(&b));
+        assert!(without_window_values(a).ends_with("deduplication_window = N"));
+        assert_ne!(
+            without_window_values(a),
+            without_window_values(&a.replace("`t`", "`u`"))
+        );
+    }
+}

@@ -55,6 +55,15 @@ def skipped_by_reason(samples):
     return out
 
 
+def sized_window(w, partitions, linger_s=1):
+    """Applies the deduplication window a pipeline of `partitions` needs at this linger, by
+    the arithmetic of collector/schema/src/dedup_window.rs (safety 2 × 2 parts per block ×
+    partitions × lingers in the 30 s session timeout + 60 s retry horizon), through
+    `schema apply --dedup-window` on the existing table; returns the window the table has."""
+    w.apply_schema(dedup_window=2 * 2 * partitions * -(-90 // linger_s))
+    return w.dedup_window()
+
+
 def small_records(n=10):
     """Records of n spans: at a modest span rate every partition still gets records each linger."""
     return ["--spans-per-record", str(n)]
@@ -82,6 +91,7 @@ def wait_lag_zero(w, partitions, timeout):
 def many_partitions_kill9(ctx, w):
     parts, rate, kills = ctx.p["mp_partitions"], ctx.p["mp_rate"], ctx.p["mp_kills"]
     rng = random.Random(ctx.seed)
+    window = sized_window(w, parts)
     spans = rate * (15 + 45 * kills)  # the load lasts through the kills (~30 s session timeout each)
     prod = w.produce_bg(w.gen("load"), spans, partitions=parts, rate=rate, extra=small_records())
     live = [w.start_collector(), w.start_collector()]  # default batching: linger 1 s
@@ -104,7 +114,7 @@ def many_partitions_kill9(ctx, w):
     t0 = time.monotonic()
     w.wait_rows(spans, ctx.p["catch_up_s"])
     time.sleep(5)  # give a straggling duplicate the time to show up
-    f, rep = figures(w, max(recover), partitions=parts, rate=rate, kills=kills,
+    f, rep = figures(w, max(recover), partitions=parts, rate=rate, kills=kills, dedup_window=window,
                      catch_up_s=round(time.monotonic() - t0, 1),
                      recover_mean_s=round(sum(recover) / len(recover), 1))
     exact(f, rep)
@@ -120,6 +130,7 @@ def many_partitions_kill9_late(ctx, w):
     warm = 10
     # Through the kill, the survivor's takeover after the 30 s session timeout, and beyond.
     spans = rate * (warm + late_s + 45)
+    window = sized_window(w, parts)
     prod = w.produce_bg(w.gen("load"), spans, partitions=parts, rate=rate, extra=small_records())
     a, b = w.start_collector(), w.start_collector()
     w.wait_rows(1, 120)
@@ -151,6 +162,7 @@ def many_partitions_kill9_late(ctx, w):
     recover = time.monotonic() - t_kill
     time.sleep(5)
     f, rep = figures(w, recover, partitions=parts, rate=rate, delay_ms=delay, late_s=late_s,
+                     dedup_window=window,
                      killed_after_s=round(t_kill - t_late, 2), takeover_s=round(takeover_s, 1),
                      survivor_inserts_kill_to_takeover=blocks, survivor_alive=survivor.alive)
     exact(f, rep)

@@ -106,9 +106,24 @@ class World:
         self._sampler.start()
         self.cleanups = []  # (what is kept after a failure, how to remove it after a pass)
         if schema:  # else the case's own applier (the operator) migrates the database
-            run([bin_path("tracehouse-collector"), "schema", "apply", "--database", self.database,
-                 "--table", "otel_traces", "--attributes", attributes], timeout=120,
-                env=dict(os.environ, **self.env), log=self.logdir / "schema.log")
+            self.apply_schema()
+
+    def apply_schema(self, dedup_window=None):
+        """`tracehouse-collector schema apply` on the case's database (again: a changed
+        deduplication window is applied to the existing table)."""
+        extra = ["--dedup-window", str(dedup_window)] if dedup_window else []
+        run([bin_path("tracehouse-collector"), "schema", "apply", "--database", self.database,
+             "--table", "otel_traces", "--attributes", self.attributes, *extra], timeout=120,
+            env=dict(os.environ, **self.env), log=self.logdir / "schema.log")
+
+    def dedup_window(self):
+        """The traces table's non_replicated_deduplication_window, as its CREATE statement on
+        the server says (0: not set)."""
+        text = self.ch_client.query(
+            "SELECT extract(create_table_query, 'non_replicated_deduplication_window = (\\d+)') "
+            f"FROM system.tables WHERE database = '{self.database}' AND name = 'otel_traces' "
+            "FORMAT TSV").strip()
+        return int(text or 0)
 
     def gen(self, label):
         return f"{self.name}_{label}"

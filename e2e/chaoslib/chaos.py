@@ -49,13 +49,13 @@ PROFILES = {
               "outage_s": 60, "outage_rate": 1500, "kafka_load_s": 25, "space_s": 12, "fuzz_s": 10,
               "rebalance_hold_s": 10, "operator_kills": 3, "quiet_s": 25,
               # production_cases.py (issue 30)
-              "mp_partitions": 96, "mp_rate": 3000, "mp_kills": 1, "late_rate": 3000,
+              "mp_partitions": 96, "mp_rate": 2000, "mp_kills": 1, "late_rate": 2000,
               "late_delay_ms": 4000, "late_s": 3, "stall_bound_s": 60, "fat_spans": 10000,
               "broker_down_s": 15, "rollout_hold_s": 8, "rollouts": 1},
     "full": {"kills": 20, "catch_up_s": 900, "slow_delay_ms": 5000, "slow_s": 120,
              "outage_s": 1800, "outage_rate": 500, "kafka_load_s": 90, "space_s": 60, "fuzz_s": 600,
              "rebalance_hold_s": 60, "operator_kills": 10, "quiet_s": 60,
-             "mp_partitions": 128, "mp_rate": 6000, "mp_kills": 5, "late_rate": 6000,
+             "mp_partitions": 128, "mp_rate": 4000, "mp_kills": 5, "late_rate": 4000,
              "late_delay_ms": 4000, "late_s": 5, "stall_bound_s": 120, "fat_spans": 10000,
              "broker_down_s": 60, "rollout_hold_s": 20, "rollouts": 4},
 }

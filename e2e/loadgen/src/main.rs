@@ -25,8 +25,8 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use tracehouse_loadgen::{
-    Compression, Encoding, Expectation, GeneratorConfig, Hostile, Partitioning, ProduceOptions, Progress,
-    Shape, VerifyOptions, VerifyReport, produce_with_progress, verify,
+    Compression, Encoding, Expectation, GeneratorConfig, Hostile, Partitioning, ProduceOptions,
+    Progress, Shape, VerifyOptions, VerifyReport, produce_with_progress, verify,
 };
 use tracehouse_schema::Attributes;
 
@@ -382,7 +382,11 @@ mod tests {
             "{produce} --spread-days 101 --pad-resource-attributes 100 --pad-resource-bytes 4096"
         ));
         assert_eq!(
-            (p.spread_days, p.pad_resource_attributes, p.pad_resource_bytes),
+            (
+                p.spread_days,
+                p.pad_resource_attributes,
+                p.pad_resource_bytes
+            ),
             (101, 100, 4096)
         );
     }

@@ -8,14 +8,18 @@
 
 Faults are injected only into processes the runner starts itself: the collectors, a private
 chserver (its own port and data directory, fault switches in e2e/chserver/faults.py) and, for the
-broker-restart case, a private single-node Kafka. The shared stack's Kafka carries the other
+broker-restart and broker-down cases, a private single-node Kafka. The shared stack's Kafka carries the other
 cases' topics (random names); nothing else of the shared stack is stopped, slowed or restarted,
 but for the one exception below.
 
-The two operator cases (operator_cases.py: operator_rebalance, operator_kill) need the shared
-stack's Kubernetes and the operator it runs, also with --private-kafka: they make a TracePipeline
+The operator cases (operator_cases.py: operator_rebalance, operator_kill, operator_batch_rollout)
+need the shared stack's Kubernetes and the operator it runs, also with --private-kafka: they make a TracePipeline
 in a namespace of their own, and operator_kill kill -9s the operator's leading replica (the node
 agent restarts it, a standby takes over meanwhile; other pipelines on the stack wait, none breaks).
+
+The production cases (production_cases.py, issue 30) add many partitions at the default linger,
+a dead-letter topic at Kafka's default message size, hostile but valid records, SIGTERM with the
+broker away and a batch-size rollout.
 
 Every case cleans up its topics and database (and namespace) after passing and keeps them
 (printing their names) after failing; the exit status is 0 only when every case passed.

@@ -23,9 +23,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use crate::batch::{RecordBatch, Skipped};
 
-/// The default bound of a copy: under Kafka's default `max.message.bytes` (1 048 588) with
-/// room for the headers and the record batch overhead.
-pub const DEFAULT_MAX_COPY_BYTES: usize = 1_000_000;
+/// The default bound of a copy (`kafka.dead_letter_max_bytes`).
+pub const DEFAULT_MAX_COPY_BYTES: usize = crate::config::DEFAULT_DEAD_LETTER_MAX_BYTES;
 
 /// One copy to park: a skipped record's payload (perhaps cut) and where it came from.
 #[derive(Debug, Clone, Copy)]

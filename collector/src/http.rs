@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
@@ -70,28 +70,7 @@ async fn metrics_handler(State(s): State<AppState>) -> axum::response::Response 
     openmetrics(&s.registry)
 }
 
-/// `registry` in the OpenMetrics text format, as a `/metrics` response (the operator
-/// serves its own registry with this too).
-pub fn openmetrics(registry: &Registry) -> axum::response::Response {
-    let mut out = String::new();
-    match prometheus_client::encoding::text::encode(&mut out, registry) {
-        Ok(()) => (
-            StatusCode::OK,
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            out,
-        )
-            .into_response(),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            e.to_string(),
-        )
-            .into_response(),
-    }
-}
+pub use tracehouse_contract::telemetry::openmetrics;
 
 async fn healthz(State(s): State<AppState>) -> impl IntoResponse {
     let last = s.heartbeat.load(Ordering::Relaxed);

@@ -8,14 +8,14 @@
 //! topic) → acknowledgements and commits ([`offsets`]).
 //! Dependencies point down this list only: [`rows`] reads [`decode`]'s views and writes
 //! with [`wire`] (ClickHouse's binary primitives, a leaf); [`encode`] uses both.
-//! [`pipeline`] wires the stages with bounded queues; [`config`] is what the user writes;
+//! [`pipeline`] wires the stages with bounded queues; [`config`] is what the user writes
+//! (with [`yaml`], from the `tracehouse-contract` crate the operator shares);
 //! [`metrics`] and [`http`] are what operators and autoscalers read ([`freshness`] is the
-//! one metric the encoder fills: a leaf); [`yaml`] is the one door to the YAML library.
+//! one metric the encoder fills: a leaf).
 
 pub mod batch;
 pub mod breaker;
 pub mod budget;
-pub mod config;
 pub mod dead_letter;
 pub mod decode;
 pub mod encode;
@@ -33,21 +33,9 @@ pub mod retry;
 pub mod rows;
 pub mod sink;
 pub mod source;
+pub mod startup;
 pub mod wire;
 pub mod workers;
-pub mod yaml;
 
-/// Logs to stderr, as text or (`format == "json"`) JSON lines; `RUST_LOG` filters, default
-/// `info` with librdkafka at `warn`. The operator binary logs the same way.
-pub fn init_logging(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,librdkafka=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
+/// The collector's configuration and its YAML: the operator ↔ collector contract.
+pub use tracehouse_contract::{config, telemetry::init_logging, yaml};

@@ -66,6 +66,10 @@ pub struct Metrics {
     /// 1 while the rejection breaker is open ([`crate::breaker`]): every record is refused,
     /// the configuration is suspect, nothing is skipped.
     pub reject_breaker_open: Gauge,
+    /// The traces table's deduplication window at start, and what the topics' partitions
+    /// need ([`crate::startup`]).
+    pub dedup_window: Gauge,
+    pub dedup_window_needed: Gauge,
     pub insert_retries: Family<ReasonLabels, Counter>,
     pub insert_errors: Family<ReasonLabels, Counter>,
     pub inserts: Counter,
@@ -102,6 +106,8 @@ impl Metrics {
             dead_letter_degraded: Family::default(),
             batches_dropped: Family::default(),
             reject_breaker_open: Gauge::default(),
+            dedup_window: Gauge::default(),
+            dedup_window_needed: Gauge::default(),
             insert_retries: Family::default(),
             insert_errors: Family::default(),
             inserts: Counter::default(),
@@ -193,6 +199,16 @@ impl Metrics {
             "reject_breaker_open",
             "1 while every record is refused: a configuration problem suspected, nothing skipped",
             m.reject_breaker_open.clone(),
+        );
+        r.register(
+            "dedup_window_blocks",
+            "The traces table's insert-deduplication window at start, in blocks",
+            m.dedup_window.clone(),
+        );
+        r.register(
+            "dedup_window_needed_blocks",
+            "The window the topics' partitions need (partitions x (session timeout + retry horizon) / linger, x4)",
+            m.dedup_window_needed.clone(),
         );
         r.register(
             "insert_retries",

@@ -47,6 +47,11 @@ pub async fn run(
     .await?;
     tracing::info!(addr = %cfg.metrics_addr, "serving /metrics, /healthz, /readyz");
     spawn_readiness(sink.clone(), health.clone());
+    tokio::pin!(shutdown);
+    if !crate::startup::check(&cfg, &metrics, &mut shutdown).await {
+        http.abort();
+        return Ok(());
+    }
 
     let budget = Budget::new(cfg.limits.max_inflight_bytes);
     // Unbounded in count, bounded in bytes by type: a batch carries its budget permit and

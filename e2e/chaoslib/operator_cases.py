@@ -137,10 +137,12 @@ def leading_process(kube, timeout=120):
 
 
 def ledger(w):
-    """{version: rows} of the schema ledger of the case's traces table."""
+    """{version: rows} of the schema ledger of the case's traces table: its migrations only
+    (version 0 records setting changes, e.g. the deduplication window raised when lingerMs
+    changes)."""
     text = w.ch_client.query(
         f"SELECT version, count() FROM `{w.database}`.tracehouse_schema_migrations "
-        "WHERE target = 'otel_traces' GROUP BY version ORDER BY version FORMAT TSV")
+        "WHERE target = 'otel_traces' AND version > 0 GROUP BY version ORDER BY version FORMAT TSV")
     return {int(v): int(n) for v, n in (line.split("\t") for line in text.split("\n") if line.strip())}
 
 

@@ -91,8 +91,13 @@ class _FifoWriter:
     def write(self, data: bytes | bytearray) -> None:
         """Write all of data; BrokenPipeError once the engine stopped reading (its query failed)."""
         mv = memoryview(data)
+        # poll, not select: the engine holds many files (parts, /proc/thread-self/* per
+        # thread), so the FIFO's descriptor is often above select()'s FD_SETSIZE of 1024
+        # ("filedescriptor out of range in select()").
+        poller = select.poll()
+        poller.register(self.fd, select.POLLOUT)
         while mv:
-            _, ready, _ = select.select([], [self.fd], [], 0.1)
+            ready = poller.poll(100)
             if not ready:
                 if not self.alive():
                     raise BrokenPipeError(errno.EPIPE, "the engine's insert ended")

@@ -511,3 +511,40 @@ class BrokenBodyTest(FidelityCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FifoDescriptorTest(unittest.TestCase):
+    """The FIFO's write end may get a descriptor above select()'s FD_SETSIZE (1024) in a server
+    that holds many files: writing must still work (it once failed with "filedescriptor out
+    of range in select()", code 1001, under the shared stack's load)."""
+
+    def test_a_write_end_above_1024_still_writes(self):
+        import os
+        import tempfile
+        import threading
+
+        from infile import _FifoWriter
+
+        held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+        try:
+            path = os.path.join(tempfile.mkdtemp(), "fifo")
+            os.mkfifo(path)
+            got = bytearray()
+
+            def read():
+                with open(path, "rb") as f:
+                    while chunk := f.read(65536):
+                        got.extend(chunk)
+
+            reader = threading.Thread(target=read)
+            reader.start()
+            w = _FifoWriter(path, lambda: reader.is_alive())
+            self.assertTrue(w.open())
+            self.assertGreater(w.fd, 1024)
+            w.write(b"x" * (3 << 20))
+            w.close()
+            reader.join(10)
+            self.assertEqual(len(got), 3 << 20)
+        finally:
+            for fd in held:
+                os.close(fd)

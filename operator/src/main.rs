@@ -80,7 +80,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Crd(args) => print_or_check_crd(&args),
         Command::Run(args) => {
-            tracehouse_collector::init_logging(&args.log_format);
+            tracehouse_contract::telemetry::init_logging(&args.log_format);
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()

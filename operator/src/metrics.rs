@@ -179,7 +179,7 @@ pub async fn serve(
 }
 
 async fn metrics_handler(State(s): State<AppState>) -> axum::response::Response {
-    tracehouse_collector::http::openmetrics(&s.registry)
+    tracehouse_contract::telemetry::openmetrics(&s.registry)
 }
 
 async fn healthz(State(s): State<AppState>) -> impl IntoResponse {

@@ -29,7 +29,8 @@ pub struct SchemaOutcome {
 /// The deduplication window a pipeline keeps on its table: `requested`
 /// (`spec.clickhouse.schema.dedupWindow`) is a floor, raised to what `partitions` at
 /// `linger_ms` need ([`PipelineShape::required_window`], whose header has the
-/// arithmetic); 0 turns deduplication off. A floor rather than a replacement because the
+/// arithmetic); 0 asks for no deduplication (honoured when the table is created; an
+/// existing table's window is only ever raised). A floor rather than a replacement because the
 /// API server stored the old default (1000) in every existing `TracePipeline`: a new
 /// field or a changed default would not reach them, a floor does.
 pub fn dedup_window(requested: u64, partitions: i32, linger_ms: i64) -> u64 {
@@ -128,7 +129,11 @@ mod tests {
             "small pipelines keep the floor"
         );
         assert_eq!(dedup_window(100_000, 128, 1_000), 100_000);
-        assert_eq!(dedup_window(0, 128, 1_000), 0, "0 turns deduplication off");
+        assert_eq!(
+            dedup_window(0, 128, 1_000),
+            0,
+            "0 asks for no deduplication"
+        );
         assert_eq!(
             dedup_window(1_000, 8, 100),
             28_800,

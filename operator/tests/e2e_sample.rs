@@ -29,7 +29,7 @@ const PRODUCTION_SAMPLE: &str = concat!(
 
 fn production_sample() -> Value {
     let text = read(PRODUCTION_SAMPLE);
-    tracehouse_collector::yaml::from_str(&text).expect("the production sample is YAML")
+    tracehouse_contract::yaml::from_str(&text).expect("the production sample is YAML")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -35,6 +35,14 @@
 //!
 //! More collectors or pipelines writing the same table share its window: size it for
 //! the sum of their partitions.
+//!
+//! ## Only ever raised
+//!
+//! [`change_statements`] raises a table's window to the one asked for and never lowers
+//! it: a window too large costs a little memory, one too small duplicates rows. So two
+//! pipelines (or the operator and a `schema apply` with the CLI's default) that ask for
+//! different windows on one table do not undo each other: the largest stands. Lowering a
+//! window is a deliberate act, by hand (`ALTER TABLE … MODIFY SETTING`).
 
 use std::time::Duration;
 
@@ -100,8 +108,8 @@ impl PipelineShape {
     }
 }
 
-/// The window to set, from what the user asked (`requested`: a floor; 0 turns
-/// deduplication off) and what the pipeline needs.
+/// The window to ask for, from what the user asked (`requested`: a floor; 0 asks for no
+/// deduplication, which only a table created now gets) and what the pipeline needs.
 pub fn effective_window(requested: u64, required: u64) -> u64 {
     if requested == 0 {
         0
@@ -153,9 +161,10 @@ pub fn current_window(setting: &str, create_query: &str) -> u64 {
     })
 }
 
-/// `ALTER TABLE … MODIFY SETTING` for each table whose window differs from `desired`;
-/// `tables` pairs each table (traces, lookup) with its `create_table_query`. Empty when
-/// nothing differs, so running the result is idempotent.
+/// `ALTER TABLE … MODIFY SETTING` for each table whose window is smaller than `desired`
+/// (never lowered, see the module header); `tables` pairs each table (traces, lookup)
+/// with its `create_table_query`. Empty when none is smaller, so running the result is
+/// idempotent.
 pub fn change_statements(
     opts: &TableOptions,
     desired: &WindowSetting,
@@ -163,7 +172,7 @@ pub fn change_statements(
 ) -> Vec<String> {
     tables
         .iter()
-        .filter(|(_, create)| current_window(desired.name, create) != desired.value)
+        .filter(|(_, create)| current_window(desired.name, create) < desired.value)
         .map(|(table, _)| {
             format!(
                 "ALTER TABLE {}.{table}{} MODIFY SETTING {} = {}",
@@ -292,7 +301,7 @@ mod tests {
     }
 
     #[test]
-    fn only_tables_whose_window_differs_are_altered() {
+    fn only_tables_whose_window_is_smaller_are_altered() {
         let o = opts();
         let want = WindowSetting {
             name: NON_REPLICATED_SETTING,
@@ -314,6 +323,13 @@ mod tests {
             ]
         );
         assert!(change_statements(&o, &want, &[t("otel_traces", 2_880)]).is_empty());
+        // Never lowered: another pipeline (or the CLI's default) asking for less.
+        assert!(change_statements(&o, &want, &[t("otel_traces", 46_080)]).is_empty());
+        let off = WindowSetting {
+            name: NON_REPLICATED_SETTING,
+            value: 0,
+        };
+        assert!(change_statements(&o, &off, &[t("otel_traces", 1_000)]).is_empty());
     }
 
     #[test]

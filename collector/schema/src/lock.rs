@@ -300,6 +300,21 @@ impl Claimant {
     }
 }
 
+/// Who holds the lock on `opts.table` now, for humans and tests: the latest row (`None`
+/// when the lock table or the scope has none). Read-only.
+pub async fn latest_claim(server: &Server, opts: &TableOptions) -> Result<Option<Latest>, Error> {
+    if !crate::adopt::table_exists(server, &opts.database, &lock_ident()).await? {
+        return Ok(None);
+    }
+    let rows: Vec<LatestRow> = server
+        .fetch_all(
+            "read the schema lock",
+            &latest_sql(&opts.database, opts.table.as_str()),
+        )
+        .await?;
+    Ok(rows.into_iter().next().map(Latest::from))
+}
+
 /// The task that renews a held lease (rule 4) until told to stop.
 #[derive(Debug)]
 struct Keeper {

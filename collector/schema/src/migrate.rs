@@ -5,9 +5,10 @@
 //! ledger again under it, and then runs or adopts each pending migration in order,
 //! recording each one right after it succeeds.
 //!
-//! After the migrations, `apply` brings the deduplication window to
+//! After the migrations, `apply` raises the deduplication window to
 //! [`TableOptions::dedup_window`] (`ALTER TABLE … MODIFY SETTING`, only on the tables
-//! whose window differs, so it is idempotent), recorded in the ledger as a setting
+//! whose window is smaller — never lowered, see [`crate::dedup_window`] — so it is
+//! idempotent), recorded in the ledger as a setting
 //! change ([`ledger::SETTINGS_VERSION`]). The window is desired state, not history:
 //! migration 5 recorded with another window still counts as applied (its recorded text
 //! equals ours but for the number), so changing the window never reads as an edited
@@ -75,7 +76,7 @@ pub struct WindowStatus {
     /// The traces table's window now (its setting or the engine default); `None` while
     /// the table does not exist.
     pub current: Option<u64>,
-    /// What `apply` runs to bring every table to `desired`; empty when none differs.
+    /// What `apply` runs to raise every table to `desired`; empty when none is smaller.
     pub changes: Vec<String>,
 }
 
@@ -427,7 +428,7 @@ async fn apply_locked(
 /// The name of a window change in the ledger and the report.
 pub const SET_WINDOW: &str = "set_deduplication_window";
 
-/// Brings every table's window to the options' (read again under the lock), recorded.
+/// Raises every table's window to the options' (read again under the lock), recorded.
 async fn set_window(
     server: &Server,
     opts: &TableOptions,

@@ -228,7 +228,7 @@ pub struct TableOptions {
     /// The insert-deduplication window to keep (0 disables deduplication of retried
     /// inserts): `non_replicated_deduplication_window` on plain MergeTree,
     /// `replicated_deduplication_window` (never below its default) on replicated tables.
-    /// `apply` changes it on existing tables too; see [`crate::dedup_window`].
+    /// `apply` raises (never lowers) it on existing tables too; see [`crate::dedup_window`].
     pub dedup_window: u64,
 }
 

@@ -1,5 +1,5 @@
-//! The deduplication window on the real engine (issue 30, finding 6): `apply` changes it
-//! on an existing table (idempotent, recorded, migration 5 still applied), the larger
+//! The deduplication window on the real engine (issue 30, finding 6): `apply` raises it
+//! on an existing table (idempotent, recorded, never lowered, migration 5 still applied), the larger
 //! window keeps out a replay the smaller one let in, and the start-up check reports the
 //! table's shape and window.
 #![cfg(feature = "stack-tests")]
@@ -99,6 +99,14 @@ async fn the_window_changes_on_an_existing_table_idempotently_and_recorded() {
     // Idempotent: nothing left to do, nothing recorded again.
     let again = apply_with_window(&ch, need).await;
     assert!(again.applied.is_empty(), "{:?}", again.applied);
+    // Never lowered: a smaller request (the CLI's default, a smaller pipeline) is a no-op.
+    let smaller = apply_with_window(&ch, 1_000).await;
+    assert!(smaller.applied.is_empty(), "{:?}", smaller.applied);
+    assert!(smaller.status.is_up_to_date());
+    assert_eq!(
+        windows(&ch).await,
+        format!("otel_traces\t{need}\notel_traces_trace_id_ts\t{need}")
+    );
     assert_eq!(
         ch.text(&format!(
             "SELECT count(), any(name), any(statements) LIKE '%MODIFY SETTING non_replicated_deduplication_window = {need}%' \

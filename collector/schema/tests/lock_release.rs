@@ -114,8 +114,10 @@ async fn an_apply_dropped_while_holding_the_lock_releases_it_and_the_next_apply_
     .unwrap_or_else(|e| panic!("the next apply did not get the lock: {e}"));
     let took = started.elapsed();
     assert!(report.status.is_up_to_date());
+    // A leaked lock fails above (10 s wait, 120 s lease); this bounds the wait itself,
+    // with room for a busy shared server.
     assert!(
-        took < Duration::from_secs(5),
+        took < Duration::from_secs(8),
         "the next apply waited {took:?}: the dropped holder's lease was waited out"
     );
     ch.cleanup().await;
@@ -233,8 +235,9 @@ async fn a_restarted_process_takes_its_own_claim_back_at_once() {
     )
     .await
     .unwrap_or_else(|e| panic!("the restarted process waited out its own dead claim: {e}"));
+    // Taken back on the first look, not after polling out a lease.
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(3),
         "{:?}",
         started.elapsed()
     );

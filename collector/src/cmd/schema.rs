@@ -114,9 +114,17 @@ struct TableArgs {
     /// Retention: days (30) or a duration (30d, 72h, 90m); "none" for no TTL.
     #[arg(long)]
     ttl: Option<String>,
-    /// non_replicated_deduplication_window of MergeTree tables (idempotent retries).
+    /// non_replicated_deduplication_window of MergeTree tables (idempotent retries): a
+    /// floor, raised to what --partitions needs (0 turns deduplication off).
     #[arg(long, default_value_t = tracehouse_schema::model::DEFAULT_DEDUP_WINDOW)]
     dedup_window: u64,
+    /// Partitions of every topic writing into the table, summed: the window is sized for
+    /// them (tracehouse_schema::dedup_window; the collector warns at start when it is not).
+    #[arg(long)]
+    partitions: Option<u64>,
+    /// The collectors' batch.linger_ms, for sizing the window with --partitions.
+    #[arg(long, default_value_t = 1000)]
+    linger_ms: u64,
 }
 
 /// Where ClickHouse is. The password comes only from CLICKHOUSE_PASSWORD: a flag
@@ -155,7 +163,17 @@ impl TableArgs {
                 None | Some("none" | "off" | "0") => None,
                 Some(s) => Some(s),
             },
-            dedup_window: self.dedup_window,
+            dedup_window: match self.partitions {
+                Some(p) => tracehouse_schema::dedup_window::effective_window(
+                    self.dedup_window,
+                    tracehouse_schema::dedup_window::PipelineShape::new(
+                        p,
+                        std::time::Duration::from_millis(self.linger_ms),
+                    )
+                    .required_window(),
+                ),
+                None => self.dedup_window,
+            },
             ..TableSettings::new(&self.database, &self.table)
         };
         TableOptions::try_from(&settings).map_err(|e| match e {
@@ -428,6 +446,11 @@ mod tests {
         assert_eq!(o.ttl.unwrap().to_string(), "3d");
         assert_eq!(o.dedup_window, 5);
         assert_eq!(options(&["print", "--ttl", "none"]).unwrap().ttl, None);
+        // --partitions raises the window to what they need: 2 × 2 × 96 × 90 s / 1 s.
+        let sized = options(&["print", "--partitions", "96"]).unwrap();
+        assert_eq!(sized.dedup_window, 34_560);
+        let floor = options(&["print", "--partitions", "1", "--dedup-window", "50000"]).unwrap();
+        assert_eq!(floor.dedup_window, 50_000);
         assert_eq!(
             options(&["print", "--engine", "null"]).unwrap().engine,
             Engine::Null

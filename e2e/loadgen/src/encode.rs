@@ -33,7 +33,7 @@ use prost::Message as _;
 
 /// Payload encoding of a Kafka record (the exporter's `encoding` setting): the
 /// collector's own definition, so both spell it the same.
-pub use tracehouse_collector::decode::Encoding;
+pub use tracehouse_contract::Encoding;
 
 /// The record payload for `req` in `encoding`.
 pub fn encode(req: &ExportTraceServiceRequest, encoding: Encoding) -> Vec<u8> {

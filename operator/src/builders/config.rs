@@ -3,7 +3,7 @@
 //! `collector.yaml` the collector refuses; and the hash that rolls the pods when it changes.
 
 use sha2::{Digest, Sha256};
-use tracehouse_collector::config as collector;
+use tracehouse_contract::config as collector;
 
 use super::kafka_security::{clickhouse_tls_files, kafka_security_properties};
 use super::{BuildError, METRICS_PORT, invalid};
@@ -111,8 +111,8 @@ mod tests {
         assert_eq!(cfg.clickhouse.database, "otel");
         assert_eq!(cfg.clickhouse.user, None);
         // What the collector would read back from the ConfigMap is what we rendered.
-        let yaml = tracehouse_collector::yaml::to_string(&cfg).unwrap();
-        let back: collector::Config = tracehouse_collector::yaml::from_str(&yaml).unwrap();
+        let yaml = tracehouse_contract::yaml::to_string(&cfg).unwrap();
+        let back: collector::Config = tracehouse_contract::yaml::from_str(&yaml).unwrap();
         back.validate().unwrap();
         assert_eq!(back, cfg);
     }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use tracehouse_collector::config::ClickHouseTlsConfig;
+use tracehouse_contract::config::ClickHouseTlsConfig;
 
 use crate::crd::{KafkaSasl, TlsSpec};
 

@@ -26,7 +26,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
-use tracehouse_collector::yaml;
+use tracehouse_contract::yaml;
 
 use crate::crd::{ReplicasSpec, TracePipeline};
 

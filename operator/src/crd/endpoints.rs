@@ -238,8 +238,9 @@ pub struct SchemaSpec {
     pub ttl: Option<String>,
     /// How many recent insert blocks MergeTree remembers so a retried insert is not
     /// stored twice, at least: the operator raises it to what the topics' partitions need
-    /// (360 per partition at a 1 s linger) and keeps the table at it as they grow; the
-    /// window in effect is in `status.dedupWindow`. 0 disables deduplication.
+    /// (360 per partition at a 1 s linger) and raises the table's window as they grow
+    /// (never lowers it); the window in effect is in `status.dedupWindow`. 0 creates the
+    /// table without deduplication.
     #[serde(default = "default_dedup_window")]
     #[schemars(range(min = 0, max = 1_000_000))]
     pub dedup_window: i64,

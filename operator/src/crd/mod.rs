@@ -17,12 +17,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tracehouse_collector::config::{BatchConfig, ClickHouseConfig, LimitsConfig};
 /// The choices a spec shares with the collector's configuration and the command lines,
 /// defined once by the crates that own them (same spellings, so the CRD and a
 /// `collector.yaml` read alike): the record encoding by the collector's decoder, the
 /// attribute layout, table engine and insert format by the schema crate.
-pub use tracehouse_collector::decode::Encoding;
+pub use tracehouse_contract::Encoding;
+use tracehouse_contract::config::{BatchConfig, ClickHouseConfig, LimitsConfig};
 pub use tracehouse_schema::{Attributes, EngineKind, InsertFormat};
 
 use crate::autoscale::{AutoscalingSpec, AutoscalingStatus};
@@ -463,7 +463,7 @@ pub fn crd() -> CustomResourceDefinition {
 
 /// The CRD as committed in `crds/tracepipelines.yaml`.
 pub fn crd_yaml() -> String {
-    let body = tracehouse_collector::yaml::to_string(&crd()).expect("a CRD always serializes");
+    let body = tracehouse_contract::yaml::to_string(&crd()).expect("a CRD always serializes");
     format!("{GENERATED_HEADER}{body}")
 }
 

@@ -172,7 +172,7 @@ pub async fn cleaning_up(topic: &str, database: &str, body: impl Future<Output =
 pub fn sample(ns: &str, topic: &str, database: &str) -> Value {
     let text = std::fs::read_to_string(SAMPLE).unwrap_or_else(|e| panic!("{SAMPLE}: {e}"));
     let mut tp: Value =
-        tracehouse_collector::yaml::from_str(&text).expect("the local sample is YAML");
+        tracehouse_contract::yaml::from_str(&text).expect("the local sample is YAML");
     assert_eq!(tp["kind"], "TracePipeline");
     // The sample targets the stack's default ports; follow the stack if it moved them.
     let brokers = stack_var("KAFKA_BROKERS");

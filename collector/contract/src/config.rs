@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// How records on the topic are encoded (the OTel Collector kafka exporter's names).
-pub use crate::decode::Encoding;
+pub use crate::Encoding;
 /// How attribute columns are typed in the table, and the ClickHouse input format of
 /// inserts: the schema crate's definitions.
 pub use tracehouse_schema::{Attributes, InsertFormat};
@@ -43,8 +43,12 @@ pub struct KafkaConfig {
     pub dead_letter_max_bytes: usize,
 }
 
+/// The default of `kafka.dead_letter_max_bytes`: under Kafka's default `max.message.bytes`
+/// (1 048 588) with room for the headers and the record batch overhead.
+pub const DEFAULT_DEAD_LETTER_MAX_BYTES: usize = 1_000_000;
+
 fn is_default_dead_letter_max_bytes(v: &usize) -> bool {
-    *v == crate::dead_letter::DEFAULT_MAX_COPY_BYTES
+    *v == DEFAULT_DEAD_LETTER_MAX_BYTES
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -162,7 +166,7 @@ impl Default for KafkaConfig {
             encoding: Encoding::OtlpProto,
             properties: Default::default(),
             dead_letter_topic: None,
-            dead_letter_max_bytes: crate::dead_letter::DEFAULT_MAX_COPY_BYTES,
+            dead_letter_max_bytes: DEFAULT_DEAD_LETTER_MAX_BYTES,
         }
     }
 }

@@ -1,0 +1,17 @@
+//! The operator ↔ collector contract: what a collector `ConfigMap` may say and how it is
+//! read, shared by the collector, the operator (which writes it) and the load generator.
+//!
+//! - [`config`]: the collector's configuration, its defaults and its pure validation;
+//! - [`yaml`]: the one door to the YAML library (the config file, the ConfigMap, the CRD);
+//! - [`Encoding`]: how records on the topic are encoded;
+//! - [`telemetry`]: the log format and the `/metrics` text both binaries serve.
+//!
+//! Nothing here knows Kafka, ClickHouse or Kubernetes clients: the crate is small so that
+//! depending on it costs nothing, and no dependency points from it back to a binary's crate.
+
+pub mod config;
+mod encoding;
+pub mod telemetry;
+pub mod yaml;
+
+pub use encoding::{Encoding, UnknownEncoding};

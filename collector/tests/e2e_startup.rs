@@ -1,0 +1,73 @@
+//! The collector's start-up check on the real stack: a deduplication window too small for
+//! the topic's partitions is reported with both numbers, and a table that does not exist
+//! yet is waited for — nothing is consumed, nothing lost — until the migrations create it.
+#![cfg(feature = "stack-tests")]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// Polls the collector's metrics until `pred` holds (or fails after `timeout`).
+async fn wait_metrics(c: &Collector, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let m = c.metrics().await;
+        if pred(&m) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}; metrics:\n{m}\nlog:\n{}",
+            c.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_too_small_for_the_partitions_is_reported_with_both_numbers() {
+    // `schema apply` without --partitions keeps the old default window of 1 000 blocks;
+    // 8 partitions at a 1 s linger need 2 × 2 × 8 × 90 = 2 880.
+    let w = World::new("startwin", Attributes::Map);
+    w.produce(800, 8, 1).await;
+    let c = w.start_collector(&[]);
+    wait_metrics(&c, "window metrics", Duration::from_secs(60), |m| {
+        sum_metric(m, "tracehouse_dedup_window_blocks") == 1000.0
+            && sum_metric(m, "tracehouse_dedup_window_needed_blocks") == 2880.0
+    })
+    .await;
+    assert!(
+        c.log_tail().contains("needs at least 2880"),
+        "{}",
+        c.log_tail()
+    );
+    // A warning, not a stop: the rows go in.
+    assert_eq!(w.wait_rows(800, Duration::from_secs(60)).await, 800);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_table_is_waited_for_then_every_span_goes_in_once() {
+    tracehouse_collector::sink::install_crypto_provider();
+    let w = World::new("startmissing", Attributes::Map);
+    query(&format!("DROP DATABASE {}", w.database)).await;
+    w.produce(1_000, 2, 2).await;
+    let c = w.start_collector(&[]);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        c.log_tail().contains("does not exist; waiting for it"),
+        "{}",
+        c.log_tail()
+    );
+    let m = c.metrics().await;
+    assert_eq!(
+        sum_metric(&m, "tracehouse_records_consumed_total"),
+        0.0,
+        "{m}"
+    );
+    // The migrations run (as the operator would, a little later): the collector starts.
+    create_table(&w.database, &w.table, Attributes::Map);
+    assert_eq!(w.wait_rows(1_000, Duration::from_secs(60)).await, 1_000);
+    assert!(w.verify(1_000).await.is_exact());
+}

@@ -55,12 +55,11 @@ def skipped_by_reason(samples):
     return out
 
 
-def sized_window(w, partitions, linger_s=1):
-    """Applies the deduplication window a pipeline of `partitions` needs at this linger, by
-    the arithmetic of collector/schema/src/dedup_window.rs (safety 2 × 2 parts per block ×
-    partitions × lingers in the 30 s session timeout + 60 s retry horizon), through
-    `schema apply --dedup-window` on the existing table; returns the window the table has."""
-    w.apply_schema(dedup_window=2 * 2 * partitions * -(-90 // linger_s))
+def sized_window(w, partitions):
+    """Sizes the table's deduplication window for `partitions` at the default linger
+    (`schema apply --partitions`, the arithmetic of collector/schema/src/dedup_window.rs) and
+    returns the window the table has."""
+    w.apply_schema(partitions=partitions)
     return w.dedup_window()
 
 

@@ -108,10 +108,10 @@ class World:
         if schema:  # else the case's own applier (the operator) migrates the database
             self.apply_schema()
 
-    def apply_schema(self, dedup_window=None):
-        """`tracehouse-collector schema apply` on the case's database (again: a changed
-        deduplication window is applied to the existing table)."""
-        extra = ["--dedup-window", str(dedup_window)] if dedup_window else []
+    def apply_schema(self, partitions=None):
+        """`tracehouse-collector schema apply` on the case's database; with `partitions`, the
+        deduplication window sized for them (`--partitions`), also on an existing table."""
+        extra = ["--partitions", str(partitions)] if partitions else []
         run([bin_path("tracehouse-collector"), "schema", "apply", "--database", self.database,
              "--table", "otel_traces", "--attributes", self.attributes, *extra], timeout=120,
             env=dict(os.environ, **self.env), log=self.logdir / "schema.log")

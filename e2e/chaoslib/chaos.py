@@ -8,14 +8,18 @@
 
 Faults are injected only into processes the runner starts itself: the collectors, a private
 chserver (its own port and data directory, fault switches in e2e/chserver/faults.py) and, for the
-broker-restart case, a private single-node Kafka. The shared stack's Kafka carries the other
+broker-restart and broker-down cases, a private single-node Kafka. The shared stack's Kafka carries the other
 cases' topics (random names); nothing else of the shared stack is stopped, slowed or restarted,
 but for the one exception below.
 
-The two operator cases (operator_cases.py: operator_rebalance, operator_kill) need the shared
-stack's Kubernetes and the operator it runs, also with --private-kafka: they make a TracePipeline
+The operator cases (operator_cases.py: operator_rebalance, operator_kill, operator_batch_rollout)
+need the shared stack's Kubernetes and the operator it runs, also with --private-kafka: they make a TracePipeline
 in a namespace of their own, and operator_kill kill -9s the operator's leading replica (the node
 agent restarts it, a standby takes over meanwhile; other pipelines on the stack wait, none breaks).
+
+The production cases (production_cases.py, issue 30) add many partitions at the default linger,
+a dead-letter topic at Kafka's default message size, hostile but valid records, SIGTERM with the
+broker away and a batch-size rollout.
 
 Every case cleans up its topics and database (and namespace) after passing and keeps them
 (printing their names) after failing; the exit status is 0 only when every case passed.
@@ -39,16 +43,25 @@ from procs import on_signal, say, stop_all  # noqa: E402
 from stack import git_revision, stack_env  # noqa: E402
 from world import World  # noqa: E402
 from operator_cases import CASES as OPERATOR_CASES  # noqa: E402
+from production_cases import CASES as PRODUCTION_CASES  # noqa: E402
+from production_cases import PRIVATE_KAFKA  # noqa: E402
 
-CASES = {**COLLECTOR_CASES, **OPERATOR_CASES}
+CASES = {**COLLECTOR_CASES, **OPERATOR_CASES, **PRODUCTION_CASES}
 
 PROFILES = {
     "quick": {"kills": 3, "catch_up_s": 240, "slow_delay_ms": 3000, "slow_s": 20,
               "outage_s": 60, "outage_rate": 1500, "kafka_load_s": 25, "space_s": 12, "fuzz_s": 10,
-              "rebalance_hold_s": 10, "operator_kills": 3, "quiet_s": 25},
+              "rebalance_hold_s": 10, "operator_kills": 3, "quiet_s": 25,
+              # production_cases.py (issue 30)
+              "mp_partitions": 96, "mp_rate": 2000, "mp_kills": 1, "late_rate": 2000,
+              "late_delay_ms": 4000, "late_s": 3, "stall_bound_s": 60, "fat_spans": 10000,
+              "broker_down_s": 15, "rollout_hold_s": 8, "rollouts": 1},
     "full": {"kills": 20, "catch_up_s": 900, "slow_delay_ms": 5000, "slow_s": 120,
              "outage_s": 1800, "outage_rate": 500, "kafka_load_s": 90, "space_s": 60, "fuzz_s": 600,
-             "rebalance_hold_s": 60, "operator_kills": 10, "quiet_s": 60},
+             "rebalance_hold_s": 60, "operator_kills": 10, "quiet_s": 60,
+             "mp_partitions": 128, "mp_rate": 4000, "mp_kills": 5, "late_rate": 4000,
+             "late_delay_ms": 4000, "late_s": 5, "stall_bound_s": 120, "fat_spans": 10000,
+             "broker_down_s": 60, "rollout_hold_s": 20, "rollouts": 4},
 }
 
 
@@ -84,7 +97,7 @@ class Context:
 
 def run_case(ctx, name):
     fn, title = CASES[name]
-    brokers = ctx.kafka.brokers if name == "kafka_restart" else ctx.brokers
+    brokers = ctx.kafka.brokers if name in {"kafka_restart", *PRIVATE_KAFKA} else ctx.brokers
     t0 = time.monotonic()
     row = {"case": name, "title": title}
     w = None
@@ -117,10 +130,10 @@ def run_case(ctx, name):
 
 
 def table(rows):
-    head = f"{'case':<18} {'result':<6} {'lost':>6} {'dup':>6} {'recover s':>10} {'peak RSS MiB':>13} {'took s':>7}"
+    head = f"{'case':<28} {'result':<6} {'lost':>6} {'dup':>6} {'recover s':>10} {'peak RSS MiB':>13} {'took s':>7}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['case']:<18} {'PASS' if r['passed'] else 'FAIL':<6} {str(r.get('lost', '-')):>6} "
+        lines.append(f"{r['case']:<28} {'PASS' if r['passed'] else 'FAIL':<6} {str(r.get('lost', '-')):>6} "
                      f"{str(r.get('duplicated', '-')):>6} {str(r.get('recover_s', '-')):>10} "
                      f"{str(r.get('peak_rss_mib', '-')):>13} {r['took_s']:>7}")
     return "\n".join(lines)

@@ -6,6 +6,9 @@ as every other case, plus the operator's own promises.
 
 - `operator_rebalance`: the gateway scaled 1 → 4 → 2 → 1 through the scale subresource
   (`kubectl scale tracepipeline`, i.e. spec.replicas.count) under load.
+- `operator_batch_rollout` (issue 30): the collector's batch settings (`maxRecords`,
+  `maxBytes`, `lingerMs`) changed in the TracePipeline under load; the operator rolls the
+  gateway's Deployment to the new config (new pods start, old ones get SIGTERM).
 - `operator_kill`: the leading operator replica's process killed (-9) right after a spec change,
   while it reconciles; the pipeline converges each time, the schema ledger has every migration
   exactly once, and once converged the operator writes nothing over quiet windows.
@@ -264,7 +267,57 @@ def operator_kill(ctx, w):
     return f
 
 
+# ------------------------------------------------------------------ batch settings rolled out through the operator
+
+BATCH_SETTINGS = [{"maxRecords": 20, "maxBytes": 1048576, "lingerMs": 200},
+                  {"maxRecords": 2000, "maxBytes": 8388608, "lingerMs": 3000}]
+
+
+def operator_batch_rollout(ctx, w):
+    """spec.collector.batch switched between small and large batches (quick 1, full 4 times)
+    under 3 000 spans/s on 8 partitions, 2 gateway pods: each change is a rollout of the
+    Deployment the operator owns, so the batches of one partition are cut by two settings
+    across its owners."""
+    rate, hold, rollouts = 3000, ctx.p["rollout_hold_s"], ctx.p["rollouts"]
+    kube, tp = pipeline_world(w, 8)
+    mem = PodMemory(tp)
+    batch = tp.spec["spec"]["collector"].setdefault("batch", {})
+    try:
+        batch.update(BATCH_SETTINGS[0])
+        tp.apply()  # 8 partitions / 4 per replica: 2 gateway pods
+        wait_converged(tp, 2, 240)
+        spans = int(rate * hold * (rollouts + 1.5))
+        prod = w.produce_bg(w.gen("load"), spans, partitions=8, rate=rate)
+        w.wait_rows(1, 120)
+        follow = []
+        for i in range(rollouts):
+            time.sleep(hold)
+            batch.update(BATCH_SETTINGS[(i + 1) % 2])
+            tp.apply()
+            generation = tp.get()["metadata"]["generation"]
+            t0 = time.monotonic()
+            wait_converged(tp, 2, 240, generation)
+            follow.append(round(time.monotonic() - t0, 1))
+            say(f"operator_batch_rollout: rollout {i + 1}/{rollouts} to {BATCH_SETTINGS[(i + 1) % 2]} "
+                f"converged in {follow[-1]} s")
+        w.wait_produced(prod)
+        t0 = time.monotonic()
+        w.wait_rows(spans, ctx.p["catch_up_s"])
+        recover = time.monotonic() - t0
+        time.sleep(5)
+        restarts = sum(p.restarts for p in tp.pods())
+    finally:
+        mem.stop()
+    f, rep = figures(w, recover, mem, rollouts=rollouts, hold_s=hold, follow_s=follow,
+                     gateway_processes=len(mem.peak_kib), pod_restarts=restarts)
+    exact(f, rep)
+    check(f, restarts == 0, f"gateway containers restarted {restarts} times")
+    return f
+
+
 CASES = {
+    "operator_batch_rollout": (operator_batch_rollout,
+                               "batch settings rolled out through the operator under load"),
     "operator_rebalance": (operator_rebalance,
                            "rebalance storm through the operator: kubectl scale tp 1→4→2→1 under load"),
     "operator_kill": (operator_kill, "the leading operator replica kill -9'd right after spec changes"),

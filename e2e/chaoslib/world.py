@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from infra import wait_for
 from procs import BenchError, proc_status_kib, run, say, spawn, stop
-from stack import ClickHouse, free_port, metric_sum, metrics_scrape
+from stack import ClickHouse, Kafka, free_port, metric_sum, metrics_scrape
 
 REPO = Path(__file__).resolve().parent.parent.parent
 CONFIGS = Path(__file__).resolve().parent / "configs"
@@ -106,9 +106,24 @@ class World:
         self._sampler.start()
         self.cleanups = []  # (what is kept after a failure, how to remove it after a pass)
         if schema:  # else the case's own applier (the operator) migrates the database
-            run([bin_path("tracehouse-collector"), "schema", "apply", "--database", self.database,
-                 "--table", "otel_traces", "--attributes", attributes], timeout=120,
-                env=dict(os.environ, **self.env), log=self.logdir / "schema.log")
+            self.apply_schema()
+
+    def apply_schema(self, partitions=None):
+        """`tracehouse-collector schema apply` on the case's database; with `partitions`, the
+        deduplication window sized for them (`--partitions`), also on an existing table."""
+        extra = ["--partitions", str(partitions)] if partitions else []
+        run([bin_path("tracehouse-collector"), "schema", "apply", "--database", self.database,
+             "--table", "otel_traces", "--attributes", self.attributes, *extra], timeout=120,
+            env=dict(os.environ, **self.env), log=self.logdir / "schema.log")
+
+    def dedup_window(self):
+        """The traces table's non_replicated_deduplication_window, as its CREATE statement on
+        the server says (0: not set)."""
+        text = self.ch_client.query(
+            "SELECT extract(create_table_query, 'non_replicated_deduplication_window = (\\d+)') "
+            f"FROM system.tables WHERE database = '{self.database}' AND name = 'otel_traces' "
+            "FORMAT TSV").strip()
+        return int(text or 0)
 
     def gen(self, label):
         return f"{self.name}_{label}"
@@ -116,7 +131,8 @@ class World:
     # -- load --------------------------------------------------------------------------------
 
     def produce_cmd(self, generator, spans, partitions=4, seed=1, rate=None, encoding="otlp_proto",
-                    brokers=None):
+                    brokers=None, extra=()):
+        """`extra`: more `tracehouse-loadgen produce` flags (a record shape, hostile or not)."""
         self.generators[generator] = spans
         cmd = [bin_path("tracehouse-loadgen"), "produce", "--brokers", brokers or self.brokers,
                "--topic", self.topic, "--partitions", str(partitions), "--spans", str(spans),
@@ -124,7 +140,7 @@ class World:
                "-X", "enable.idempotence=true", "--quiet"]
         if rate:
             cmd += ["--rate", str(rate)]
-        return cmd
+        return cmd + list(extra)
 
     def produce(self, generator, spans, **kw):
         """Produce and wait."""
@@ -142,6 +158,24 @@ class World:
         stop(p, grace=1)
         if code != 0:
             raise BenchError(f"loadgen produce exited with {code}; log {self.logdir / 'produce.log'}")
+
+    def create_topic(self, name, partitions, config=None):
+        """Creates a topic (`config`: topic-level settings, e.g. max.message.bytes)."""
+        admin = AdminClient({"bootstrap.servers": self.brokers, "log_level": 2})
+        new = NewTopic(name, partitions, 1, config=dict(config or {}))
+        for f in admin.create_topics([new], operation_timeout=30).values():
+            f.result(timeout=40)
+
+    def committed_lag(self, partitions):
+        """Records between the group's committed offsets and the partitions' ends, read from
+        Kafka (not from the collector): 0 once every record was committed."""
+        k = Kafka(self.brokers)
+        try:
+            ends = k.end_offsets(self.topic, partitions)
+            done = k.committed(self.group, self.topic, partitions)
+        finally:
+            k.close()
+        return sum(end - max(done.get(p, -1), 0) for p, end in ends.items())
 
     def produce_raw(self, payloads, partition=0):
         p = Producer({"bootstrap.servers": self.brokers, "message.max.bytes": 33554432,

@@ -41,6 +41,7 @@ use opentelemetry_proto::tonic::trace::v1::span::{Event, Link, SpanKind};
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
 
+use crate::hostile::Hostile;
 use crate::rng::SplitMix64;
 
 /// Attribute key carrying the generator id (string) on every span.
@@ -95,6 +96,9 @@ pub struct GeneratorConfig {
     /// made (all its times by the same amount), so a consumer can tell how long after a
     /// span ended it saw it. Output then depends on the clock. Default false.
     pub end_at_clock: bool,
+    /// Hostile but valid shapes applied to every request (spans spread over days, padded
+    /// resources; see [`crate::hostile`]). Default: none.
+    pub hostile: Hostile,
 }
 
 impl Default for GeneratorConfig {
@@ -119,6 +123,7 @@ impl Default for GeneratorConfig {
             start_time_unix_nano: now,
             trace_interval_ns: NS_PER_MS,
             end_at_clock: false,
+            hostile: Hostile::default(),
         }
     }
 }
@@ -288,6 +293,7 @@ impl Generator {
                 .map_or(0, |d| d.as_nanos() as u64);
             end_at(&mut req, now);
         }
+        self.config.hostile.apply(&mut req);
         req
     }
 

@@ -3,6 +3,8 @@
 //!
 //! - [`generate`]: [`Generator`] makes deterministic `ExportTraceServiceRequest`s whose
 //!   spans carry `loadgen.id` and `loadgen.seq` (0, 1, 2, …);
+//! - [`hostile`]: [`Hostile`] reshapes them into hostile but valid records (spans over many
+//!   days, fat resources) for the fault matrix;
 //! - [`encode`](mod@encode): [`encode()`] writes them as `otlp_proto` or `otlp_json`,
 //!   as the OpenTelemetry Collector's kafka exporter does;
 //! - [`produce`](mod@produce): [`produce()`] sends N spans to a topic, at a rate or flat out;
@@ -34,12 +36,14 @@
 
 pub mod encode;
 pub mod generate;
+pub mod hostile;
 pub mod produce;
 mod rng;
 pub mod verify;
 
 pub use encode::{Encoding, encode, encode_into, to_otlp_json};
 pub use generate::{ATTR_ID, ATTR_SEQ, Generator, GeneratorConfig, Shape};
+pub use hostile::Hostile;
 pub use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 pub use produce::{
     Compression, Partitioning, ProduceError, ProduceOptions, ProduceReport, Progress, produce,

@@ -25,8 +25,8 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use tracehouse_loadgen::{
-    Compression, Encoding, Expectation, GeneratorConfig, Partitioning, ProduceOptions, Progress,
-    Shape, VerifyOptions, VerifyReport, produce_with_progress, verify,
+    Compression, Encoding, Expectation, GeneratorConfig, Hostile, Partitioning, ProduceOptions,
+    Progress, Shape, VerifyOptions, VerifyReport, produce_with_progress, verify,
 };
 use tracehouse_schema::Attributes;
 
@@ -113,6 +113,18 @@ struct ProduceArgs {
     /// end → queryable; with --rate, times then follow the wall clock).
     #[arg(long)]
     end_at_clock: bool,
+    /// Hostile record: spread each record's spans over this many days (k-th span moved back
+    /// k % N days), so one record needs N date partitions (over 100: ClickHouse refuses the
+    /// insert block with code 252).
+    #[arg(long, default_value_t = 0)]
+    spread_days: u32,
+    /// Hostile record: this many extra string attributes `resource.pad.<i>` on every
+    /// resource (copied into every span's row by a row-per-span table).
+    #[arg(long, default_value_t = 0)]
+    pad_resource_attributes: usize,
+    /// Bytes of each `resource.pad.<i>` value.
+    #[arg(long, default_value_t = 4096)]
+    pad_resource_bytes: usize,
     /// Extra librdkafka producer setting, `key=value` (repeatable).
     #[arg(short = 'X', value_parser = key_value)]
     kafka_config: Vec<(String, String)>,
@@ -189,6 +201,11 @@ async fn run_produce(a: ProduceArgs) -> Result<()> {
         shape: a.shape,
         end_at_clock: a.end_at_clock,
         trace_interval_ns: (a.trace_interval_ms * 1e6).round() as u64,
+        hostile: Hostile {
+            spread_days: a.spread_days,
+            pad_resource_attributes: a.pad_resource_attributes,
+            pad_resource_bytes: a.pad_resource_bytes,
+        },
         ..GeneratorConfig::default()
     };
     if let Some(t) = a.start_time_ns {
@@ -353,6 +370,30 @@ mod tests {
         };
         assert_eq!(v.attributes, Attributes::Json);
         assert!(parse(&format!("{verify} --attributes Map(String)")).is_err());
+    }
+
+    #[test]
+    fn hostile_shapes_are_off_by_default_and_take_their_flags() {
+        let parse = |line: &str| match Cli::try_parse_from(line.split_whitespace()) {
+            Ok(Cli {
+                command: Command::Produce(p),
+            }) => p,
+            other => panic!("{other:?}"),
+        };
+        let produce = "loadgen produce --brokers b:1 --topic t --spans 1";
+        let p = parse(produce);
+        assert_eq!((p.spread_days, p.pad_resource_attributes), (0, 0));
+        let p = parse(&format!(
+            "{produce} --spread-days 101 --pad-resource-attributes 100 --pad-resource-bytes 4096"
+        ));
+        assert_eq!(
+            (
+                p.spread_days,
+                p.pad_resource_attributes,
+                p.pad_resource_bytes
+            ),
+            (101, 100, 4096)
+        );
     }
 
     #[test]

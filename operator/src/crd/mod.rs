@@ -9,7 +9,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvVar, LocalObjectReference, ResourceRequirements, Toleration,
+    TopologySpreadConstraint,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
@@ -41,8 +44,15 @@ pub mod condition {
     pub const SCHEMA_READY: &str = "SchemaReady";
     /// The brokers answered and every topic exists.
     pub const KAFKA_REACHABLE: &str = "KafkaReachable";
-    /// The gateway Deployment has its desired replicas updated and ready.
+    /// The gateway serves (some collector is ready) and none of its pods is failing: a pod
+    /// that cannot be scheduled, pulled, configured or kept running is named here
+    /// (`Unschedulable`, `ImagePullBackOff`, `CreateContainerConfigError`, `OOMKilled`,
+    /// `CrashLoopBackOff`).
     pub const GATEWAY_AVAILABLE: &str = "GatewayAvailable";
+    /// True while the gateway moves (a rollout or a scale step: `RollingOut`, `Scaling`);
+    /// False when it is settled (`RolloutComplete`) or stuck (`ProgressDeadlineExceeded`,
+    /// which also makes the pipeline not Ready). Moving is not unavailability.
+    pub const PROGRESSING: &str = "Progressing";
 }
 
 /// What the pipeline consumes, where it writes, and how its gateway of collectors runs.
@@ -199,6 +209,58 @@ pub struct CollectorSpec {
     /// operator's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
+    /// Whether a gateway on the default image (no `image` set) follows the operator's:
+    /// `Auto` rolls it to the new default on an operator upgrade; `Manual` keeps the image it
+    /// runs (`status.collectorImage`) until this is `Auto` again or `image` is set. Default:
+    /// the chart's `collector.upgradePolicy` (`Auto` unless changed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_policy: Option<UpgradePolicy>,
+    /// Secrets to pull the collector image with. Default: the chart's
+    /// `collector.imagePullSecrets`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// Service account of the gateway pods (e.g. for workload identity). Default: the
+    /// chart's `collector.serviceAccountName`, else the namespace's `default`. Its token is
+    /// not mounted: the collector never calls the Kubernetes API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub service_account_name: Option<String>,
+    /// Node labels the gateway pods require; merged over the chart's
+    /// `collector.nodeSelector` (these win).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations of the gateway pods. Default: the chart's `collector.tolerations`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Affinity of the gateway pods. Default: the chart's `collector.affinity`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// How the gateway pods spread. Default: the chart's
+    /// `collector.topologySpreadConstraints`, else one pod per zone and per node as far as
+    /// possible (`ScheduleAnyway`, so it never blocks scheduling). `[]` turns spreading off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+    /// Priority class of the gateway pods. Default: the chart's `collector.priorityClassName`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub priority_class_name: Option<String>,
+    /// Extra annotations of the gateway pods; merged over the chart's
+    /// `collector.podAnnotations` (these win; the operator's own keys win over both).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_annotations: BTreeMap<String, String>,
+    /// Extra labels of the gateway pods; merged over the chart's `collector.podLabels` (these
+    /// win; the operator's own labels win over both).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_labels: BTreeMap<String, String>,
+}
+
+/// Whether a gateway on the default image follows the operator's upgrades.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum UpgradePolicy {
+    /// Roll to the operator's default collector image when it changes.
+    Auto,
+    /// Keep the image the gateway runs; `status.collectorUpgrade` names the newer default.
+    Manual,
 }
 
 impl Default for CollectorSpec {
@@ -213,6 +275,16 @@ impl Default for CollectorSpec {
             max_inflight_inserts: default_max_inflight_inserts(),
             log_level: None,
             env: Vec::new(),
+            upgrade_policy: None,
+            image_pull_secrets: Vec::new(),
+            service_account_name: None,
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+            affinity: None,
+            topology_spread_constraints: None,
+            priority_class_name: None,
+            pod_annotations: BTreeMap::new(),
+            pod_labels: BTreeMap::new(),
         }
     }
 }
@@ -220,7 +292,8 @@ impl Default for CollectorSpec {
 /// Upper bound of every byte size in the spec (64 GiB): keeps the CEL sums far from overflow.
 const MAX_BYTES: i64 = 64 << 30;
 
-/// The collector image this operator release runs by default.
+/// The collector image this operator release runs by default, unless the chart's
+/// `collector.image` says otherwise (`crate::defaults`).
 pub fn default_image() -> String {
     format!("tracehouse/collector:{}", env!("CARGO_PKG_VERSION"))
 }
@@ -362,7 +435,8 @@ pub struct TracePipelineStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`, `SchemaReady`, `KafkaReachable` and `GatewayAvailable`, with reasons.
+    /// `Ready`, `SchemaReady`, `KafkaReachable`, `GatewayAvailable` and `Progressing`, with
+    /// reasons.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -393,13 +467,13 @@ pub struct TracePipelineStatus {
     /// What the autoscaler measured and decided (with `spec.autoscaling`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<AutoscalingStatus>,
-}
-
-impl CollectorSpec {
-    /// The image to run: the spec's, or this operator release's collector.
-    pub fn image(&self) -> String {
-        self.image.clone().unwrap_or_else(default_image)
-    }
+    /// The collector image the gateway runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector_image: Option<String>,
+    /// The operator's newer default image, while `upgradePolicy: Manual` holds the gateway
+    /// on `collectorImage`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector_upgrade: Option<String>,
 }
 
 impl TracePipeline {

@@ -4,6 +4,7 @@
 //! `GatewayAvailable` and `Ready`) with one Warning Event, and heal by an edit; a scale step is
 //! `Progressing`, never `Ready=False`. The pipeline's pod settings (service account, pull
 //! secrets, labels, annotations, tolerations, the default topology spread) reach the pods.
+//! Byte sizes are written as quantities (`64Mi`) and refused when not whole bytes.
 //! OOM kills need cgroups, which the node agent does not have: `health.rs` unit-tests them
 //! on the kubelet's status shape. Real local stack, no mocks (see `common`).
 #![cfg(feature = "stack-tests")]
@@ -188,8 +189,54 @@ async fn pod_settings_reach_the_pods_and_a_scale_step_stays_ready() {
             c["podAnnotations"] = json!({ "example.com/owner": "platform" });
             c["tolerations"] =
                 json!([{ "key": "dedicated", "operator": "Exists", "effect": "NoSchedule" }]);
+            // Byte sizes as Kubernetes quantities; a fraction of a byte is refused by the
+            // API server (CEL), naming the field.
+            c["maxInflightBytes"] = json!("1.5Mi");
+            let mut bad = tp.clone();
+            let err = api
+                .patch(
+                    name,
+                    &kube::api::PatchParams::apply(TEST_MANAGER).force(),
+                    &kube::api::Patch::Apply(&bad),
+                )
+                .await
+                .expect_err("1.5Mi is not at least one batch plus one record");
+            assert!(
+                err.to_string().contains("spec.collector.maxInflightBytes"),
+                "{err}"
+            );
+            bad["spec"]["collector"]["maxInflightBytes"] = json!("1500m");
+            let err = api
+                .patch(
+                    name,
+                    &kube::api::PatchParams::apply(TEST_MANAGER).force(),
+                    &kube::api::Patch::Apply(&bad),
+                )
+                .await
+                .expect_err("1500m is not a whole number of bytes");
+            assert!(
+                err.to_string().contains("spec.collector.maxInflightBytes"),
+                "{err}"
+            );
+            let c = &mut tp["spec"]["collector"];
+            c["maxInflightBytes"] = json!("64Mi");
+            c["maxRecordBytes"] = json!("1Mi");
+            c["batch"]["maxBytes"] = json!("8M");
             apply(&api, &tp).await;
             let tp_now = wait_ready(&api, name, 2, 1, Duration::from_secs(180)).await;
+            let config = config_map_text(&client, &ns, name).await;
+            for line in [
+                "max_inflight_bytes: 67108864",
+                "max_record_bytes: 1048576",
+                "max_bytes: 8000000",
+            ] {
+                assert!(config.contains(line), "{line} in\n{config}");
+            }
+            assert_eq!(
+                serde_json::to_value(&tp_now.spec.collector.max_inflight_bytes).unwrap(),
+                "64Mi",
+                "the spec reads back as written"
+            );
             let status = tp_now.status.clone().unwrap();
             assert_eq!(
                 status.collector_image.as_deref(),

@@ -30,8 +30,10 @@ pub use tracehouse_schema::{Attributes, EngineKind, InsertFormat};
 
 use crate::autoscale::{AutoscalingSpec, AutoscalingStatus};
 
+mod bytes;
 mod endpoints;
 
+pub use bytes::ByteSize;
 pub use endpoints::*;
 
 /// API group of the CRD.
@@ -167,10 +169,19 @@ pub struct TracePipelineSpec {
 /// The gateway collector pods.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+// Byte sizes are integers or quantities (`ByteSize`); the rules read both forms.
 #[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "self.maxInflightBytes >= self.batch.maxBytes + self.maxRecordBytes",
+    "rule": "(type(self.maxInflightBytes) == string ? quantity(string(self.maxInflightBytes)).asInteger() : int(self.maxInflightBytes)) >= (type(self.batch.maxBytes) == string ? quantity(string(self.batch.maxBytes)).asInteger() : int(self.batch.maxBytes)) + (type(self.maxRecordBytes) == string ? quantity(string(self.maxRecordBytes)).asInteger() : int(self.maxRecordBytes))",
     "message": "spec.collector.maxInflightBytes must be at least spec.collector.batch.maxBytes + spec.collector.maxRecordBytes (one full batch plus one record)",
     "fieldPath": ".maxInflightBytes"
+}, {
+    "rule": "(type(self.maxInflightBytes) == int || isQuantity(string(self.maxInflightBytes))) && (type(self.maxInflightBytes) == string ? quantity(string(self.maxInflightBytes)).asInteger() : int(self.maxInflightBytes)) >= 1 && (type(self.maxInflightBytes) == string ? quantity(string(self.maxInflightBytes)).asInteger() : int(self.maxInflightBytes)) <= 68719476736",
+    "message": "spec.collector.maxInflightBytes must be an integer or a quantity (512Mi) between 1 byte and 64Gi",
+    "fieldPath": ".maxInflightBytes"
+}, {
+    "rule": "(type(self.maxRecordBytes) == int || isQuantity(string(self.maxRecordBytes))) && (type(self.maxRecordBytes) == string ? quantity(string(self.maxRecordBytes)).asInteger() : int(self.maxRecordBytes)) >= 1 && (type(self.maxRecordBytes) == string ? quantity(string(self.maxRecordBytes)).asInteger() : int(self.maxRecordBytes)) <= 68719476736",
+    "message": "spec.collector.maxRecordBytes must be an integer or a quantity (512Mi) between 1 byte and 64Gi",
+    "fieldPath": ".maxRecordBytes"
 }]))]
 pub struct CollectorSpec {
     /// Collector image. Default: `tracehouse/collector:<operator version>`, so upgrading the
@@ -191,12 +202,10 @@ pub struct CollectorSpec {
     /// Record bytes one collector holds (batching, encoding, inserting) before it pauses
     /// its partitions: the in-flight budget that bounds its memory.
     #[serde(default = "default_max_inflight_bytes")]
-    #[schemars(range(min = 1, max = MAX_BYTES))]
-    pub max_inflight_bytes: i64,
+    pub max_inflight_bytes: ByteSize,
     /// Larger records are skipped as oversized (and dead-lettered when configured).
     #[serde(default = "default_max_record_bytes")]
-    #[schemars(range(min = 1, max = MAX_BYTES))]
-    pub max_record_bytes: i64,
+    pub max_record_bytes: ByteSize,
     /// Inserts one collector runs at once.
     #[serde(default = "default_max_inflight_inserts")]
     #[schemars(range(min = 1, max = 256))]
@@ -290,7 +299,8 @@ impl Default for CollectorSpec {
 }
 
 /// Upper bound of every byte size in the spec (64 GiB): keeps the CEL sums far from overflow.
-const MAX_BYTES: i64 = 64 << 30;
+/// The CEL rules spell it out (68719476736).
+pub const MAX_BYTES: i64 = 64 << 30;
 
 /// The collector image this operator release runs by default, unless the chart's
 /// `collector.image` says otherwise (`crate::defaults`).
@@ -302,12 +312,12 @@ fn to_i64(v: usize) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-fn default_max_inflight_bytes() -> i64 {
-    to_i64(LimitsConfig::default().max_inflight_bytes)
+fn default_max_inflight_bytes() -> ByteSize {
+    to_i64(LimitsConfig::default().max_inflight_bytes).into()
 }
 
-fn default_max_record_bytes() -> i64 {
-    to_i64(LimitsConfig::default().max_record_bytes)
+fn default_max_record_bytes() -> ByteSize {
+    to_i64(LimitsConfig::default().max_record_bytes).into()
 }
 
 fn default_max_inflight_inserts() -> i32 {
@@ -335,11 +345,15 @@ impl PullPolicy {
 /// When a batch is closed: whichever limit is reached first.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "(type(self.maxBytes) == int || isQuantity(string(self.maxBytes))) && (type(self.maxBytes) == string ? quantity(string(self.maxBytes)).asInteger() : int(self.maxBytes)) >= 1 && (type(self.maxBytes) == string ? quantity(string(self.maxBytes)).asInteger() : int(self.maxBytes)) <= 68719476736",
+    "message": "spec.collector.batch.maxBytes must be an integer or a quantity (512Mi) between 1 byte and 64Gi",
+    "fieldPath": ".maxBytes"
+}]))]
 pub struct BatchSpec {
     /// Close a batch when its records' payloads reach this many bytes.
     #[serde(default = "default_batch_max_bytes")]
-    #[schemars(range(min = 1, max = MAX_BYTES))]
-    pub max_bytes: i64,
+    pub max_bytes: ByteSize,
     /// … or when it holds this many records.
     #[serde(default = "default_batch_max_records")]
     #[schemars(range(min = 1, max = 100_000_000))]
@@ -360,8 +374,8 @@ impl Default for BatchSpec {
     }
 }
 
-fn default_batch_max_bytes() -> i64 {
-    to_i64(BatchConfig::default().max_bytes)
+fn default_batch_max_bytes() -> ByteSize {
+    to_i64(BatchConfig::default().max_bytes).into()
 }
 
 fn default_batch_max_records() -> i64 {

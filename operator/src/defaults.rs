@@ -49,6 +49,22 @@ pub struct CollectorDefaults {
     pub pod_annotations: BTreeMap<String, String>,
     #[serde(default)]
     pub pod_labels: BTreeMap<String, String>,
+    /// Where the collectors serve /metrics, /healthz and /readyz.
+    #[serde(default)]
+    pub metrics_bind: MetricsBind,
+}
+
+/// Where the collectors listen for /metrics and the probes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum MetricsBind {
+    /// Every IPv4 and IPv6 address of the pod (`[::]`): what `kubectl port-forward` and
+    /// IPv6-only clusters need.
+    #[default]
+    All,
+    /// Only the pod's IP (`$(POD_IP)`, IPv4): for nodes whose pods share one network, as on
+    /// the local stack's node agent, where two pods cannot both bind all addresses.
+    #[serde(rename = "PodIP")]
+    PodIp,
 }
 
 /// Why the chart's defaults cannot be read.
@@ -98,6 +114,7 @@ pub struct PodSettings {
     pub priority_class_name: Option<String>,
     pub pod_annotations: BTreeMap<String, String>,
     pub pod_labels: BTreeMap<String, String>,
+    pub metrics_bind: MetricsBind,
 }
 
 fn some(s: &str) -> Option<String> {
@@ -185,6 +202,7 @@ pub fn resolve(
             .or_else(|| some(&defaults.priority_class_name)),
         pod_annotations: merged(&defaults.pod_annotations, &c.pod_annotations),
         pod_labels: merged(&defaults.pod_labels, &c.pod_labels),
+        metrics_bind: defaults.metrics_bind,
     }
 }
 

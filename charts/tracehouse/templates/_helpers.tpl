@@ -67,7 +67,7 @@ chart's appVersion), or repository@digest; global.imageRegistry, when set, is pr
 {{/* The chart's collector defaults as the operator reads them (TRACEHOUSE_COLLECTOR_DEFAULTS). */}}
 {{- define "tracehouse.collectorDefaults" -}}
 {{- $c := .Values.collector -}}
-{{- $d := dict "image" (include "tracehouse.imageRef" (dict "image" $c.image "root" .)) "upgradePolicy" $c.upgradePolicy -}}
+{{- $d := dict "image" (include "tracehouse.imageRef" (dict "image" $c.image "root" .)) "upgradePolicy" $c.upgradePolicy "metricsBind" ($c.metricsBind | default "All") -}}
 {{- $secrets := include "tracehouse.pullSecrets" (dict "root" . "secrets" $c.imagePullSecrets) | fromJsonArray -}}
 {{- with $secrets }}{{ $_ := set $d "imagePullSecrets" . }}{{ end -}}
 {{- with $c.serviceAccountName }}{{ $_ := set $d "serviceAccountName" . }}{{ end -}}

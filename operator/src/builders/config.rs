@@ -63,8 +63,9 @@ pub fn collector_config(tp: &TracePipeline) -> Result<collector::Config, BuildEr
         bytes_field("spec.collector.maxInflightBytes", &c.max_inflight_bytes)?;
     cfg.limits.max_record_bytes =
         bytes_field("spec.collector.maxRecordBytes", &c.max_record_bytes)?;
-    // Every pod overrides this with its own address (`--metrics-addr=$(POD_IP):PORT`).
-    cfg.metrics_addr = std::net::SocketAddr::from(([0, 0, 0, 0], METRICS_PORT as u16));
+    // The pod's `--metrics-addr` says where (`defaults::MetricsBind`); every address here.
+    cfg.metrics_addr =
+        std::net::SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, METRICS_PORT as u16));
     cfg.shutdown_deadline_ms = SHUTDOWN_DEADLINE_MS;
     cfg.validate().map_err(|e| match e {
         collector::ConfigError::Invalid { field, reason } => invalid(spec_field(field), reason),

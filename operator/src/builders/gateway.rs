@@ -26,7 +26,7 @@ use super::{
     ENV_KAFKA_SASL_USERNAME, METRICS_PORT, Names, labels, meta, selector_labels,
 };
 use crate::crd::TracePipeline;
-use crate::defaults::PodSettings;
+use crate::defaults::{MetricsBind, PodSettings};
 
 /// The collector's own shutdown deadline plus a margin before the kubelet kills it.
 const TERMINATION_GRACE_SECONDS: i64 = 35;
@@ -226,9 +226,12 @@ pub(super) fn deployment(
             "run".to_owned(),
             "--config".to_owned(),
             format!("{CONFIG_DIR}/{CONFIG_KEY}"),
-            // Each pod listens on its own address: the kubelet (and the local node agent)
-            // expand $(POD_IP) from the env entry above.
-            format!("--metrics-addr=$(POD_IP):{METRICS_PORT}"),
+            // Every address by default (port-forward, IPv6); on nodes whose pods share one
+            // network, each pod's own (the kubelet expands $(POD_IP) from the env above).
+            match pod.metrics_bind {
+                MetricsBind::All => format!("--metrics-addr=[::]:{METRICS_PORT}"),
+                MetricsBind::PodIp => format!("--metrics-addr=$(POD_IP):{METRICS_PORT}"),
+            },
             "--log-format=json".to_owned(),
         ]),
         env: Some(container_env(tp)),

@@ -81,16 +81,26 @@ async fn every_dashboard_and_alert_query_returns_data_after_a_load() {
             );
 
             let exprs = prometheus_queries(&ns);
-            let names = metric_names_of_pods(&client, &ns).await;
-            let missing: Vec<String> = exprs
-                .iter()
-                .flat_map(|(origin, e)| {
-                    grafana::metric_names(e)
-                        .into_iter()
-                        .filter(|n| !names.contains(n))
-                        .map(move |n| format!("{origin}: {n}"))
-                })
-                .collect();
+            // The operator's per-pipeline lag series appear with the autoscaler's first
+            // sample, which may come after the delivery (a gateway is Ready as soon as one
+            // collector serves): wait for them rather than race them.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+            let missing = loop {
+                let names = metric_names_of_pods(&client, &ns).await;
+                let missing: Vec<String> = exprs
+                    .iter()
+                    .flat_map(|(origin, e)| {
+                        grafana::metric_names(e)
+                            .into_iter()
+                            .filter(|n| !names.contains(n))
+                            .map(move |n| format!("{origin}: {n}"))
+                    })
+                    .collect();
+                if missing.is_empty() || tokio::time::Instant::now() >= deadline {
+                    break missing;
+                }
+                tokio::time::sleep(Duration::from_secs(3)).await;
+            };
             assert!(
                 missing.is_empty(),
                 "metric names the dashboards and alerts read that no pod exposes:\n{}",

@@ -23,9 +23,6 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use crate::batch::{RecordBatch, Skipped};
 
-/// The default bound of a copy (`kafka.dead_letter_max_bytes`).
-pub const DEFAULT_MAX_COPY_BYTES: usize = crate::config::DEFAULT_DEAD_LETTER_MAX_BYTES;
-
 /// One copy to park: a skipped record's payload (perhaps cut) and where it came from.
 #[derive(Debug, Clone, Copy)]
 pub struct Letter<'a> {
@@ -146,14 +143,15 @@ impl DeadLetterSink for KafkaDeadLetters {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::DEFAULT_DEAD_LETTER_MAX_BYTES;
 
     #[test]
     fn a_copy_is_cut_to_the_bound_then_the_headers_alone() {
         let payload = vec![7u8; 3 << 20];
-        let [first, last] = copies(&payload, DEFAULT_MAX_COPY_BYTES);
-        assert_eq!(first.len(), DEFAULT_MAX_COPY_BYTES);
+        let [first, last] = copies(&payload, DEFAULT_DEAD_LETTER_MAX_BYTES);
+        assert_eq!(first.len(), DEFAULT_DEAD_LETTER_MAX_BYTES);
         assert!(last.is_empty());
-        let [small, _] = copies(b"abc", DEFAULT_MAX_COPY_BYTES);
+        let [small, _] = copies(b"abc", DEFAULT_DEAD_LETTER_MAX_BYTES);
         assert_eq!(small, b"abc");
     }
 

@@ -152,7 +152,7 @@ fn stage(
     let stage = Inserts {
         sink: ch.clone(),
         dead_letters: dlq.cloned(),
-        dead_letter_max_bytes: crate::dead_letter::DEFAULT_MAX_COPY_BYTES,
+        dead_letter_max_bytes: crate::config::DEFAULT_DEAD_LETTER_MAX_BYTES,
         holdings: Holdings::everything(),
         breaker: RejectBreaker::new(crate::config::DEFAULT_REJECT_BREAKER_RECORDS),
         query: "INSERT INTO t FORMAT TSV".into(),

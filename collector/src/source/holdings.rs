@@ -1,5 +1,6 @@
 //! Which partitions this process holds now, and in which assignment generation: published
-//! by the Kafka thread on every rebalance, read by the insert stage before each attempt.
+//! by the Kafka thread on every rebalance, read by the insert stage before each attempt and
+//! by the watermark thread for the partitions whose lag it measures.
 //!
 //! Why the insert stage asks: a batch's rows may be retried for minutes (ClickHouse slow or
 //! down). Once its partition was given away, the new owner replays the same records from
@@ -42,6 +43,13 @@ impl Holdings {
         }
     }
 
+    /// The partitions held now (none without a source).
+    pub fn partitions(&self) -> Vec<PartitionId> {
+        self.0.as_ref().map_or_else(Vec::new, |map| {
+            map.read().expect("holdings lock").keys().cloned().collect()
+        })
+    }
+
     /// Whether partition `partition` of `topic` is held in assignment `generation`.
     pub fn holds(&self, topic: &str, partition: i32, generation: u64) -> bool {
         let Some(map) = &self.0 else { return true };
@@ -66,6 +74,7 @@ mod tests {
         assert!(!h.holds("t", 1, 1));
         h.publish([(PartitionId::new("t", 0), 3)]);
         assert!(!h.holds("t", 0, 1), "revoked, then assigned again");
+        assert_eq!(h.partitions(), [PartitionId::new("t", 0)]);
         assert!(Holdings::everything().holds("x", 9, 9));
     }
 }

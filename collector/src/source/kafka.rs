@@ -24,7 +24,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use super::holdings::Holdings;
 use super::machine::{Ack, Command, CommitOffset, Machine, PartitionId, Record};
 use super::unsent::Unsent;
-use super::watermarks::{Assigned, Watermarks};
+use super::watermarks::Watermarks;
 use super::{Heartbeat, SourceConfig};
 use crate::batch::RecordBatch;
 use crate::budget::Budget;
@@ -36,9 +36,7 @@ use crate::offsets::PartitionLedger;
 pub(super) struct SourceContext {
     pub(super) machine: Mutex<Machine>,
     pub(super) metrics: Arc<Metrics>,
-    /// Partitions held now, for the watermark thread.
-    pub(super) assigned: Assigned,
-    /// Partitions and generations held now, for the insert stage.
+    /// Partitions and generations held now, for the insert stage and the watermark thread.
     pub(super) holdings: Holdings,
 }
 
@@ -111,10 +109,10 @@ impl ConsumerContext for SourceContext {
 impl SourceContext {
     /// Tell the watermark thread and the metrics which partitions are held now.
     fn published(&self, machine: &Machine) {
-        let list: Vec<PartitionId> = machine.assigned().cloned().collect();
-        self.metrics.assigned_partitions.set(list.len() as i64);
+        self.metrics
+            .assigned_partitions
+            .set(machine.assigned().count() as i64);
         self.holdings.publish(machine.held());
-        *self.assigned.lock().expect("assigned lock") = list;
     }
 }
 

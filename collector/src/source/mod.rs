@@ -86,20 +86,18 @@ pub fn spawn(
     holdings: Holdings,
 ) -> Result<Source, rdkafka::error::KafkaError> {
     let watermarks: watermarks::Watermarks = Arc::default();
-    let assigned: watermarks::Assigned = Arc::default();
     let machine = Machine::new(cfg.machine, budget.clone(), Some(batch_pool(&budget)));
     let ctx = SourceContext {
         machine: Mutex::new(machine),
         metrics: metrics.clone(),
-        assigned: assigned.clone(),
-        holdings,
+        holdings: holdings.clone(),
     };
     let consumer: BaseConsumer<SourceContext> = cfg.consumer.create_with_context(ctx)?;
     let wm_client = cfg.watermarks.clone();
     let topics: Vec<&str> = cfg.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics)?;
     let stop = Arc::new(AtomicBool::new(false));
-    watermarks::spawn(wm_client, assigned, watermarks.clone(), stop.clone());
+    watermarks::spawn(wm_client, holdings, watermarks.clone(), stop.clone());
     let run = SourceLoop {
         cfg,
         consumer,

@@ -11,21 +11,14 @@ use std::time::Duration;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
+use super::holdings::Holdings;
 use super::machine::PartitionId;
 
 /// High watermark of each held partition, refreshed every second.
 pub type Watermarks = Arc<Mutex<HashMap<PartitionId, i64>>>;
 
-/// The partitions held now, published by the source on every rebalance.
-pub type Assigned = Arc<Mutex<Vec<PartitionId>>>;
-
-/// Refresh the high watermarks of `assigned` partitions every second until `stop`.
-pub fn spawn(
-    client: ClientConfig,
-    assigned: Assigned,
-    watermarks: Watermarks,
-    stop: Arc<AtomicBool>,
-) {
+/// Refresh the high watermarks of the held partitions every second until `stop`.
+pub fn spawn(client: ClientConfig, held: Holdings, watermarks: Watermarks, stop: Arc<AtomicBool>) {
     let consumer: BaseConsumer = match client.create() {
         Ok(c) => c,
         Err(e) => {
@@ -37,8 +30,7 @@ pub fn spawn(
         .name("kafka-watermarks".into())
         .spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                let list = assigned.lock().expect("assigned lock").clone();
-                for id in list {
+                for id in held.partitions() {
                     if let Ok((_low, high)) =
                         consumer.fetch_watermarks(&id.topic, id.partition, Duration::from_secs(2))
                     {

@@ -389,20 +389,7 @@ async fn apply_locked(
                 });
             }
         };
-        // A statement that outlived our lease may have raced a new holder, which
-        // then adopts the object; recording it too would double the ledger row.
-        lock.verify().await?;
-        let ctx = RecordContext {
-            applied_by: &options.applied_by,
-            lock_token: lock.token(),
-            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        };
-        server
-            .execute(
-                "record the migration in the ledger",
-                &ledger::record_sql(opts, m, mode, &ctx),
-            )
-            .await?;
+        record(server, opts, options, lock, started, m, mode).await?;
         tracing::info!(
             version = m.version,
             name = m.name,
@@ -428,6 +415,34 @@ async fn apply_locked(
 /// The name of a window change in the ledger and the report.
 pub const SET_WINDOW: &str = "set_deduplication_window";
 
+/// Records a step done under the lock in the ledger. The lock is verified first: a statement
+/// that outlived our lease may have raced a new holder, which then adopts the object;
+/// recording it too would double the ledger row.
+async fn record(
+    server: &Server,
+    opts: &TableOptions,
+    options: &ApplyOptions,
+    lock: &SchemaLock,
+    started: Instant,
+    step: &Rendered,
+    mode: Mode,
+) -> Result<(), Error> {
+    lock.verify().await?;
+    let what = if step.version == ledger::SETTINGS_VERSION {
+        "record the window change in the ledger"
+    } else {
+        "record the migration in the ledger"
+    };
+    let ctx = RecordContext {
+        applied_by: &options.applied_by,
+        lock_token: lock.token(),
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    };
+    server
+        .execute(what, &ledger::record_sql(opts, step, mode, &ctx))
+        .await
+}
+
 /// Raises every table's window to the options' (read again under the lock), recorded.
 async fn set_window(
     server: &Server,
@@ -448,7 +463,6 @@ async fn set_window(
             .execute("change the deduplication window", sql)
             .await?;
     }
-    lock.verify().await?;
     let change = Rendered {
         version: ledger::SETTINGS_VERSION,
         name: SET_WINDOW,
@@ -456,17 +470,7 @@ async fn set_window(
         statements: window.changes.clone(),
         creates: None,
     };
-    let ctx = RecordContext {
-        applied_by: &options.applied_by,
-        lock_token: lock.token(),
-        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-    };
-    server
-        .execute(
-            "record the window change in the ledger",
-            &ledger::record_sql(opts, &change, Mode::Applied, &ctx),
-        )
-        .await?;
+    record(server, opts, options, lock, started, &change, Mode::Applied).await?;
     let note = format!(
         "{} {} -> {}",
         window.setting,

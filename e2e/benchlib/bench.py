@@ -77,7 +77,8 @@ from report import freshness_table, table
 from series import (Series, arrivals_ddl, arrivals_query, record_arrivals_query, collector_freshness, parse_arrivals,
                     plot)
 from stack import (E2E, REPO, STATE, ClickHouse, Kafka, free_port, git_revision, group_describe,
-                   kafka_java, log_tail_errors, metric_sum, metrics_scrape, stack_env)
+                   kafka_and_clickhouse_running, kafka_java, log_tail_errors, metric_sum, metrics_scrape,
+                   new_run, stack_env)
 
 POLL = 0.25  # seconds between progress samples
 LIVE_SPANS_PER_RECORD = 100  # live mode: spans per Kafka record (loadgen's default, made explicit)
@@ -89,9 +90,7 @@ ROTEL_DEFAULT = REPO.parent / "shared" / "peers" / "rotel" / "rotel"
 class Bench:
     def __init__(self, args):
         self.args = args
-        self.run_id = datetime.now(timezone.utc).strftime("%Y%m%d_%H%M%S") + f"_{os.getpid()}"
-        self.dir = STATE / "bench" / self.run_id
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.run_id, self.dir = new_run("bench")
         self.topic = f"bench-{self.run_id}"
         self.generator = f"bench-{self.run_id}"
         self.topics = []  # every topic this run made, deleted at the end
@@ -105,8 +104,7 @@ class Bench:
     # -- setup
 
     def ensure_stack(self):
-        st = run([str(E2E / "stack"), "status", "kafka", "clickhouse"], timeout=60).stdout.decode()
-        if len(re.findall(r"^(kafka|clickhouse)\s+running", st, re.M)) < 2:
+        if not kafka_and_clickhouse_running():
             say("starting the local stack (kafka, clickhouse)")
             self.stack_started = True
             run([str(E2E / "stack"), "up", "kafka", "clickhouse"], timeout=900, capture=False)

@@ -121,6 +121,21 @@ def free_port():
         return s.getsockname()[1]
 
 
+def kafka_and_clickhouse_running():
+    """Whether `e2e/stack status` shows both Kafka and ClickHouse running."""
+    st = run([str(E2E / "stack"), "status", "kafka", "clickhouse"], timeout=60).stdout.decode()
+    return len(re.findall(r"^(kafka|clickhouse)\s+running", st, re.M)) == 2
+
+
+def new_run(kind):
+    """A run id (UTC time and pid) and its state directory, `$STATE/<kind>/<id>`, created."""
+    from datetime import datetime, timezone
+    run_id = datetime.now(timezone.utc).strftime("%Y%m%d_%H%M%S") + f"_{os.getpid()}"
+    d = STATE / kind / run_id
+    d.mkdir(parents=True, exist_ok=True)
+    return run_id, d
+
+
 def stack_env():
     out = run([str(E2E / "stack"), "env"], timeout=60).stdout.decode()
     env = {}

@@ -57,6 +57,22 @@ def m(samples, name):
 
 # ------------------------------------------------------------------ 1. kill -9 at random moments
 
+def kill_and_replace(w, rng, live, prod, spans, *args):
+    """kill -9 a random live collector, start a replacement (with `args`) 0–1 s later, and wait
+    until it inserts rows (or nothing is left to insert). Returns seconds from the kill."""
+    victim = rng.choice([c for c in live if c.alive])
+    victim.kill9()
+    t_kill = time.monotonic()
+    live.remove(victim)
+    time.sleep(rng.uniform(0.0, 1.0))
+    new = w.start_collector(*args)
+    live.append(new)
+    wait_for("the replacement collector inserting",
+             lambda: m(new.metrics(), "tracehouse_rows_inserted_total") > 0
+             or (prod.poll() is not None and w.count() >= spans), 180, 0.25)
+    return time.monotonic() - t_kill
+
+
 def kill9(ctx, w):
     kills, rate = ctx.p["kills"], 2000
     rng = random.Random(ctx.seed)
@@ -67,18 +83,7 @@ def kill9(ctx, w):
     recover = []
     for _ in range(kills):
         time.sleep(rng.uniform(0.3, 3.0))  # a random moment: mid-batch, -insert, -commit, -rebalance
-        victim = rng.choice([c for c in live if c.alive])
-        victim.kill9()
-        t_kill = time.monotonic()
-        live.remove(victim)
-        time.sleep(rng.uniform(0.0, 1.0))
-        new = w.start_collector("--config", SMALL)
-        live.append(new)
-        # Recovered: the replacement process inserts rows (or there is nothing left to insert).
-        wait_for("the replacement collector inserting",
-                 lambda: m(new.metrics(), "tracehouse_rows_inserted_total") > 0
-                 or (prod.poll() is not None and w.count() >= spans), 180, 0.25)
-        recover.append(time.monotonic() - t_kill)
+        recover.append(kill_and_replace(w, rng, live, prod, spans, "--config", SMALL))
     w.wait_produced(prod)
     t0 = time.monotonic()
     w.wait_rows(spans, ctx.p["catch_up_s"])

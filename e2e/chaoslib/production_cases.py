@@ -30,7 +30,7 @@ import random
 import re
 import time
 
-from cases import check, exact, figures, m
+from cases import check, exact, figures, kill_and_replace, m
 from infra import wait_for
 from procs import say
 from stack import Kafka
@@ -98,17 +98,7 @@ def many_partitions_kill9(ctx, w):
     recover = []
     for _ in range(kills):
         time.sleep(rng.uniform(5.0, 10.0))  # blocks pile up in the deduplication window meanwhile
-        victim = rng.choice([c for c in live if c.alive])
-        victim.kill9()
-        t_kill = time.monotonic()
-        live.remove(victim)
-        time.sleep(rng.uniform(0.0, 1.0))
-        new = w.start_collector()
-        live.append(new)
-        wait_for("the replacement collector inserting",
-                 lambda: m(new.metrics(), "tracehouse_rows_inserted_total") > 0
-                 or (prod.poll() is not None and w.count() >= spans), 180, 0.25)
-        recover.append(time.monotonic() - t_kill)
+        recover.append(kill_and_replace(w, rng, live, prod, spans))
     w.wait_produced(prod)
     t0 = time.monotonic()
     w.wait_rows(spans, ctx.p["catch_up_s"])

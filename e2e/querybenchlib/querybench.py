@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import random
-import re
 import signal
 import sys
 import time
@@ -46,7 +45,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchlib"))
 
 from procs import BenchError, loadavg, machine, on_signal, run, say, stop_all  # noqa: E402
-from stack import E2E, REPO, STATE, git_revision, kafka_java, stack_env  # noqa: E402
+from stack import (E2E, REPO, git_revision, kafka_and_clickhouse_running, kafka_java,  # noqa: E402
+                   new_run, stack_env)
 
 from client import TimedClient  # noqa: E402
 from ingest import DATA_HOURS, SERVICES, SPANS_PER_TRACE, load, produce  # noqa: E402
@@ -97,16 +97,13 @@ def parse_args():
 class QueryBench:
     def __init__(self, a):
         self.a = a
-        self.run_id = datetime.now(timezone.utc).strftime("%Y%m%d_%H%M%S") + f"_{os.getpid()}"
-        self.dir = STATE / "querybench" / self.run_id
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.run_id, self.dir = new_run("querybench")
         self.topic = f"qb-{self.run_id}"
         self.databases = []
         self.env = self.ch = None
 
     def setup(self):
-        st = run([str(E2E / "stack"), "status", "kafka", "clickhouse"], timeout=60).stdout.decode()
-        if len(re.findall(r"^(kafka|clickhouse)\s+running", st, re.M)) < 2:
+        if not kafka_and_clickhouse_running():
             raise BenchError("Kafka and ClickHouse must be running: e2e/stack up kafka clickhouse")
         self.env = stack_env()
         self.ch = TimedClient(self.env["CLICKHOUSE_URL"], self.env["CLICKHOUSE_USER"],

@@ -8,8 +8,8 @@ A document is hand-written prose around generated blocks. A block names its kind
     …
     <!-- end generated -->
 
-and `e2e/docs` rewrites what lies between the two markers — the run's date, commit and command,
-then its tables — and nothing else. Kinds: `bench` (an e2e/bench report), `chaos` (an e2e/chaos
+and `e2e/docs` rewrites what lies between the two markers (each alone on its line) — the run's
+date, commit and command, then its tables — and nothing else. Kinds: `bench` (an e2e/bench report), `chaos` (an e2e/chaos
 report), `querybench` (an e2e/querybench result). To add a run: copy its JSON beside the others,
 put a marker where its table belongs, run `e2e/docs`, commit both.
 
@@ -34,8 +34,10 @@ import qreport  # noqa: E402
 REPO = HERE.parent.parent
 DOCS = "docs"
 RESULTS = ("e2e/bench-results", "e2e/chaos-results")
-BLOCK = re.compile(r"(<!-- generated: (\S+) (\S+) -->\n)(.*?)(<!-- end generated -->)", re.S)
-OPEN = re.compile(r"<!-- generated: ")
+# A marker counts only at the start of a line: prose may quote one in backticks.
+BLOCK = re.compile(r"^(<!-- generated: (\S+) (\S+) -->\n)(.*?)^(<!-- end generated -->)",
+                   re.S | re.M)
+OPEN = re.compile(r"^<!-- generated: ", re.M)
 LEGS = ("tracehouse", "otelcol", "rotel")
 
 
@@ -56,16 +58,17 @@ def _num(v):
     return str(v)
 
 
-def _value(v):
-    """A case's extra figure as short text: dicts as `k v`, lists joined, lists of records
-    counted (they stay in the report)."""
+def _value(v, nested=False):
+    """A case's extra figure as short text: dicts as `k v, k v` (in parentheses when nested),
+    lists joined with `/`, lists of records counted (they stay in the report)."""
     if isinstance(v, dict):
-        return ", ".join(f"{k} {_value(x)}" for k, x in v.items())
+        text = ", ".join(f"{k} {_value(x, True)}" for k, x in v.items())
+        return f"({text})" if nested else text
     if isinstance(v, list):
         if v and all(isinstance(x, dict) for x in v):
             return f"{len(v)} entries (in the report)"
-        return "; ".join(" ".join(map(_value, x)) if isinstance(x, list) else _value(x)
-                         for x in v)
+        return "/".join(" ".join(map(_value, x)) if isinstance(x, list) else _value(x, True)
+                        for x in v)
     if v is None:
         return "none"
     if isinstance(v, bool):

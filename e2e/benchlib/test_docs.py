@@ -14,7 +14,8 @@ CHAOS = {"profile": "quick", "seed": 7, "revision": "abc1234", "took_s": 512.9,
          "passed": False,
          "cases": [{"case": "kill9", "title": "t", "world": "w", "lost": 0, "duplicated": 0,
                     "recover_s": 30.7, "peak_rss_mib": 115.4, "kills": 3, "catch_up_s": 4.0,
-                    "skipped": {"decode_error": 2.0}, "passed": True, "took_s": 101.6},
+                    "skipped": {"decode_error": 2.0}, "follow_s": [6.8, 1.4],
+                    "targets": {"a": {"runs": 5}}, "passed": True, "took_s": 101.6},
                    {"case": "fuzz", "title": "t", "lost": "-", "duplicated": "-",
                     "recover_s": "-", "peak_rss_mib": "-", "rounds": [{"a": 1}, {"a": 2}],
                     "passed": False, "error": "panicked\n  at x", "took_s": 3.0}]}
@@ -42,7 +43,8 @@ class ChaosBlockTest(unittest.TestCase):
     def test_a_case_row_carries_its_own_figures_as_notes(self):
         md = chaos_block(CHAOS, "x.json")
         self.assertIn("| kill9 | pass | 0 | 0 | 30.7 s | 115.4 MiB | 101.6 s | "
-                      "kills 3; catch_up_s 4; skipped decode_error 2 |", md)
+                      "kills 3; catch_up_s 4; skipped decode_error 2; follow_s 6.8/1.4; "
+                      "targets a (runs 5) |", md)
         self.assertIn("| fuzz | **FAIL** | - | - | – | – | 3 s | rounds 2 entries", md)
 
     def test_a_failed_case_is_listed_with_its_error_on_one_line(self):
@@ -65,7 +67,7 @@ class BenchBlockTest(unittest.TestCase):
 
 DOC = """# Title
 
-Prose that stays.
+Prose that stays, quoting a marker: `<!-- generated: chaos q.json -->`.
 
 <!-- generated: chaos r.json -->
 old table
@@ -80,7 +82,8 @@ class RenderTest(unittest.TestCase):
         out, used = render(DOC, "d.md", lambda p: CHAOS)
         self.assertEqual(used, ["r.json"])
         self.assertNotIn("old table", out)
-        self.assertTrue(out.startswith("# Title\n\nProse that stays.\n\n<!-- generated: chaos "
+        self.assertTrue(out.startswith("# Title\n\nProse that stays, quoting a marker: `<!-- "
+                                       "generated: chaos q.json -->`.\n\n<!-- generated: chaos "
                                        "r.json -->\n\n**2026-11-26"))
         self.assertTrue(out.endswith("\n\n<!-- end generated -->\n\nMore prose.\n"))
         self.assertEqual(render(out, "d.md", lambda p: CHAOS)[0], out)

@@ -82,7 +82,8 @@ CASE_COMMON = {"case", "title", "world", "lost", "duplicated", "recover_s", "pea
 
 
 def _unit(v, unit):
-    return "–" if v in (None, "-") else f"{_num(v)} {unit}"
+    """A measured figure as the report has it (35.0 stays 35.0)."""
+    return "–" if v in (None, "-") else f"{v} {unit}"
 
 
 def chaos_block(rep, source):

@@ -45,7 +45,7 @@ class ChaosBlockTest(unittest.TestCase):
         self.assertIn("| kill9 | pass | 0 | 0 | 30.7 s | 115.4 MiB | 101.6 s | "
                       "kills 3; catch_up_s 4; skipped decode_error 2; follow_s 6.8/1.4; "
                       "targets a (runs 5) |", md)
-        self.assertIn("| fuzz | **FAIL** | - | - | – | – | 3 s | rounds 2 entries", md)
+        self.assertIn("| fuzz | **FAIL** | - | - | – | – | 3.0 s | rounds 2 entries", md)
 
     def test_a_failed_case_is_listed_with_its_error_on_one_line(self):
         self.assertIn("- fuzz: panicked at x", chaos_block(CHAOS, "x.json"))

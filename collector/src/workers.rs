@@ -1,7 +1,7 @@
 //! Decode/encode workers: CPU-heavy work off the async runtime and off the Kafka thread.
 //!
 //! Each worker thread owns its encoder (buffers are reused batch after batch and allocated
-//! and freed on the same thread — the allocator-contention lesson of the compat notes).
+//! and freed on the same thread — the allocator-contention lesson of `docs/compat-notes.md` §6).
 
 use std::ops::Range;
 use std::sync::Arc;

@@ -255,11 +255,9 @@ impl SourceLoop {
                     batch,
                     durable,
                 } => {
-                    // A cut made by time is not reproducible from the data alone: Kafka must
-                    // have it before the rows can reach ClickHouse. Nor is a size cut that
-                    // starts where an unrecorded time cut ends, so while any batch waits for
-                    // its cut, the ones after it wait too.
-                    if durable || self.unsent.borrow().is_holding() {
+                    // The hold rule is `Unsent::must_hold`'s.
+                    let hold = self.unsent.borrow().must_hold(durable);
+                    if hold {
                         self.unsent.borrow_mut().push(intent, batch);
                         self.send_unsent(true);
                     } else {

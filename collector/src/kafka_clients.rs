@@ -65,6 +65,27 @@ pub fn consumer<'a>(
     c
 }
 
+/// The bundle replayer's consumer ([`crate::source`]'s `replay`): assigned the ranges of a
+/// recorded bundle, outside the group, never committing.
+pub fn replayer<'a>(
+    brokers: &str,
+    properties: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> ClientConfig {
+    let mut c = base(
+        brokers,
+        properties,
+        &[
+            ("fetch.max.bytes", "8388608"),
+            ("max.partition.fetch.bytes", "2097152"),
+            ("fetch.queue.backoff.ms", "10"),
+        ],
+    );
+    for (k, v) in PINNED {
+        c.set(k, v);
+    }
+    c
+}
+
 /// The client that reads high watermarks for the lag metrics (no group).
 pub fn watermarks<'a>(
     brokers: &str,

@@ -66,9 +66,12 @@ pub fn consumer<'a>(
 }
 
 /// The bundle replayer's consumer ([`crate::source`]'s `replay`): assigned the ranges of a
-/// recorded bundle, outside the group, never committing.
+/// recorded bundle, never joining the group (it only assigns) and never committing. It
+/// carries the group's id because librdkafka refuses `assign` without one, and the
+/// group's ACLs then cover it.
 pub fn replayer<'a>(
     brokers: &str,
+    group_id: &str,
     properties: impl IntoIterator<Item = (&'a String, &'a String)>,
 ) -> ClientConfig {
     let mut c = base(
@@ -80,6 +83,7 @@ pub fn replayer<'a>(
             ("fetch.queue.backoff.ms", "10"),
         ],
     );
+    c.set("group.id", group_id);
     for (k, v) in PINNED {
         c.set(k, v);
     }
@@ -136,6 +140,14 @@ mod tests {
         assert_eq!(c.get("group.id"), Some("g"));
         assert_eq!(c.get("security.protocol"), Some("SASL_SSL"));
         assert_eq!(c.get("session.timeout.ms"), Some("45000"));
+        assert_eq!(c.get("enable.auto.commit"), Some("false"));
+        assert_eq!(c.get("enable.auto.offset.store"), Some("false"));
+    }
+
+    #[test]
+    fn the_replayer_assigns_under_the_group_s_id_and_never_commits() {
+        let c = replayer("b", "g", &props(&[("enable.auto.commit", "true")]));
+        assert_eq!(c.get("group.id"), Some("g"));
         assert_eq!(c.get("enable.auto.commit"), Some("false"));
         assert_eq!(c.get("enable.auto.offset.store"), Some("false"));
     }

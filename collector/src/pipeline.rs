@@ -163,7 +163,7 @@ fn source_config(cfg: &Config, dead_letters: bool) -> SourceConfig {
     SourceConfig {
         consumer: kafka_clients::consumer(&k.brokers, &k.group_id, &k.properties),
         watermarks: kafka_clients::watermarks(&k.brokers, &k.properties),
-        replayer: kafka_clients::replayer(&k.brokers, &k.properties),
+        replayer: kafka_clients::replayer(&k.brokers, &k.group_id, &k.properties),
         topics: k.topics.clone(),
         machine: MachineConfig {
             cut: CutPolicy {

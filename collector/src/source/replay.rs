@@ -5,9 +5,10 @@
 //! IO shell on its own thread with a consumer of its own: assigned the members' ranges,
 //! never a group member, never committing, so the group's assignment and offsets are the
 //! source's alone. Records are batched by the source's own rule
-//! ([`super::machine::push_record`]). Each member batch covers exactly its recorded range,
-//! records present or not (a range Kafka no longer holds — retention — is inserted with
-//! what is left: the bundle then loses what Kafka lost, and says so). Only the member this
+//! ([`super::machine::push_record`]). Each member batch covers exactly its recorded range.
+//! A replay waits for every record of it (reading again when none came for [`STALL`]);
+//! only records Kafka says it no longer holds (retention, a topic made anew) are given up,
+//! logged, and the bundle goes in with the rest: it never acknowledges less than Kafka has. Only the member this
 //! process holds carries its generation, so only its acknowledgement counts; the other
 //! members' owners replay the bundle themselves.
 
@@ -26,8 +27,8 @@ use crate::budget::Budget;
 use crate::bundle::{Bundle, BundleDesc};
 use crate::workers::Work;
 
-/// How long a replay waits for a member's next record before inserting what it has.
-const STALL: Duration = Duration::from_secs(30);
+/// How long a replay waits for a record before it asks Kafka what it still holds and reads again.
+const STALL: Duration = Duration::from_secs(10);
 
 /// A bundle to replay, and the member this process holds.
 #[derive(Debug)]
@@ -88,28 +89,37 @@ fn read(
         })
         .collect();
     let mut done = vec![false; desc.members.len()];
-    let mut tpl = TopicPartitionList::new();
-    for (p, r) in &desc.members {
-        let _ = tpl.add_partition_offset(&topic, *p, Offset::Offset(r.first));
-    }
-    if let Err(e) = consumer.assign(&tpl) {
-        tracing::error!(error = %e, bundle = %desc.render(), "cannot assign the bundle's partitions for its replay");
-    }
+    // The next offset each member needs.
+    let mut next: Vec<i64> = desc.members.iter().map(|(_, r)| r.first).collect();
     let mut progress = Instant::now();
+    assign(consumer, desc, &done, &next);
     while done.iter().any(|d| !d) {
         if stop.load(Ordering::Relaxed) {
             return None;
         }
         if progress.elapsed() >= STALL {
-            let missing: Vec<i32> = desc
-                .members
-                .iter()
-                .zip(&done)
-                .filter(|(_, d)| !**d)
-                .map(|(m, _)| m.0)
-                .collect();
-            tracing::error!(bundle = %desc.render(), ?missing, "a replayed bundle's records did not all arrive in {STALL:?}; inserting what Kafka still holds");
-            break;
+            // Nothing came for a while: records Kafka no longer holds end their member
+            // (retention, a topic made anew); anything else is read again from where it
+            // stopped. Never acknowledged short of what Kafka still has.
+            for (i, (p, range)) in desc.members.iter().enumerate() {
+                if done[i] {
+                    continue;
+                }
+                match consumer.fetch_watermarks(&desc.topic, *p, Duration::from_secs(5)) {
+                    Ok((low, high)) if low > range.last || high <= next[i] => {
+                        tracing::error!(bundle = %desc.render(), partition = p, from = next[i], to = range.last, low, high, "a replayed bundle's records are gone from Kafka; inserting the rest");
+                        done[i] = true;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, partition = p, "bundle replay: cannot read the partition's offsets; still waiting")
+                    }
+                }
+            }
+            tracing::warn!(bundle = %desc.render(), "a replayed bundle's records are slow to come; reading them again");
+            assign(consumer, desc, &done, &next);
+            progress = Instant::now();
+            continue;
         }
         let msg = match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(msg)) => msg,
@@ -123,7 +133,7 @@ fn read(
             continue;
         };
         let range = desc.members[i].1;
-        if done[i] || msg.offset() < range.first {
+        if done[i] || msg.offset() < next[i] {
             continue;
         }
         progress = Instant::now();
@@ -131,6 +141,7 @@ fn read(
             done[i] = true;
             continue;
         }
+        next[i] = msg.offset() + 1;
         let record = Record {
             topic: &topic,
             partition: msg.partition(),
@@ -163,4 +174,17 @@ fn read(
         desc: desc.clone(),
         batches,
     })
+}
+
+/// Assign the members not yet read, each at the next offset it needs.
+fn assign(consumer: &BaseConsumer, desc: &BundleDesc, done: &[bool], next: &[i64]) {
+    let mut tpl = TopicPartitionList::new();
+    for (i, (p, _)) in desc.members.iter().enumerate() {
+        if !done[i] {
+            let _ = tpl.add_partition_offset(&desc.topic, *p, Offset::Offset(next[i]));
+        }
+    }
+    if let Err(e) = consumer.assign(&tpl) {
+        tracing::error!(error = %e, bundle = %desc.render(), "cannot assign the bundle's partitions for its replay; retrying");
+    }
 }

@@ -78,8 +78,11 @@ pub fn replayer<'a>(
         brokers,
         properties,
         &[
-            ("fetch.max.bytes", "8388608"),
-            ("max.partition.fetch.bytes", "2097152"),
+            // A replay reads a few ranges, often of many partitions: small prefetch, so
+            // what it reads past the ranges costs little memory.
+            ("fetch.max.bytes", "4194304"),
+            ("max.partition.fetch.bytes", "1048576"),
+            ("queued.max.messages.kbytes", "4096"),
             ("fetch.queue.backoff.ms", "10"),
         ],
     );

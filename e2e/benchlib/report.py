@@ -1,5 +1,14 @@
 """Markdown tables of a bench report (e2e/benchlib/bench.py): the per-leg figures with
-tracehouse's ratio to every other leg, and, in live mode, span end -> queryable per leg."""
+tracehouse's ratio to every other leg, and, in live mode, span end -> queryable per leg; a
+partition sweep's inserts, parts and freshness per leg and partition count."""
+
+# How each leg wrote into ClickHouse, as the server counted it (inserts.py); shown only for
+# reports that have them, so older reports render as they did.
+INSERT_ROWS = [("INSERT statements (server's count)", "inserts", ""),
+               ("blocks written (parts created)", "insert_blocks", ""),
+               ("INSERTs per second", "inserts_per_second", ""),
+               ("parts created per minute", "parts_per_minute", ""),
+               ("rows per INSERT", "rows_per_insert", "")]
 
 
 def fmt(v, unit=""):
@@ -25,6 +34,8 @@ def table(report, legs):
             ("bytes to ClickHouse per span", "bytes_to_clickhouse_per_span", " B"),
             ("ClickHouse server CPU per span", "clickhouse_server_cpu_us_per_span", " µs"),
             ("peak RSS (VmHWM)", "peak_rss_mib", " MiB")]
+    if any("insert_blocks" in report[leg] or "inserts" in report[leg] for leg in legs):
+        rows += INSERT_ROWS
     # tracehouse's ratio to every other leg.
     peers = [leg for leg in legs if leg != "tracehouse"] if "tracehouse" in legs else []
     head = "| | " + " | ".join(legs) + "".join(f" | tracehouse / {q}" for q in peers) + " |"
@@ -61,4 +72,25 @@ def freshness_table(report, legs, rate):
             lines.append(f"| {leg}, {what}: span end → queryable | {fmt(f.get('p50_s'), ' s')} | "
                          f"{fmt(f.get('p90_s'), ' s')} | {fmt(f.get('p99_s'), ' s')} | "
                          f"{fmt(f.get('max_s'), ' s')} | {hist} |")
+    return "\n".join(lines)
+
+
+def sweep_table(report, legs):
+    """A partition sweep: one row per partition count and leg — delivery, INSERT statements,
+    blocks, inserts/s, parts per minute, rows per insert, span end → queryable of a record's
+    last span (p50 / p99), ClickHouse server CPU per span."""
+    lines = ["| partitions | leg | verified | INSERTs | blocks (parts) | INSERTs/s | parts/min | "
+             "rows/INSERT | span end → queryable p50 | p99 | server CPU/span |",
+             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for step in report["sweep"]:
+        for leg in legs:
+            r = step.get(leg) or {}
+            f = r.get("freshness_record") or {}
+            lines.append(
+                f"| {step['partitions']} | {leg} | {fmt(r.get('verified'))} | "
+                f"{fmt(r.get('inserts'))} | {fmt(r.get('insert_blocks'))} | "
+                f"{fmt(r.get('inserts_per_second'))} | {fmt(r.get('parts_per_minute'))} | "
+                f"{fmt(r.get('rows_per_insert'))} | {fmt(f.get('p50_s'), ' s')} | "
+                f"{fmt(f.get('p99_s'), ' s')} | "
+                f"{fmt(r.get('clickhouse_server_cpu_us_per_span'), ' µs')} |")
     return "\n".join(lines)

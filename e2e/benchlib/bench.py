@@ -67,6 +67,7 @@ through confluent-kafka), `series.py` (the sampled series, freshness, the PNG) a
 in a venv of its own with the pinned packages of requirements.txt (e2e/lib/bench.sh).
 """
 
+import hashlib
 import json
 import os
 import re
@@ -88,6 +89,14 @@ from series import (Series, arrivals_ddl, arrivals_query, record_arrivals_query,
 from stack import (E2E, REPO, STATE, ClickHouse, Kafka, OwnClickHouse, free_port, git_revision, group_describe,
                    kafka_and_clickhouse_running, kafka_java, log_tail_errors, metric_sum, metrics_scrape,
                    new_run, stack_env)
+
+def file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
 
 POLL = 0.25  # seconds between progress samples
 LIVE_SPANS_PER_RECORD = 100  # live mode: spans per Kafka record (loadgen's default, made explicit)
@@ -131,15 +140,36 @@ class Bench:
         self.ch_port = int(re.search(r":(\d+)", self.env["CLICKHOUSE_URL"].split("//", 1)[1]).group(1))
 
     def build(self):
-        run([str(E2E / "setup")], timeout=1800, log=self.dir / "setup.log")  # build deps (idempotent)
-        say("cargo build --release -p tracehouse-collector -p tracehouse-loadgen "
-            f"(log: {self.dir / 'build.log'})")
-        run(["cargo", "build", "--release", "--locked", "-p", "tracehouse-collector",
-             "-p", "tracehouse-loadgen"], timeout=3600, log=self.dir / "build.log")
-        self.git = git_revision()
         target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+        self.git = git_revision()
         self.collector = Path(self.args.collector_bin or target / "release" / "tracehouse-collector")
         self.loadgen = target / "release" / "tracehouse-loadgen"
+        if self.args.no_build:
+            # Binaries built earlier, perhaps from another revision (the report records their
+            # digests, not a commit): copied first, so a build meanwhile cannot swap them.
+            (self.dir / "bin").mkdir(exist_ok=True)
+            for attr in ("collector", "loadgen"):
+                src = getattr(self, attr)
+                if not os.access(src, os.X_OK):
+                    raise BenchError(f"--no-build: {src} is not there; build it or drop --no-build")
+                dst = self.dir / "bin" / src.name
+                shutil.copy2(src, dst)
+                setattr(self, attr, dst)
+            self.prebuilt = {b.name: {"from": str(src), "sha256": file_sha256(b),
+                                      "built": datetime.fromtimestamp(b.stat().st_mtime, timezone.utc)
+                                      .isoformat(timespec="seconds")}
+                             for b, src in ((self.collector, self.args.collector_bin
+                                             or target / "release" / "tracehouse-collector"),
+                                            (self.loadgen, target / "release" / "tracehouse-loadgen"))}
+            digests = ", ".join(f"{k} {v['sha256'][:12]}" for k, v in self.prebuilt.items())
+            say(f"--no-build: {digests}")
+        else:
+            self.prebuilt = None
+            run([str(E2E / "setup")], timeout=1800, log=self.dir / "setup.log")  # build deps (idempotent)
+            say("cargo build --release -p tracehouse-collector -p tracehouse-loadgen "
+                f"(log: {self.dir / 'build.log'})")
+            run(["cargo", "build", "--release", "--locked", "-p", "tracehouse-collector",
+                 "-p", "tracehouse-loadgen"], timeout=3600, log=self.dir / "build.log")
         if "otelcol" in self.args.legs:
             say("OpenTelemetry Collector (built once, cached in $TRACEHOUSE_CACHE)")
             script = (f'source "{E2E}/lib/common.sh"; source "{E2E}/lib/otelcol.sh"; '
@@ -332,6 +362,7 @@ class Bench:
         rows, lag, last_change, last_rows, last_print = 0, None, t0, -1, t0
         count_errors, last_error = 0, None
         outcome = None
+        t_rows_in = None  # when every row was first seen in ClickHouse
         try:
             while True:
                 now = time.monotonic()
@@ -358,6 +389,8 @@ class Bench:
                     count_errors, last_error, lag = count_errors + 1, str(e), None
                 if rows != last_rows:
                     last_rows, last_change = rows, now
+                if rows >= n and t_rows_in is None:
+                    t_rows_in = now
                 if series.due(now - t0):
                     try:
                         rss = proc_status_kib(p.pid, "VmRSS") / 1024
@@ -431,7 +464,10 @@ class Bench:
         final_lags, describe = group_describe(self.env["KAFKA_BROKERS"], group)
         (self.dir / f"{leg}-group.txt").write_text(describe)
         verify = self.verify(leg, db, table, verify_attrs)
-        res.update(self.insert_accounting(db, t_done - t_load if a.rate else wall))
+        # Rates over the time rows were arriving: from the producer's start (pre-filled: the
+        # collector's) until every row was in, not the wait for the last offset commit.
+        res.update(self.insert_accounting(
+            db, (t_rows_in or t_done) - (t_load if a.rate else t0)))
         if a.rate and not a.keep:  # a topic per leg: the broker keeps fewer partitions open
             self.delete_topic(self.topic)
         if not a.keep:  # no background merges of this leg's parts during the next leg
@@ -665,7 +701,7 @@ def main():
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "command": "e2e/bench " + " ".join(sys.argv[1:]),
-        "git": b.git,
+        "git": getattr(b, "git", None),
         "engine": a.engine,
         "attributes": a.attributes,
         "span_profile": a.span_profile,
@@ -675,6 +711,7 @@ def main():
         "clickhouse": "own chserver of the run (--own-clickhouse)" if a.own_clickhouse
                       else "the stack's chserver",
         "collector_bin": a.collector_bin,
+        "prebuilt_binaries": getattr(b, "prebuilt", None),
         "tracehouse_linger_ms": a.linger_ms,
         "tracehouse_attribute_keys": not a.no_attribute_keys,
         "rate_spans_per_second": a.rate,
@@ -696,8 +733,8 @@ def main():
                  "(GET /chserver/inserts); insert_blocks: max(max_block_number) over "
                  "system.parts of otel_traces (merge-tree) or of the verification view's "
                  "table (null): blocks written, one per partition a block spans; rates over "
-                 "insert_window_seconds (live: producer start to all rows in; pre-filled: "
-                 "wall).",
+                 "insert_window_seconds (live: producer start until every row was in; "
+                 "pre-filled: collector start until every row was in).",
         "artifacts": str(b.dir),
     }
     Path(a.out).write_text(json.dumps(report, indent=2) + "\n")

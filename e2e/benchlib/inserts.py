@@ -39,8 +39,8 @@ def table_stats(snapshot, db, table):
 
 def insert_figures(stats, blocks, window_s):
     """The per-leg figures: statements, blocks, inserts per second and parts per minute over
-    `window_s` (live: from the producer's start until every row is in; pre-filled: the wall
-    time), rows per insert."""
+    `window_s` (the time rows were arriving — live: from the producer's start until every row
+    was in; pre-filled: from the collector's start), rows per insert."""
     inserts = stats["inserts"] if stats else None
     out = {
         "inserts": inserts,

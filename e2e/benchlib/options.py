@@ -43,6 +43,10 @@ def parse(doc, otelcol_config):
     ap.add_argument("--collector-bin",
                     help="tracehouse-collector binary to run instead of the release build "
                          "(e.g. to compare two revisions)")
+    ap.add_argument("--no-build", action="store_true",
+                    help="use the release binaries already built (--collector-bin or "
+                         "$CARGO_TARGET_DIR/release/, and tracehouse-loadgen beside it) without "
+                         "building; the report records their sha256, since their commit is unknown")
     ap.add_argument("--out", required=True, help="JSON report file")
     ap.add_argument("--engine", choices=["null", "merge-tree"], default="null")
     ap.add_argument("--attributes", choices=["json", "map"], default="json")

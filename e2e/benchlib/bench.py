@@ -467,7 +467,7 @@ class Bench:
         # Rates over the time rows were arriving: from the producer's start (pre-filled: the
         # collector's) until every row was in, not the wait for the last offset commit.
         res.update(self.insert_accounting(
-            db, (t_rows_in or t_done) - (t_load if a.rate else t0)))
+            db, (t_rows_in or t_done) - (t_load if a.rate else t0), n))
         if a.rate and not a.keep:  # a topic per leg: the broker keeps fewer partitions open
             self.delete_topic(self.topic)
         if not a.keep:  # no background merges of this leg's parts during the next leg
@@ -555,7 +555,7 @@ class Bench:
 
     _no_insert_stats = False
 
-    def insert_accounting(self, db, window_s):
+    def insert_accounting(self, db, window_s, spans):
         """The leg's inserts as the server saw them (inserts.py): statements from chserver's
         count, blocks from system.parts of otel_traces (MergeTree) or of the verification view's
         table (Null engine)."""
@@ -570,7 +570,7 @@ class Bench:
         except (BenchError, ValueError) as e:
             say(f"blocks of {db}.{table}: {e}")
             blocks = None
-        out = insert_figures(stats, blocks, window_s)
+        out = insert_figures(stats, blocks, window_s, spans)
         out["insert_blocks_source"] = f"system.parts of {table}"
         return out
 

@@ -37,15 +37,17 @@ def table_stats(snapshot, db, table):
                                                     "body_bytes": 0}
 
 
-def insert_figures(stats, blocks, window_s):
+def insert_figures(stats, blocks, window_s, spans):
     """The per-leg figures: statements, blocks, inserts per second and parts per minute over
     `window_s` (the time rows were arriving — live: from the producer's start until every row
-    was in; pre-filled: from the collector's start), rows per insert."""
+    was in; pre-filled: from the collector's start), spans per insert (`spans`: the leg's,
+    delivered exactly once when it is verified). chserver's own row count is the engine's
+    `written_rows`, which counts the rows materialized views wrote too: kept, not divided."""
     inserts = stats["inserts"] if stats else None
     out = {
         "inserts": inserts,
         "failed_inserts": stats["failed"] if stats else None,
-        "insert_rows": stats["rows"] if stats else None,
+        "insert_written_rows": stats["rows"] if stats else None,
         "insert_blocks": blocks,
         "insert_window_seconds": round(window_s, 2) if window_s else None,
         "inserts_per_second": None, "parts_per_minute": None, "rows_per_insert": None,
@@ -57,7 +59,7 @@ def insert_figures(stats, blocks, window_s):
         if blocks is not None:
             out["parts_per_minute"] = round(blocks / window_s * 60, 1)
     if inserts:
-        out["rows_per_insert"] = round(stats["rows"] / inserts, 1)
+        out["rows_per_insert"] = round(spans / inserts, 1)
         if blocks is not None:
             out["blocks_per_insert"] = round(blocks / inserts, 2)
     return out

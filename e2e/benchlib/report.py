@@ -1,6 +1,7 @@
 """Markdown tables of a bench report (e2e/benchlib/bench.py): the per-leg figures with
 tracehouse's ratio to every other leg, and, in live mode, span end -> queryable per leg; a
-partition sweep's inserts, parts and freshness per leg and partition count."""
+partition sweep's inserts, parts and freshness per leg and partition count; what each column
+group and each INSERT cost the server (e2e/column-cost). Standard library only (e2e/docs)."""
 
 # How each leg wrote into ClickHouse, as the server counted it (inserts.py); shown only for
 # reports that have them, so older reports render as they did.
@@ -93,4 +94,27 @@ def sweep_table(report, legs):
                 f"{fmt(r.get('rows_per_insert'))} | {fmt(f.get('p50_s'), ' s')} | "
                 f"{fmt(f.get('p99_s'), ' s')} | "
                 f"{fmt(r.get('clickhouse_server_cpu_us_per_span'), ' µs')} |")
+    return "\n".join(lines)
+
+
+def column_cost_table(result):
+    """An e2e/column-cost report (column_cost.py) as one table: CPU per span against every column at the same batch size,
+    INSERTs, parts, merge cost; then the fit."""
+    base = next((c for c in result["cases"] if c["case"] == "every column"), None)
+    lines = ["| case | columns | rows per INSERT | INSERTs | parts | server CPU per span | vs every "
+             "column | merge to one part, per span |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in result["cases"]:
+        ratio = ""
+        if base and c.get("cpu_us_per_span") and base.get("cpu_us_per_span") \
+                and c["rows_per_insert"] == base["rows_per_insert"]:
+            ratio = f"{c['cpu_us_per_span'] / base['cpu_us_per_span']:.2f}×"
+        lines.append(f"| {c['case']} | {c['columns']} | {fmt(c['rows_per_insert'])} | "
+                     f"{fmt(c['inserts'])} | {fmt(c.get('parts'))} | "
+                     f"{fmt(c.get('cpu_us_per_span'), ' µs')} | {ratio} | "
+                     f"{fmt(c.get('merge_cpu_us_per_span'), ' µs')} |")
+    fit = result.get("fit")
+    if fit:
+        lines += ["", f"Least-squares fit over the batch sizes (every column): one INSERT costs "
+                      f"the server **{fmt(fit['per_insert_us'])} µs** of CPU, one row "
+                      f"**{fmt(fit['per_row_us'])} µs**."]
     return "\n".join(lines)

@@ -13,25 +13,27 @@ from inserts import blocks_query, insert_figures, parse_blocks, table_stats  # n
 from options import parse  # noqa: E402
 from report import sweep_table, table  # noqa: E402
 
-SNAPSHOT = {"bench_1_tracehouse": {"otel_traces": {"inserts": 120, "failed": 1, "rows": 60000,
+# rows: the engine's written_rows, views included (twice the spans here).
+SNAPSHOT = {"bench_1_tracehouse": {"otel_traces": {"inserts": 120, "failed": 1, "rows": 120000,
                                                    "body_bytes": 9}}}
 
 
 class InsertFiguresTest(unittest.TestCase):
     def test_rates_over_the_window_and_sizes_per_insert(self):
         st = table_stats(SNAPSHOT, "bench_1_tracehouse", "otel_traces")
-        got = insert_figures(st, 240, 30.0)
+        got = insert_figures(st, 240, 30.0, 60000)
         self.assertEqual(got["inserts"], 120)
         self.assertEqual(got["failed_inserts"], 1)
         self.assertEqual(got["inserts_per_second"], 4.0)
         self.assertEqual(got["parts_per_minute"], 480.0)
         self.assertEqual(got["rows_per_insert"], 500.0)
+        self.assertEqual(got["insert_written_rows"], 120000)
         self.assertEqual(got["blocks_per_insert"], 2.0)
 
     def test_a_table_that_got_nothing_counts_zero_and_an_old_server_none(self):
         self.assertEqual(table_stats(SNAPSHOT, "other", "otel_traces")["inserts"], 0)
         self.assertIsNone(table_stats(None, "x", "otel_traces"))
-        got = insert_figures(None, 12, 60.0)
+        got = insert_figures(None, 12, 60.0, 100)
         self.assertEqual((got["inserts"], got["inserts_per_second"], got["rows_per_insert"]),
                          (None, None, None))
         self.assertEqual(got["parts_per_minute"], 12.0)

@@ -28,7 +28,9 @@ the run's own (bench --own-clickhouse), so nothing else the machine runs is in i
    same time taken off (measured before the cases). From the batch sizes a least-squares fit
    of CPU = a·INSERTs + b·rows gives the fixed cost of one INSERT and the cost of one row. The
    fixed cost includes chserver's own handling of a request (Python, the HTTP front over the
-   embedded engine), which a ClickHouse server does in C++: it is an upper bound for one.
+   embedded engine), which a ClickHouse server does in C++: it is an upper bound for one. The
+   floor beside it: one-row INSERTs into a one-column MergeTree, the same number as the most
+   INSERTs of a batch case, through the same path.
 
 Writes a JSON report ({"cases": [...], "fit": {...}, "run": {...}}) and prints a table. Within
 a couple of minutes at the defaults. The chserver, topic and databases are removed at the end.
@@ -225,6 +227,28 @@ class ColumnCost:
         finally:
             self.server.query(f"DROP DATABASE IF EXISTS `{db}` SYNC")
 
+    def floor(self, inserts):
+        """CPU of `inserts` one-row INSERTs into a one-column MergeTree, through the same path:
+        what any INSERT costs here, whatever its table (chserver's request handling, a part)."""
+        db = f"colcost_{self.bench.run_id}_floor"
+        self.server.query(f"CREATE DATABASE `{db}`")
+        try:
+            self.server.query(f"CREATE TABLE `{db}`.t (a UInt8) ENGINE = MergeTree ORDER BY tuple()")
+            self.server.query(f"SYSTEM STOP MERGES `{db}`.t")
+            runs = []
+            for r in range(self.a.repeats):
+                c0, t0 = self.server.cpu(), time.monotonic()
+                for _ in range(inserts):
+                    self.server.post(b"\x01", query=f"INSERT INTO `{db}`.t (a) FORMAT RowBinary")
+                c1, t1 = self.server.cpu(), time.monotonic()
+                runs.append(c1 - c0 - self.idle * (t1 - t0))
+        finally:
+            self.server.query(f"DROP DATABASE IF EXISTS `{db}` SYNC")
+        out = {"inserts": inserts, "cpu_seconds_runs": [round(x, 3) for x in runs],
+               "per_insert_us": round(statistics.median(runs) / inserts * 1e6, 1)}
+        say(f"floor: a one-row INSERT into a one-column table costs {out['per_insert_us']} µs")
+        return out
+
     def case(self, name, columns, rows_per_insert, with_view=True, merge=False):
         bodies = self.bodies(columns, rows_per_insert)
         runs = [self.one(f"{len(self.cases)}_{r}", columns, bodies, with_view, merge)
@@ -264,6 +288,7 @@ class ColumnCost:
             c = self.case("every column", every, size, merge=True)
             batch.append((c["inserts"], c["rows"],
                           statistics.median(c["cpu_seconds_runs"])))
+        self.floor_result = self.floor(max(c for c, _, _ in batch))
         return fit_per_insert(batch)
 
 
@@ -308,7 +333,7 @@ def main():
     finally:
         cc.bench.cleanup()
     b = cc.bench
-    result = {"cases": cc.cases, "fit": fit, "run": {
+    result = {"cases": cc.cases, "fit": fit, "floor": getattr(cc, "floor_result", None), "run": {
         "id": b.run_id, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(), "command": "e2e/column-cost " + " ".join(sys.argv[1:]),
         "git": b.git, "prebuilt_binaries": b.prebuilt, "spans": cc.n,

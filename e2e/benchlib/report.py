@@ -117,4 +117,9 @@ def column_cost_table(result):
         lines += ["", f"Least-squares fit over the batch sizes (every column): one INSERT costs "
                       f"the server **{fmt(fit['per_insert_us'])} µs** of CPU, one row "
                       f"**{fmt(fit['per_row_us'])} µs**."]
+    floor = result.get("floor")
+    if floor:
+        lines += ["", f"Floor, through the same path: a one-row INSERT into a one-column "
+                      f"MergeTree costs **{fmt(floor['per_insert_us'])} µs** "
+                      f"({fmt(floor['inserts'])} INSERTs)."]
     return "\n".join(lines)

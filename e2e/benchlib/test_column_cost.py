@@ -65,10 +65,12 @@ class TableTest(unittest.TestCase):
             base, dict(base, case="without events", columns=27, cpu_us_per_span=8.0),
             dict(base, rows_per_insert=100, inserts=200, parts=200, cpu_us_per_span=30.0,
                  merge_cpu_us_per_span=4.0)],
-            "fit": {"per_insert_us": 2000.0, "per_row_us": 5.0}})
+            "fit": {"per_insert_us": 2000.0, "per_row_us": 5.0},
+            "floor": {"per_insert_us": 900.0, "inserts": 200}})
         self.assertIn("| without events | 27 | 5,000 | 4 | 4 | 8.00 µs | 0.80× | — |", md)
         self.assertIn("| every column | 30 | 100 | 200 | 200 | 30.00 µs |  | 4.00 µs |", md)
         self.assertIn("one INSERT costs the server **2,000 µs** of CPU, one row **5.00 µs**", md)
+        self.assertIn("one-column MergeTree costs **900 µs** (200 INSERTs)", md)
 
 
 class OptionsTest(unittest.TestCase):

@@ -122,7 +122,7 @@ def bench_block(rep, source):
              f"({m.get('cpu_model')}), {_num(m.get('memory_gib'))} GiB; {run.get('mode')} mode, "
              f"`{run.get('span_profile')}` spans, {run.get('attributes')} attributes, "
              f"{run.get('engine')} engine, {run.get('partitions')} partitions. Report: "
-             f"[`{source}`]({_rel(source)}).", "", "```", run["command"], "```", "",
+             f"[`{source}`]({_rel(source)}).{_binaries(run)}", "", "```", run["command"], "```", "",
              report.table(rep, legs)]
     if run.get("mode") == "live":
         lines += ["", report.freshness_table(rep, legs, run["rate_spans_per_second"])]
@@ -130,6 +130,16 @@ def bench_block(rep, source):
     if (REPO / png).exists():
         lines += ["", f"![rows/s, lag and RSS of each leg]({_rel(png)})"]
     return "\n".join(lines)
+
+
+def _binaries(run):
+    """How the binaries came about, when they were not built from the commit the run names."""
+    pre = run.get("prebuilt_binaries")
+    if not pre:
+        return ""
+    names = ", ".join(f"{k} sha256 `{v['sha256'][:12]}…` (built {_when(v.get('built'))})"
+                      for k, v in pre.items())
+    return f" Binaries built earlier (`--no-build`), not necessarily from that commit: {names}."
 
 
 def sweep_block(rep, source):
@@ -144,7 +154,8 @@ def sweep_block(rep, source):
              f"{run['rate_spans_per_second']:,.0f} spans/s for {_num(run['duration_seconds'])} s, "
              f"`{run.get('span_profile')}` spans, {run.get('attributes')} attributes, "
              f"{run.get('engine')} engine, {run.get('clickhouse', 'the stack' + chr(39) + 's chserver')}. "
-             f"Report: [`{source}`]({_rel(source)}).", "", "```", run["command"], "```", "",
+             f"Report: [`{source}`]({_rel(source)}).{_binaries(run)}", "", "```", run["command"],
+             "```", "",
              report.sweep_table(rep, legs)]
     png = Path(source).with_suffix(".png")
     if (REPO / png).exists():
@@ -159,7 +170,7 @@ def columncost_block(rep, source):
     lines = [f"**{_when(run['date'])}**, commit `{run['git']}`, {m.get('cpus')} CPUs "
              f"({m.get('cpu_model')}), {_num(m.get('memory_gib'))} GiB; {run['spans']:,} "
              f"`{run['span_profile']}` spans, {run['attributes']} attributes, median of "
-             f"{run['repeats']}. Report: [`{source}`]({_rel(source)}).", "", "```",
+             f"{run['repeats']}. Report: [`{source}`]({_rel(source)}).{_binaries(run)}", "", "```",
              run["command"], "```", "", report.column_cost_table(rep)]
     return "\n".join(lines)
 

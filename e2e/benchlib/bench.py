@@ -206,6 +206,9 @@ class Bench:
         (self.dir / "produce.json").write_bytes(r.stdout)
         if self.produced["spans"] != a.spans:
             raise BenchError(f"produced {self.produced['spans']} spans, asked for {a.spans}")
+        got = self.kafka.partition_count(self.topic)
+        if got != a.partitions:
+            raise BenchError(f"topic {self.topic} has {got} partitions, not {a.partitions}")
         self.end = self.kafka.end_offsets(self.topic, a.partitions)
         say(f"topic holds {sum(self.end.values())} records, "
             f"{self.produced['bytes'] / 1e6:.1f} MB of OTLP before Kafka's lz4")

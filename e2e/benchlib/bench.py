@@ -7,7 +7,8 @@
               [--collector-bin PATH]
     e2e/bench --rate SPANS_PER_SECOND [--duration 60] --out FILE [the options above]
     e2e/bench --rate R --duration S --partitions-sweep 8,64,256 --out FILE [the options above]
-    (any of them with --own-clickhouse: a chserver of the run's own, from this work tree)
+    (any of them with --own-clickhouse: a chserver of the run's own, from this work tree;
+    --no-build: the release binaries already built, their sha256 in the report)
 
 On the local stack (started with `e2e/stack up kafka clickhouse` if it is not running; it is
 left running afterwards, since other work may share it — `--stop-stack` stops it at the end
@@ -120,6 +121,7 @@ class Bench:
         self.kafka = None
         self.own_ch = None  # --own-clickhouse: this run's chserver
         self.step = ""  # a partition sweep: "_p<partitions>" in this step's names
+        self._no_insert_stats = False  # the chserver has no INSERT count: stop asking
 
     # -- setup
 
@@ -555,8 +557,6 @@ class Bench:
             self._no_insert_stats = True  # a chserver without the count: do not ask again
             return None
         return st["inserts"]
-
-    _no_insert_stats = False
 
     def insert_accounting(self, db, window_s, spans):
         """The leg's inserts as the server saw them (inserts.py): statements from chserver's

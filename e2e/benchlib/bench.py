@@ -641,6 +641,8 @@ class Bench:
                 f"databases {', '.join(self.databases) or '-'}")
         if self.own_ch:
             self.own_ch.remove()
+        # --no-build's copies of the binaries (~120 MB): their digests are in the report.
+        shutil.rmtree(self.dir / "bin", ignore_errors=True)
         if self.kafka:
             self.kafka.close()
         if self.stack_started and self.args.stop_stack:

@@ -120,6 +120,7 @@ class Bench:
         self.ch = None
         self.kafka = None
         self.own_ch = None  # --own-clickhouse: this run's chserver
+        self.bin_dir = self.dir / "bin"  # --no-build: copies of the binaries
         self.step = ""  # a partition sweep: "_p<partitions>" in this step's names
         self._no_insert_stats = False  # the chserver has no INSERT count: stop asking
 
@@ -149,12 +150,12 @@ class Bench:
         if self.args.no_build:
             # Binaries built earlier, perhaps from another revision (the report records their
             # digests, not a commit): copied first, so a build meanwhile cannot swap them.
-            (self.dir / "bin").mkdir(exist_ok=True)
+            self.bin_dir.mkdir(exist_ok=True)
             for attr in ("collector", "loadgen"):
                 src = getattr(self, attr)
                 if not os.access(src, os.X_OK):
                     raise BenchError(f"--no-build: {src} is not there; build it or drop --no-build")
-                dst = self.dir / "bin" / src.name
+                dst = self.bin_dir / src.name
                 shutil.copy2(src, dst)
                 setattr(self, attr, dst)
             self.prebuilt = {b.name: {"from": str(src), "sha256": file_sha256(b),
@@ -642,7 +643,7 @@ class Bench:
         if self.own_ch:
             self.own_ch.remove()
         # --no-build's copies of the binaries (~120 MB): their digests are in the report.
-        shutil.rmtree(self.dir / "bin", ignore_errors=True)
+        shutil.rmtree(self.bin_dir, ignore_errors=True)
         if self.kafka:
             self.kafka.close()
         if self.stack_started and self.args.stop_stack:

@@ -578,3 +578,25 @@ class FifoDescriptorTest(unittest.TestCase):
         finally:
             for fd in held:
                 os.close(fd)
+
+
+class KeptAliveConnectionTest(unittest.TestCase):
+    """A real server answers every request of a kept-alive connection without delay (clients
+    reuse connections: the collectors' inserts, Grafana's queries)."""
+
+    def test_requests_on_one_connection_are_answered_at_once(self):
+        conn = http.client.HTTPConnection("127.0.0.1", SERVER.port, timeout=60)
+        headers = {"X-ClickHouse-User": USER, "X-ClickHouse-Key": SERVER.password}
+        took = []
+        try:
+            for _ in range(10):
+                t = time.monotonic()
+                conn.request("POST", "/", body=b"SELECT 1", headers=headers)
+                r = conn.getresponse()
+                self.assertEqual(r.read(), b"1\n")
+                took.append(time.monotonic() - t)
+        finally:
+            conn.close()
+        took.sort()
+        # 40 ms is a delayed ACK (Nagle): the symptom this guards against.
+        self.assertLess(took[len(took) // 2], 0.030, f"request times {took}")

@@ -1,5 +1,5 @@
 """e2e/docs [--check]: the result documents under docs/ kept current from the JSON reports the
-runners write — e2e/bench and e2e/querybench into e2e/bench-results/, e2e/chaos into
+runners write — e2e/bench, e2e/column-cost and e2e/querybench into e2e/bench-results/, e2e/chaos into
 e2e/chaos-results/ (copied there from $TRACEHOUSE_STATE/chaos/report-<profile>.json).
 
 A document is hand-written prose around generated blocks. A block names its kind and its report
@@ -9,8 +9,9 @@ A document is hand-written prose around generated blocks. A block names its kind
     <!-- end generated -->
 
 and `e2e/docs` rewrites what lies between the two markers (each alone on its line) — the run's
-date, commit and command, then its tables — and nothing else. Kinds: `bench` (an e2e/bench report), `chaos` (an e2e/chaos
-report), `querybench` (an e2e/querybench result). To add a run: copy its JSON beside the others,
+date, commit and command, then its tables — and nothing else. Kinds: `bench` (an e2e/bench report, a partition sweep's
+too), `chaos` (an e2e/chaos report), `querybench` (an e2e/querybench result), `columncost` (an
+e2e/column-cost report). To add a run: copy its JSON beside the others,
 put a marker where its table belongs, run `e2e/docs`, commit both.
 
 With --check nothing is written: it fails naming each stale document, each marker whose report
@@ -113,19 +114,64 @@ def bench_block(rep, source):
     """An e2e/bench report: when, which commit, the machine, the command, the per-leg table
     and, in live mode, span end → queryable; the run's PNG if it was kept beside the JSON."""
     run = rep["run"]
+    if "sweep" in rep:
+        return sweep_block(rep, source)
     legs = [leg for leg in LEGS if leg in rep]
     m = run.get("machine", {})
     lines = [f"**{_when(run['date'])}**, commit `{run['git']}`, {m.get('cpus')} CPUs "
              f"({m.get('cpu_model')}), {_num(m.get('memory_gib'))} GiB; {run.get('mode')} mode, "
              f"`{run.get('span_profile')}` spans, {run.get('attributes')} attributes, "
              f"{run.get('engine')} engine, {run.get('partitions')} partitions. Report: "
-             f"[`{source}`]({_rel(source)}).", "", "```", run["command"], "```", "",
+             f"[`{source}`]({_rel(source)}).{_binaries(run)}", "", "```", run["command"], "```", "",
              report.table(rep, legs)]
     if run.get("mode") == "live":
         lines += ["", report.freshness_table(rep, legs, run["rate_spans_per_second"])]
     png = Path(source).with_suffix(".png")
     if (REPO / png).exists():
         lines += ["", f"![rows/s, lag and RSS of each leg]({_rel(png)})"]
+    return "\n".join(lines)
+
+
+def _binaries(run):
+    """How the binaries came about, when they were not built from the commit the run names."""
+    pre = run.get("prebuilt_binaries")
+    if not pre:
+        return ""
+    names = ", ".join(f"{k} sha256 `{v['sha256'][:12]}…` (built {_when(v.get('built'))})"
+                      for k, v in pre.items())
+    return f" Binaries built earlier (`--no-build`), not necessarily from that commit: {names}."
+
+
+def sweep_block(rep, source):
+    """An e2e/bench --partitions-sweep report: when, which commit, the command, one row per
+    partition count and leg, the PNG if kept beside the JSON."""
+    run = rep["run"]
+    m = run.get("machine", {})
+    legs = [leg for leg in LEGS if any(leg in step for step in rep["sweep"])]
+    lines = [f"**{_when(run['date'])}**, commit `{run['git']}`, {m.get('cpus')} CPUs "
+             f"({m.get('cpu_model')}), {_num(m.get('memory_gib'))} GiB; partition sweep "
+             f"{', '.join(map(str, run['partitions_sweep']))} at "
+             f"{run['rate_spans_per_second']:,.0f} spans/s for {_num(run['duration_seconds'])} s, "
+             f"`{run.get('span_profile')}` spans, {run.get('attributes')} attributes, "
+             f"{run.get('engine')} engine, {run.get('clickhouse', 'the stack' + chr(39) + 's chserver')}. "
+             f"Report: [`{source}`]({_rel(source)}).{_binaries(run)}", "", "```", run["command"],
+             "```", "",
+             report.sweep_table(rep, legs)]
+    png = Path(source).with_suffix(".png")
+    if (REPO / png).exists():
+        lines += ["", f"![inserts/s, parts per minute and freshness against partitions]({_rel(png)})"]
+    return "\n".join(lines)
+
+
+def columncost_block(rep, source):
+    """An e2e/column-cost report: when, which commit, the command, the cases and the fit."""
+    run = rep["run"]
+    m = run.get("machine", {})
+    lines = [f"**{_when(run['date'])}**, commit `{run['git']}`, {m.get('cpus')} CPUs "
+             f"({m.get('cpu_model')}), {_num(m.get('memory_gib'))} GiB; {run['spans']:,} "
+             f"`{run['span_profile']}` spans, {run['attributes']} attributes, median of "
+             f"{run['repeats']}. Report: [`{source}`]({_rel(source)}).{_binaries(run)}", "", "```",
+             run["command"], "```", "", report.column_cost_table(rep)]
     return "\n".join(lines)
 
 
@@ -140,7 +186,8 @@ def querybench_block(result, source):
     return "\n".join(lines)
 
 
-KINDS = {"bench": bench_block, "chaos": chaos_block, "querybench": querybench_block}
+KINDS = {"bench": bench_block, "chaos": chaos_block, "querybench": querybench_block,
+         "columncost": columncost_block}
 
 
 def _rel(path):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from docs import DocError, bench_block, chaos_block, render  # noqa: E402
+from docs import DocError, bench_block, chaos_block, columncost_block, render  # noqa: E402
 
 CHAOS = {"profile": "quick", "seed": 7, "revision": "abc1234", "took_s": 512.9,
          "started": "2026-11-26T15:19:16+00:00", "command": "e2e/chaos --case kill9",
@@ -63,6 +63,36 @@ class BenchBlockTest(unittest.TestCase):
         self.assertIn("| tracehouse, a record's last span (ended as sent): span end → queryable "
                       "| 0.99 s | 1.49 s | 1.82 s | 2.09 s |", md)
         self.assertNotIn("![", md)  # no PNG beside a report that does not exist
+
+
+SWEEP_LEG = {"verified": True, "inserts": 112, "insert_blocks": 112, "inserts_per_second": 7.0,
+             "parts_per_minute": 419.0, "rows_per_insert": 669.6,
+             "freshness_record": {"p50_s": 0.61, "p99_s": 1.23}}
+SWEEP = {"sweep": [{"partitions": 8, "tracehouse": SWEEP_LEG, "rotel": SWEEP_LEG}],
+         "run": dict(BENCH["run"], partitions=None, partitions_sweep=[8], duration_seconds=15.0,
+                     rate_spans_per_second=5000.0, engine="merge-tree",
+                     command="e2e/bench --rate 5000 --partitions-sweep 8",
+                     prebuilt_binaries={"tracehouse-collector": {
+                         "sha256": "82d2a6e3935a" + "0" * 52, "built": "2026-11-26T17:12:00+00:00"}})}
+
+
+class SweepAndColumnCostBlockTest(unittest.TestCase):
+    def test_a_sweep_has_a_row_per_partition_count_and_leg_and_names_prebuilt_binaries(self):
+        md = bench_block(SWEEP, "e2e/bench-results/none.json")
+        self.assertIn("partition sweep 8 at 5,000 spans/s for 15 s", md)
+        self.assertIn("| 8 | rotel | yes | 112 | 112 | 7.00 | 419 | 670 | 0.61 s | 1.23 s | — |", md)
+        self.assertIn("tracehouse-collector sha256 `82d2a6e3935a…` (built 2026-11-26 17:12 UTC)", md)
+
+    def test_column_cost(self):
+        rep = {"cases": [{"case": "every column", "columns": 24, "rows_per_insert": 5000,
+                          "inserts": 4, "parts": 4, "cpu_us_per_span": 29.31}],
+               "fit": None, "run": {"date": "2026-11-26T17:24:09+00:00", "git": "1155b87",
+                                    "machine": {"cpus": 2}, "spans": 20000,
+                                    "span_profile": "full", "attributes": "json", "repeats": 3,
+                                    "command": "e2e/column-cost --out x.json"}}
+        md = columncost_block(rep, "e2e/bench-results/none.json")
+        self.assertIn("20,000 `full` spans, json attributes, median of 3", md)
+        self.assertIn("| every column | 24 | 5,000 | 4 | 4 | 29.31 µs | 1.00× | — |", md)
 
 
 DOC = """# Title

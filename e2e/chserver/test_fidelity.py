@@ -304,6 +304,36 @@ class BaselineTest(FidelityCase):
                 self.assertEqual(self.count(t), written)
 
 
+class InsertStatsPathTest(FidelityCase):
+    """`GET /chserver/inserts` (stats.py): INSERT statements per database and table, counted as
+    the clients send them; a read-only path for a known user that changes nothing else."""
+
+    def stats(self) -> dict:
+        a = SERVER.request("GET", "/chserver/inserts")
+        self.assertEqual(a.status, 200, a.text)
+        return json.loads(a.body).get(self.db, {})
+
+    def test_inserts_are_counted_per_table_whatever_the_shape(self):
+        t = self.table()
+        for shape in SHAPES:
+            self.assertEqual(SERVER.insert(shape, t, days(3)).status, 200)
+        # Unqualified, with the database from the URL, as Rotel and curl may send it.
+        SERVER.query("INSERT INTO t VALUES (now(), 1)", database=self.db)
+        bad = SERVER.insert(SHAPES[0], t, days(101))  # too many partitions: a failed insert
+        self.assertEqual(bad.status, 500, bad.text)
+        SERVER.query(f"SELECT count() FROM {t}")  # not an insert
+        got = self.stats()["t"]
+        self.assertEqual((got["inserts"], got["failed"], got["rows"]),
+                         (len(SHAPES) + 1, 1, 3 * len(SHAPES) + 1))
+        self.assertGreater(got["body_bytes"], 0)
+
+    def test_the_path_needs_a_known_user_and_a_query_there_stays_a_query(self):
+        a = SERVER.request("GET", "/chserver/inserts", auth=False)
+        self.assertEqual((a.status, a.code), (403, 516), a.text)
+        a = SERVER.request("GET", "/chserver/inserts?" + urlencode({"query": "SELECT 42"}))
+        self.assertEqual((a.status, a.text), (200, "42\n"))
+
+
 class TooManyPartitionsTest(FidelityCase):
     """Rows on 101 days in one INSERT into a table `PARTITION BY toDate(d)`: the engine refuses
     the block (`max_partitions_per_insert_block` = 100). chdb's send_insert answered 200 with

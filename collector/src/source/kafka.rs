@@ -290,8 +290,10 @@ impl SourceLoop {
                             "recording a bundle",
                         );
                     if recorded {
+                        self.metrics.bundles.inc();
                         self.send_work(Work::Bundle(bundle));
                     } else {
+                        self.metrics.bundles_dissolved.inc();
                         let solo = self.machine().dissolve(bundle);
                         let mut unsent = self.unsent.borrow_mut();
                         for (intent, batch) in solo {
@@ -306,6 +308,7 @@ impl SourceLoop {
                     partition,
                     generation,
                 } => {
+                    self.metrics.bundle_replays.inc();
                     let _ = self.replays.send(replay::Request {
                         desc,
                         partition,

@@ -419,8 +419,13 @@ impl Machine {
         if p.recorded_cut().is_some_and(|end| end < r.offset) {
             out.extend(p.close(false));
         }
-        // Rule 7: a replayed bundle reads its records itself.
-        if p.ledger.as_ref().is_some_and(|l| l.replays(r.offset)) {
+        // Rule 7: a replayed bundle reads its records itself — and its acknowledgement may
+        // come before the consumer reached them (a paused partition), so records below the
+        // committed offset are never batched either: they are in ClickHouse already.
+        if p.ledger
+            .as_ref()
+            .is_some_and(|l| r.offset < l.committed() || l.replays(r.offset))
+        {
             return true;
         }
         push_record(&mut p.builder, &r, &cfg);

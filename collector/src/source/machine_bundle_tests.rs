@@ -137,3 +137,30 @@ fn many_partitions_make_a_few_bundles_each_within_the_description_limit() {
         "every partition's batch in exactly one bundle"
     );
 }
+
+#[test]
+fn a_replay_acknowledged_before_the_consumer_reached_its_records_keeps_them_out() {
+    let mut a = Owner::new(bundling(100), 1 << 20);
+    a.assign(0);
+    a.assign(1);
+    a.deliver(0, 0..10, b"1");
+    a.deliver(1, 0..10, b"1");
+    a.linger_at(Instant::now() + LINGER);
+    let mut b = Owner::after(&a, bundling(100));
+    b.assign(0);
+    // The first record loads the ledger; the replay is acknowledged while the consumer (say,
+    // paused by the budget the replay fills) is still at offset 1.
+    b.deliver(0, 0..1, b"1");
+    let (_, _, generation) = b.kafka.replays[0].clone();
+    let replay = Arc::new(RecordBatch::empty(T.into(), 0, generation, range(0, 9)));
+    b.ack(&replay);
+    assert_eq!(b.committed(0), Some(10));
+    // The rest of the bundle's records arrive now: none is batched again.
+    b.deliver(0, 1..12, b"1");
+    b.linger_at(Instant::now() + LINGER);
+    assert_eq!(
+        b.kafka.ranges(),
+        vec![range(10, 11)],
+        "only the records after the bundle"
+    );
+}

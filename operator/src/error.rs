@@ -50,6 +50,21 @@ pub enum Error {
 
 impl Error {
     /// Label of `tracehouse_operator_reconcile_errors_total{kind}`.
+    /// Every value [`Error::metric_label`] returns: the error counter exports each at 0 from
+    /// the start, so dashboards and alerts read 0, not "No data", before the first failure.
+    pub const METRIC_LABELS: [&'static str; 10] = [
+        "invalid_spec",
+        "secret",
+        "kafka_topic_not_found",
+        "kafka_auth",
+        "kafka_tls",
+        "kafka",
+        "schema",
+        "kube_api",
+        "serialize",
+        "finalizer",
+    ];
+
     pub fn metric_label(&self) -> &'static str {
         match self {
             Self::InvalidSpec(_) => "invalid_spec",
@@ -136,6 +151,10 @@ mod tests {
         ];
         for e in &errors {
             let label = e.metric_label();
+            assert!(
+                Error::METRIC_LABELS.contains(&label),
+                "{label} is not listed"
+            );
             assert!(
                 label.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
                 "{label}"

@@ -5,7 +5,8 @@
 //! - [`autoscale`]: the pure autoscaling decision (spec, replica owner, partition ladder,
 //!   window of observations → replicas and reason); [`signals`] takes the samples;
 //! - [`builders`]: pure desired state (ConfigMap, Deployment, Service, PDB, replica math);
-//! - [`status`]: pure status and Event derivation;
+//! - [`status`]: pure status and Event derivation; [`health`]: why a gateway fails, from its
+//!   pods and Deployment;
 //! - [`reconcile`]: the controller — thin IO around the pure parts, through [`kafka`]
 //!   (partition counts), [`migrations`] (the schema crate), [`secrets`] and [`objects`]
 //!   (server-side apply that skips what is already in place);
@@ -15,7 +16,9 @@ pub mod autoscale;
 pub mod autoscaler;
 pub mod builders;
 pub mod crd;
+pub mod defaults;
 pub mod error;
+pub mod health;
 pub mod kafka;
 pub mod leader;
 pub mod metrics;

@@ -73,7 +73,7 @@ pub fn gauges(tp: &TracePipeline, status: &TracePipelineStatus) -> Gauges {
         partitions: status.partitions.map(i64::from),
         desired_replicas: status.desired_replicas.map(i64::from),
         memory_limit_bytes,
-        inflight_budget_bytes: tp.spec.collector.max_inflight_bytes,
+        inflight_budget_bytes: tp.spec.collector.max_inflight_bytes.bytes().unwrap_or(0),
         lag_seconds: status.autoscaling.as_ref().and_then(|a| a.lag_seconds),
         lag_records: status.autoscaling.as_ref().and_then(|a| a.lag_records),
         incoming_spans_per_second: status

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -30,7 +30,9 @@ use tracehouse_schema::ConnectionConfig;
 use crate::autoscaler::{Autoscaler, Sizing};
 use crate::builders::{self, Names};
 use crate::crd::{KafkaSpec, TracePipeline, TracePipelineSpec, TracePipelineStatus};
+use crate::defaults::CollectorDefaults;
 use crate::error::Error;
+use crate::health::{self, PodFacts};
 use crate::kafka::{self, KafkaAccess};
 use crate::metrics::Metrics;
 use crate::migrations;
@@ -39,6 +41,9 @@ use crate::secrets::Secrets;
 use crate::signals::Sampler;
 use crate::status::{self, Gateway, Observation, Step};
 use crate::{FIELD_MANAGER, FINALIZER};
+
+/// Requeue of a pipeline whose gateway is rolling out, scaling or failing.
+const MOVING_REQUEUE: Duration = Duration::from_secs(15);
 
 /// Tunables of the reconciler.
 #[derive(Debug, Clone)]
@@ -55,6 +60,8 @@ pub struct Settings {
     pub max_backoff: Duration,
     /// Who we are, in Events and the migration ledger.
     pub identity: String,
+    /// The chart's defaults for every gateway (image, pull secrets, placement, metadata).
+    pub collector_defaults: CollectorDefaults,
 }
 
 impl Default for Settings {
@@ -66,6 +73,7 @@ impl Default for Settings {
             schema_lock_timeout: Duration::from_secs(30),
             max_backoff: Duration::from_secs(300),
             identity: FIELD_MANAGER.to_owned(),
+            collector_defaults: CollectorDefaults::default(),
         }
     }
 }
@@ -180,9 +188,14 @@ async fn apply(tp: &TracePipeline, ctx: &Context) -> Result<Action, Error> {
     if let Some((reason, action, note)) = sizing.event {
         publish_event_as(tp, ctx, EventType::Normal, reason, &action, note).await;
     }
-    let requeue = sizing
+    let mut requeue = sizing
         .requeue
         .map_or(ctx.settings.requeue, |r| r.min(ctx.settings.requeue));
+    // Pod states do not touch the Deployment, so nothing wakes us when a pod starts to fail:
+    // look again sooner while the gateway moves or fails, to name a failure within a minute.
+    if obs.gateway_failure.is_some() || obs.gateway.is_some_and(|g| !g.is_rolled_out()) {
+        requeue = requeue.min(MOVING_REQUEUE);
+    }
     Ok(Action::requeue(requeue))
 }
 
@@ -226,11 +239,12 @@ async fn converge(
     obs.kafka = Step::Ok(partitions);
 
     // Pure; a spec the collector would refuse never reaches ClickHouse or the cluster.
-    let mut desired = builders::desired(tp, partitions)?.with_secrets_hash(
-        secrets
-            .fingerprint(&builders::referenced_secrets(tp))
-            .await?,
-    );
+    let mut desired = builders::desired_with(tp, partitions, &ctx.settings.collector_defaults)?
+        .with_secrets_hash(
+            secrets
+                .fingerprint(&builders::referenced_secrets(tp))
+                .await?,
+        );
     let mut options = builders::table_options(&spec.clickhouse)?;
     // Sized from the partitions (issue 30, finding 6): `apply` changes it as they grow.
     options.dedup_window = migrations::dedup_window(
@@ -313,7 +327,10 @@ async fn converge(
     let (deployment, c) = objects::ensure(client, &desired.deployment).await?;
     count(ctx, "Deployment", c);
     obs.config_hash = Some(desired.config_hash);
+    obs.collector_image = Some(desired.image);
+    obs.collector_upgrade = Some(desired.upgrade_available);
     obs.gateway = Some(Gateway::of(&deployment));
+    obs.gateway_failure = diagnose_gateway(tp, ctx, Some(&deployment)).await;
     Ok(sizing)
 }
 
@@ -332,8 +349,77 @@ async fn observe_gateway(
     let ns = tp.namespace().unwrap_or_default();
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
     let name = Names::of(&tp.name_any()).deployment;
-    obs.gateway = api.get_opt(&name).await?.as_ref().map(Gateway::of);
+    let deployment = api.get_opt(&name).await?;
+    obs.gateway = deployment.as_ref().map(Gateway::of);
+    if deployment.is_some() {
+        obs.gateway_failure = diagnose_gateway(tp, ctx, deployment.as_ref()).await;
+    }
     Ok(())
+}
+
+/// Why the gateway's pods fail, if they do (`crate::health`). Best effort: a pod list the
+/// API refuses is logged and reads as "nothing known", never fails the reconcile.
+async fn diagnose_gateway(
+    tp: &TracePipeline,
+    ctx: &Context,
+    deployment: Option<&Deployment>,
+) -> Option<health::Diagnosis> {
+    let ns = tp.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let selector = builders::selector_string(tp);
+    let list = match pods.list(&ListParams::default().labels(&selector)).await {
+        Ok(l) => l.items,
+        Err(e) => {
+            tracing::warn!(pipeline = %key(tp), error = %e, "cannot list the gateway pods");
+            return None;
+        }
+    };
+    let now = Time(Timestamp::now());
+    let mut notes = Vec::with_capacity(list.len());
+    for pod in &list {
+        let unscheduled = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_none_or(str::is_empty);
+        // Only unscheduled pods: a scheduler's reason is in an Event when it left no condition.
+        notes.push(if unscheduled {
+            scheduling_note(ctx, &ns, &pod.name_any()).await
+        } else {
+            None
+        });
+    }
+    let facts: Vec<PodFacts<'_>> = list
+        .iter()
+        .zip(notes)
+        .map(|(pod, scheduling_note)| PodFacts {
+            pod,
+            scheduling_note,
+        })
+        .collect();
+    health::diagnose(&facts, deployment, &now)
+}
+
+/// The newest `FailedScheduling` Event's note for pod `name`.
+async fn scheduling_note(ctx: &Context, ns: &str, name: &str) -> Option<String> {
+    let events: Api<CoreEvent> = Api::namespaced(ctx.client.clone(), ns);
+    let fields =
+        format!("involvedObject.kind=Pod,involvedObject.name={name},reason=FailedScheduling");
+    let list = events
+        .list(&ListParams::default().fields(&fields))
+        .await
+        .inspect_err(|e| tracing::debug!(pod = name, error = %e, "cannot list scheduling Events"))
+        .ok()?;
+    list.items
+        .into_iter()
+        .max_by_key(|e| {
+            e.last_timestamp
+                .as_ref()
+                .or(e.first_timestamp.as_ref())
+                .map(|t| t.0)
+                .or_else(|| e.event_time.as_ref().map(|t| t.0))
+        })
+        .and_then(|e| e.message)
 }
 
 /// How the operator itself reaches the brokers: the spec's properties plus security

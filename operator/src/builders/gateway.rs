@@ -26,6 +26,7 @@ use super::{
     ENV_KAFKA_SASL_USERNAME, METRICS_PORT, Names, labels, meta, selector_labels,
 };
 use crate::crd::TracePipeline;
+use crate::defaults::{MetricsBind, PodSettings};
 
 /// The collector's own shutdown deadline plus a margin before the kubelet kills it.
 const TERMINATION_GRACE_SECONDS: i64 = 35;
@@ -173,6 +174,10 @@ fn volumes(tp: &TracePipeline, names: &Names) -> (Vec<Volume>, Vec<VolumeMount>)
     (volumes, mounts)
 }
 
+fn non_empty<T>(v: Vec<T>) -> Option<Vec<T>> {
+    (!v.is_empty()).then_some(v)
+}
+
 fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
     pairs
         .iter()
@@ -209,20 +214,24 @@ pub(super) fn deployment(
     names: &Names,
     replicas: i32,
     config_hash: &str,
+    pod: &PodSettings,
 ) -> Result<Deployment, BuildError> {
     let c = &tp.spec.collector;
     let (volumes, mounts) = volumes(tp, names);
     let container = Container {
         name: CONTAINER.to_owned(),
-        image: Some(c.image()),
+        image: Some(pod.image.clone()),
         image_pull_policy: c.image_pull_policy.map(|p| p.as_str().to_owned()),
         args: Some(vec![
             "run".to_owned(),
             "--config".to_owned(),
             format!("{CONFIG_DIR}/{CONFIG_KEY}"),
-            // Each pod listens on its own address: the kubelet (and the local node agent)
-            // expand $(POD_IP) from the env entry above.
-            format!("--metrics-addr=$(POD_IP):{METRICS_PORT}"),
+            // Every address by default (port-forward, IPv6); on nodes whose pods share one
+            // network, each pod's own (the kubelet expands $(POD_IP) from the env above).
+            match pod.metrics_bind {
+                MetricsBind::All => format!("--metrics-addr=[::]:{METRICS_PORT}"),
+                MetricsBind::PodIp => format!("--metrics-addr=$(POD_IP):{METRICS_PORT}"),
+            },
             "--log-format=json".to_owned(),
         ]),
         env: Some(container_env(tp)),
@@ -250,23 +259,28 @@ pub(super) fn deployment(
             ..Default::default()
         }),
         volume_mounts: Some(mounts),
+        // A crash's last log lines become its termination message, which the operator
+        // shows in the status (CrashLoopBackOff).
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Default::default()
     };
-    let mut template_meta = ObjectMeta {
-        labels: Some(labels(tp)),
-        annotations: Some(BTreeMap::from([(
-            CONFIG_HASH_ANNOTATION.to_owned(),
-            config_hash.to_owned(),
-        )])),
-        ..Default::default()
-    };
-    template_meta
-        .annotations
-        .get_or_insert_with(BTreeMap::new)
-        .insert(
+    // The user's labels and annotations first: ours win on the same key (the selector
+    // labels must never change).
+    let mut template_labels = pod.pod_labels.clone();
+    template_labels.extend(labels(tp));
+    let mut annotations = pod.pod_annotations.clone();
+    annotations.extend([
+        (CONFIG_HASH_ANNOTATION.to_owned(), config_hash.to_owned()),
+        (
             "kubectl.kubernetes.io/default-container".to_owned(),
             CONTAINER.to_owned(),
-        );
+        ),
+    ]);
+    let template_meta = ObjectMeta {
+        labels: Some(template_labels),
+        annotations: Some(annotations),
+        ..Default::default()
+    };
     Ok(Deployment {
         metadata: meta(tp, &names.deployment)?,
         spec: Some(DeploymentSpec {
@@ -290,6 +304,14 @@ pub(super) fn deployment(
                 spec: Some(PodSpec {
                     containers: vec![container],
                     volumes: Some(volumes),
+                    image_pull_secrets: non_empty(pod.image_pull_secrets.clone()),
+                    service_account_name: pod.service_account_name.clone(),
+                    node_selector: (!pod.node_selector.is_empty())
+                        .then(|| pod.node_selector.clone()),
+                    tolerations: non_empty(pod.tolerations.clone()),
+                    affinity: pod.affinity.clone(),
+                    topology_spread_constraints: non_empty(pod.topology_spread_constraints.clone()),
+                    priority_class_name: pod.priority_class_name.clone(),
                     // The collector never talks to the Kubernetes API.
                     automount_service_account_token: Some(false),
                     termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),

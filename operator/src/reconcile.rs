@@ -475,13 +475,21 @@ async fn clickhouse_connection(
 }
 
 /// Writes the next status if it differs from the stored one, then one Event per change.
+///
+/// `prev` comes from the controller's cache, which can lag behind our own last write: a
+/// Deployment event right after a status write reconciles with the object as it was before
+/// that write. Compared with that stale copy the status looks changed, and writing it would
+/// repeat the write (and its Events), or move a condition's transition time. So a status
+/// that looks changed is compared once more with the stored one, read from the API server
+/// (a quorum read), and written only if it still differs: nothing changed, nothing written.
 async fn publish(
     tp: &TracePipeline,
     ctx: &Context,
     prev: &TracePipelineStatus,
     obs: &Observation,
 ) -> Result<(), Error> {
-    let next = status::next(prev, obs, &Time(Timestamp::now()));
+    let now = Time(Timestamp::now());
+    let mut next = status::next(prev, obs, &now);
     // Every reconcile, changed or not: a restarted operator fills its gauges again.
     ctx.metrics.pipelines.observe(tp, &next);
     if next == *prev {
@@ -489,6 +497,19 @@ async fn publish(
     }
     let api: Api<TracePipeline> =
         Api::namespaced(ctx.client.clone(), &tp.namespace().unwrap_or_default());
+    let stored = match api.get_opt(&tp.name_any()).await? {
+        // Deleted meanwhile: the finalizer path takes over.
+        None => return Ok(()),
+        Some(fresh) => fresh.status.unwrap_or_default(),
+    };
+    if stored != *prev {
+        next = status::next(&stored, obs, &now);
+        ctx.metrics.pipelines.observe(tp, &next);
+        if next == stored {
+            return Ok(());
+        }
+    }
+    let prev = &stored;
     let body = serde_json::json!({
         "apiVersion": TracePipeline::api_version(&()),
         "kind": TracePipeline::kind(&()),

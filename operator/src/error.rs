@@ -69,7 +69,9 @@ impl Error {
         match self {
             Self::InvalidSpec(_) => "invalid_spec",
             Self::Secret(_) => "secret",
-            Self::Kafka(KafkaError::TopicNotFound { .. }) => "kafka_topic_not_found",
+            Self::Kafka(
+                KafkaError::TopicNotFound { .. } | KafkaError::DeadLetterTopicNotFound { .. },
+            ) => "kafka_topic_not_found",
             Self::Kafka(KafkaError::AuthFailed { .. }) => "kafka_auth",
             Self::Kafka(KafkaError::TlsFailed { .. } | KafkaError::ProtocolMismatch { .. }) => {
                 "kafka_tls"
@@ -93,6 +95,7 @@ impl Error {
             Self::Secret(SecretError::NotFound { .. }) => "SecretNotFound",
             Self::Secret(_) => "SecretInvalid",
             Self::Kafka(KafkaError::TopicNotFound { .. }) => "TopicNotFound",
+            Self::Kafka(KafkaError::DeadLetterTopicNotFound { .. }) => "DeadLetterTopicNotFound",
             Self::Kafka(KafkaError::AuthFailed { .. }) => "KafkaAuthFailed",
             Self::Kafka(KafkaError::TlsFailed { .. }) => "KafkaTlsFailed",
             Self::Kafka(KafkaError::ProtocolMismatch { .. }) => "KafkaProtocolMismatch",
@@ -180,6 +183,14 @@ mod tests {
                 "kafka_auth",
             ),
             (
+                Error::Kafka(KafkaError::DeadLetterTopicNotFound {
+                    topic: "dlq".into(),
+                    brokers: "b".into(),
+                }),
+                "DeadLetterTopicNotFound",
+                "kafka_topic_not_found",
+            ),
+            (
                 Error::Kafka(KafkaError::TlsFailed {
                     brokers: "b".into(),
                     detail: "certificate verify failed".into(),
@@ -205,9 +216,9 @@ mod tests {
             assert_eq!(e.metric_label(), *label, "{e}");
         }
         assert!(
-            named[2].0.to_string().contains("unknown CA"),
+            named[3].0.to_string().contains("unknown CA"),
             "{}",
-            named[2].0
+            named[3].0
         );
         assert_eq!(errors[0].metric_label(), "kafka_topic_not_found");
     }

@@ -8,7 +8,7 @@
 //! - [`status`]: pure status and Event derivation; [`health`]: why a gateway fails, from its
 //!   pods and Deployment;
 //! - [`reconcile`]: the controller — thin IO around the pure parts, through [`kafka`]
-//!   (partition counts), [`migrations`] (the schema crate), [`secrets`] and [`objects`]
+//!   (partition counts; [`lag`], how far the group is behind), [`migrations`] (the schema crate), [`secrets`] and [`objects`]
 //!   (server-side apply that skips what is already in place);
 //! - [`leader`]: Lease-based leader election; [`metrics`]: `/metrics` and `/healthz`.
 
@@ -20,6 +20,7 @@ pub mod defaults;
 pub mod error;
 pub mod health;
 pub mod kafka;
+pub mod lag;
 pub mod leader;
 pub mod metrics;
 pub mod migrations;

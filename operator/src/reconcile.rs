@@ -34,6 +34,7 @@ use crate::defaults::CollectorDefaults;
 use crate::error::Error;
 use crate::health::{self, PodFacts};
 use crate::kafka::{self, KafkaAccess};
+use crate::lag;
 use crate::metrics::Metrics;
 use crate::migrations;
 use crate::objects::{self, Change};
@@ -237,6 +238,30 @@ async fn converge(
         };
     let partitions = counts.values().sum::<i32>();
     obs.kafka = Step::Ok(partitions);
+    if let Some(topic) = &spec.kafka.dead_letter_topic
+        && let Err(e) = kafka::dead_letter_topic(&access, topic, ctx.settings.kafka_timeout).await
+    {
+        let e = Error::from(e);
+        obs.kafka = Step::Failed {
+            reason: e.reason(),
+            message: e.to_string(),
+        };
+        return Err(e);
+    }
+    // From the brokers, before anything that needs ClickHouse or the collectors: the lag of
+    // a pipeline whose gateway is down is the lag that matters most.
+    match lag::read(
+        &access,
+        &tp.consumer_group(),
+        &counts,
+        ctx.settings.kafka_timeout,
+    )
+    .await
+    {
+        Ok(l) => obs.lag = Step::Ok(l),
+        // An observation, not a step: the stored lag stands, the reconcile goes on.
+        Err(e) => tracing::warn!(pipeline = %key(tp), error = %e, "cannot read the consumer lag"),
+    }
 
     // Pure; a spec the collector would refuse never reaches ClickHouse or the cluster.
     let mut desired = builders::desired_with(tp, partitions, &ctx.settings.collector_defaults)?

@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::autoscale::AutoscalingStatus;
-use crate::crd::{TracePipelineStatus, condition};
+use crate::crd::{LagStatus, TracePipelineStatus, condition};
 use crate::health::{Diagnosis, Failure};
 
 /// The outcome of one step of a reconcile.
@@ -78,6 +78,8 @@ pub struct Observation {
     pub paused: bool,
     /// Partitions of the topics, summed.
     pub kafka: Step<i32>,
+    /// How far the consumer group is behind (`crate::lag`); not run, the stored one stands.
+    pub lag: Step<LagStatus>,
     /// Schema version recorded in ClickHouse.
     pub schema: Step<u32>,
     /// The traces table's insert-deduplication window, when the schema step read it.
@@ -331,6 +333,10 @@ pub fn next(prev: &TracePipelineStatus, obs: &Observation, now: &Time) -> TraceP
             .or(prev.dedup_window),
         config_hash: obs.config_hash.clone().or_else(|| prev.config_hash.clone()),
         last_error: obs.failure().map(|(_, m)| m),
+        lag: match &obs.lag {
+            Step::Ok(l) => Some(l.clone()),
+            _ => prev.lag.clone(),
+        },
         autoscaling: match &obs.autoscaling {
             Step::Ok(a) => a.clone(),
             _ => prev.autoscaling.clone(),

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -100,15 +100,14 @@ pub mod condition {
 #[kube(printcolumn(
     name = "Lag",
     type_ = "integer",
-    json_path = ".status.autoscaling.lagSeconds",
-    description = "Seconds the gateway is behind: the age of the oldest record not yet in ClickHouse"
+    json_path = ".status.lag.records",
+    description = "Records the consumer group is behind, from the brokers"
 ))]
 #[kube(printcolumn(
     name = "Behind",
-    type_ = "integer",
-    priority = 1,
-    json_path = ".status.autoscaling.lagRecords",
-    description = "Records the consumer group is behind"
+    type_ = "date",
+    json_path = ".status.lag.oldestUnconsumedTime",
+    description = "Age of the oldest record not yet consumed (empty when nothing is behind)"
 ))]
 #[kube(printcolumn(
     name = "Spans/s",
@@ -482,6 +481,10 @@ pub struct TracePipelineStatus {
     /// The last reconcile error, cleared by the next success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// How far the consumer group is behind, read from the brokers at every reconcile
+    /// (whether or not collectors run, with or without `spec.autoscaling`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag: Option<LagStatus>,
     /// What the autoscaler measured and decided (with `spec.autoscaling`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<AutoscalingStatus>,
@@ -492,6 +495,26 @@ pub struct TracePipelineStatus {
     /// on `collectorImage`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collector_upgrade: Option<String>,
+}
+
+/// The consumer group's position, from the brokers: committed offsets against end offsets,
+/// and the write time of the oldest record not yet committed.
+///
+/// A time, not an age: it stays put while nothing is consumed (so a stuck pipeline does not
+/// rewrite its status every reconcile), and `kubectl get` shows it as an age (the `Behind`
+/// column).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LagStatus {
+    /// Records produced to the topics and not yet committed by the group, summed over the
+    /// partitions.
+    pub records: i64,
+    /// Partitions with records not yet committed.
+    pub partitions_behind: i32,
+    /// Timestamp of the oldest record not yet committed (the record at the group's
+    /// committed offset, as the brokers hold it); absent when nothing is behind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_unconsumed_time: Option<Time>,
 }
 
 impl TracePipeline {

@@ -42,17 +42,13 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
-
-    /// Adding or removing the finalizer failed.
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
 
 impl Error {
     /// Label of `tracehouse_operator_reconcile_errors_total{kind}`.
     /// Every value [`Error::metric_label`] returns: the error counter exports each at 0 from
     /// the start, so dashboards and alerts read 0, not "No data", before the first failure.
-    pub const METRIC_LABELS: [&'static str; 10] = [
+    pub const METRIC_LABELS: [&'static str; 9] = [
         "invalid_spec",
         "secret",
         "kafka_topic_not_found",
@@ -62,7 +58,6 @@ impl Error {
         "schema",
         "kube_api",
         "serialize",
-        "finalizer",
     ];
 
     pub fn metric_label(&self) -> &'static str {
@@ -80,11 +75,6 @@ impl Error {
             Self::Schema { .. } | Self::SchemaTimeout { .. } => "schema",
             Self::Kube(_) => "kube_api",
             Self::Serialize { .. } => "serialize",
-            Self::Finalizer(e) => match e.as_ref() {
-                kube::runtime::finalizer::Error::ApplyFailed(inner)
-                | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner.metric_label(),
-                _ => "finalizer",
-            },
         }
     }
 
@@ -119,11 +109,6 @@ impl Error {
             Self::SchemaTimeout { .. } => "ClickHouseUnavailable",
             Self::Kube(_) => "ApiError",
             Self::Serialize { .. } => "InternalError",
-            Self::Finalizer(e) => match e.as_ref() {
-                kube::runtime::finalizer::Error::ApplyFailed(inner)
-                | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner.reason(),
-                _ => "FinalizerFailed",
-            },
         }
     }
 }

@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::builders;
-use crate::crd::{TracePipeline, TracePipelineStatus};
+use crate::crd::{TracePipeline, TracePipelineStatus, condition};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PipelineLabels {
@@ -229,13 +229,17 @@ impl PipelineMetrics {
     }
 
     /// Removes every series of `tp` (it is being deleted).
-    pub fn forget(&self, tp: &TracePipeline) {
-        let labels = labels(tp);
-        for c in tp.status.iter().flat_map(|s| s.conditions.iter()) {
+    /// Removes every series of pipeline `namespace/name` (it is gone).
+    pub fn forget_named(&self, namespace: &str, name: &str) {
+        let labels = PipelineLabels {
+            namespace: namespace.to_owned(),
+            pipeline: name.to_owned(),
+        };
+        for c in condition::ALL {
             self.condition.remove(&ConditionLabels {
                 namespace: labels.namespace.clone(),
                 pipeline: labels.pipeline.clone(),
-                condition: c.type_.clone(),
+                condition: c.to_owned(),
             });
         }
         for family in [
@@ -365,7 +369,7 @@ mod tests {
         let mut registry = Registry::default();
         let m = PipelineMetrics::default();
         m.register(registry.sub_registry_with_prefix("tracehouse_operator"));
-        let mut tp = pipeline(serde_json::json!({}));
+        let tp = pipeline(serde_json::json!({}));
         let status = TracePipelineStatus {
             conditions: vec![condition("Ready", "True")],
             schema_version: Some(5),
@@ -386,8 +390,7 @@ mod tests {
         ] {
             assert!(out.contains(line), "{line} missing from:\n{out}");
         }
-        tp.status = Some(status);
-        m.forget(&tp);
+        m.forget_named("shop", "orders");
         let out = text(&registry);
         assert!(!out.contains(r#"pipeline="orders""#), "{out}");
     }

@@ -1,12 +1,18 @@
 //! The reconciler: one shape for every pipeline, controller-rs style.
 //!
-//! `reconcile` wraps kube's `finalizer()` helper, which hands off to [`apply`] or
-//! [`cleanup`]. `apply` observes and converges in order —
+//! `reconcile` hands off to [`apply`], which observes and converges in order —
 //! Kafka partitions → desired objects (pure, `builders`) → schema migrations → server-side
 //! apply of ConfigMap, Service, PodDisruptionBudget and, last, the Deployment — then writes
 //! the status (only if it changed) and one Event per state change. Every failure lands in
 //! the status and is retried by `error_policy` with exponential backoff; a healthy pipeline
 //! is requeued every `requeue` so a partition increase is noticed without any watch on Kafka.
+//!
+//! No finalizer: nothing has to happen before a pipeline goes (its objects carry owner
+//! references, so Kubernetes garbage-collects them; ClickHouse data is never dropped), and a
+//! finalizer would strand every pipeline, and its namespace, in `Terminating` once the
+//! operator is uninstalled. The one older releases added is removed ([`release_finalizer`]).
+//! What the operator holds in memory about a deleted pipeline (gauges, autoscaler samples)
+//! is dropped when its next requeue finds it gone ([`forget`], from [`run`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,7 +27,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -139,19 +144,49 @@ pub fn backoff(attempt: u32, max: Duration) -> Duration {
 /// Entry point of the controller for one pipeline.
 pub async fn reconcile(tp: Arc<TracePipeline>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.metrics.reconcile_started();
-    let ns = tp.namespace().unwrap_or_else(|| "default".to_owned());
-    let api: Api<TracePipeline> = Api::namespaced(ctx.client.clone(), &ns);
     let key = key(&tp);
-    let action = finalizer(&api, FINALIZER, tp, |event| async {
-        match event {
-            Finalizer::Apply(tp) => apply(&tp, &ctx).await,
-            Finalizer::Cleanup(tp) => cleanup(&tp, &ctx).await,
-        }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))?;
+    release_finalizer(&tp, &ctx).await?;
+    if tp.metadata.deletion_timestamp.is_some() {
+        // Held by someone else's finalizer (or foreground deletion): nothing to converge.
+        return Ok(Action::await_change());
+    }
+    let action = apply(&tp, &ctx).await?;
     ctx.succeeded(&key);
     Ok(action)
+}
+
+/// Removes the finalizer older releases put on every pipeline, so that uninstalling this
+/// operator later can never leave the pipeline (or its namespace) `Terminating`. The patch
+/// carries the resource version it was made from: a concurrent change of the list fails it
+/// (409) and the reconcile is retried, never overwrites another controller's finalizer.
+async fn release_finalizer(tp: &TracePipeline, ctx: &Context) -> Result<(), Error> {
+    let finalizers = tp.finalizers();
+    if !finalizers.iter().any(|f| f == FINALIZER) {
+        return Ok(());
+    }
+    let kept: Vec<&String> = finalizers.iter().filter(|f| *f != FINALIZER).collect();
+    let patch = serde_json::json!({
+        "metadata": { "finalizers": kept, "resourceVersion": tp.resource_version() },
+    });
+    let api: Api<TracePipeline> =
+        Api::namespaced(ctx.client.clone(), &tp.namespace().unwrap_or_default());
+    api.patch(
+        &tp.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    ctx.metrics.wrote("Finalizer");
+    tracing::info!(pipeline = %key(tp), "removed the finalizer of an older release");
+    Ok(())
+}
+
+/// Drops what the operator keeps in memory about a pipeline that is gone.
+fn forget(ctx: &Context, namespace: &str, name: &str) {
+    ctx.metrics.pipelines.forget_named(namespace, name);
+    ctx.autoscaler.forget(&format!("{namespace}/{name}"));
+    ctx.succeeded(&format!("{namespace}/{name}"));
+    tracing::info!(pipeline = %format!("{namespace}/{name}"), "pipeline deleted: its gateway is garbage-collected, its ClickHouse data kept");
 }
 
 /// Counts the failure and retries with backoff.
@@ -198,21 +233,6 @@ async fn apply(tp: &TracePipeline, ctx: &Context) -> Result<Action, Error> {
         requeue = requeue.min(MOVING_REQUEUE);
     }
     Ok(Action::requeue(requeue))
-}
-
-/// The deletion path. Owned objects go through Kubernetes garbage collection (owner
-/// references); the ClickHouse database, table and data are never dropped by the operator.
-async fn cleanup(tp: &TracePipeline, ctx: &Context) -> Result<Action, Error> {
-    let ch = &tp.spec.clickhouse;
-    let note = format!(
-        "pipeline deleted: the gateway is garbage-collected; ClickHouse table {}.{} and its data are kept",
-        ch.database, ch.table
-    );
-    tracing::info!(pipeline = %key(tp), "{note}");
-    ctx.metrics.pipelines.forget(tp);
-    ctx.autoscaler.forget(&key(tp));
-    publish_event(tp, ctx, EventType::Normal, "Deleting", note).await;
-    Ok(Action::await_change())
 }
 
 async fn converge(
@@ -523,7 +543,7 @@ async fn publish(
     let api: Api<TracePipeline> =
         Api::namespaced(ctx.client.clone(), &tp.namespace().unwrap_or_default());
     let stored = match api.get_opt(&tp.name_any()).await? {
-        // Deleted meanwhile: the finalizer path takes over.
+        // Deleted meanwhile: nothing to report on.
         None => return Ok(()),
         Some(fresh) => fresh.status.unwrap_or_default(),
     };
@@ -634,11 +654,22 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>, shutdown: Cancell
     .owns(api::<Service>(&client, ns), owned.clone())
     .owns(api::<PodDisruptionBudget>(&client, ns), owned)
     .graceful_shutdown_on(async move { shutdown.cancelled().await })
-    .run(reconcile, error_policy, ctx)
-    .for_each(|result| async move {
-        match result {
-            Ok((obj, _)) => tracing::debug!(pipeline = %obj, "reconciled"),
-            Err(e) => tracing::debug!(error = %e, "reconcile did not complete"),
+    .run(reconcile, error_policy, ctx.clone())
+    .for_each(|result| {
+        let ctx = ctx.clone();
+        async move {
+            match result {
+                Ok((obj, _)) => tracing::debug!(pipeline = %obj, "reconciled"),
+                // A requeue (or an owned object's deletion) for a pipeline that is gone.
+                Err(kube::runtime::controller::Error::ObjectNotFound(obj)) => {
+                    forget(
+                        &ctx,
+                        obj.namespace.as_deref().unwrap_or_default(),
+                        &obj.name,
+                    );
+                }
+                Err(e) => tracing::debug!(error = %e, "reconcile did not complete"),
+            }
         }
     })
     .await;

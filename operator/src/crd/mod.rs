@@ -55,6 +55,14 @@ pub mod condition {
     /// False when it is settled (`RolloutComplete`) or stuck (`ProgressDeadlineExceeded`,
     /// which also makes the pipeline not Ready). Moving is not unavailability.
     pub const PROGRESSING: &str = "Progressing";
+    /// Every type above.
+    pub const ALL: [&str; 5] = [
+        READY,
+        SCHEMA_READY,
+        KAFKA_REACHABLE,
+        GATEWAY_AVAILABLE,
+        PROGRESSING,
+    ];
 }
 
 /// What the pipeline consumes, where it writes, and how its gateway of collectors runs.

@@ -481,11 +481,12 @@ async fn kafka_access(secrets: &Secrets, spec: &KafkaSpec) -> Result<KafkaAccess
             properties.insert("ssl.ca.pem".into(), secrets.key(ca).await?);
         }
         if let Some(name) = &tls.client_cert_secret_name {
+            let (cert_key, key_key) = tls.client_keys();
             properties.insert(
                 "ssl.certificate.pem".into(),
-                secrets.value(name, "tls.crt").await?,
+                secrets.value(name, cert_key).await?,
             );
-            properties.insert("ssl.key.pem".into(), secrets.value(name, "tls.key").await?);
+            properties.insert("ssl.key.pem".into(), secrets.value(name, key_key).await?);
         }
     }
     if let Some(sasl) = &spec.sasl {

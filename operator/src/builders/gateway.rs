@@ -25,7 +25,7 @@ use super::{
     BuildError, CONFIG_DIR, CONFIG_HASH_ANNOTATION, CONFIG_KEY, CONTAINER, ENV_KAFKA_SASL_PASSWORD,
     ENV_KAFKA_SASL_USERNAME, METRICS_PORT, Names, labels, meta, selector_labels,
 };
-use crate::crd::TracePipeline;
+use crate::crd::{CLIENT_CERT_KEY, CLIENT_KEY_KEY, TlsSpec, TracePipeline};
 use crate::defaults::{MetricsBind, PodSettings};
 
 /// The collector's own shutdown deadline plus a margin before the kubelet kills it.
@@ -82,17 +82,19 @@ fn container_env(tp: &TracePipeline) -> Vec<EnvVar> {
                 .unwrap_or_else(|| "info,librdkafka=warn".to_owned()),
         ),
     ];
+    // The user name from the Secret, or given in the spec (a Strimzi KafkaUser's Secret holds
+    // only the password; the user is the Secret's name).
+    let user = |env_name: &str, c: &crate::crd::CredentialsSecretRef| match &c.username {
+        Some(u) => env_value(env_name, u.clone()),
+        None => env_secret(env_name, &c.name, &c.username_key),
+    };
     if let Some(c) = &s.clickhouse.credentials {
-        env.push(env_secret("CLICKHOUSE_USER", &c.name, &c.username_key));
+        env.push(user("CLICKHOUSE_USER", c));
         env.push(env_secret("CLICKHOUSE_PASSWORD", &c.name, &c.password_key));
     }
     if let Some(sasl) = &s.kafka.sasl {
         let c = &sasl.credentials;
-        env.push(env_secret(
-            ENV_KAFKA_SASL_USERNAME,
-            &c.name,
-            &c.username_key,
-        ));
+        env.push(user(ENV_KAFKA_SASL_USERNAME, c));
         env.push(env_secret(
             ENV_KAFKA_SASL_PASSWORD,
             &c.name,
@@ -144,31 +146,48 @@ fn volumes(tp: &TracePipeline, names: &Names) -> (Vec<Volume>, Vec<VolumeMount>)
         }]),
         ..Default::default()
     };
-    // A `kubernetes.io/tls` Secret. Readable by all: Secret files are owned by root and the
-    // collector runs as 65532 (0400 made the key unreadable to it); the pod has no other user.
-    let client_cert = |name: &String| SecretVolumeSource {
-        secret_name: Some(name.clone()),
-        default_mode: Some(0o444),
-        ..Default::default()
+    // The client certificate and key, as `tls.crt` and `tls.key` whatever their keys in the
+    // Secret (a Strimzi KafkaUser's are `user.crt`, `user.key`; a `kubernetes.io/tls`
+    // Secret's already are: mounted whole, as before). Readable by all: Secret files are owned
+    // by root and the collector runs as 65532 (0400 made the key unreadable to it); the pod
+    // has no other user.
+    let client_cert = |t: &TlsSpec| {
+        let (cert, key) = t.client_keys();
+        let renamed = (cert != CLIENT_CERT_KEY || key != CLIENT_KEY_KEY).then(|| {
+            vec![
+                KeyToPath {
+                    key: cert.to_owned(),
+                    path: CLIENT_CERT_KEY.to_owned(),
+                    mode: None,
+                },
+                KeyToPath {
+                    key: key.to_owned(),
+                    path: CLIENT_KEY_KEY.to_owned(),
+                    mode: None,
+                },
+            ]
+        });
+        SecretVolumeSource {
+            secret_name: t.client_cert_secret_name.clone(),
+            default_mode: Some(0o444),
+            items: renamed,
+            ..Default::default()
+        }
     };
     if let Some(r) = kafka.and_then(|t| t.ca.as_ref()) {
         mount("kafka-ca", KAFKA_CA_DIR, ca(r));
     }
-    if let Some(name) = kafka.and_then(|t| t.client_cert_secret_name.as_ref()) {
-        mount(
-            "kafka-client-cert",
-            KAFKA_CLIENT_CERT_DIR,
-            client_cert(name),
-        );
+    if let Some(t) = kafka.filter(|t| t.client_cert_secret_name.is_some()) {
+        mount("kafka-client-cert", KAFKA_CLIENT_CERT_DIR, client_cert(t));
     }
     if let Some(r) = clickhouse.and_then(|t| t.ca.as_ref()) {
         mount("clickhouse-ca", CLICKHOUSE_CA_DIR, ca(r));
     }
-    if let Some(name) = clickhouse.and_then(|t| t.client_cert_secret_name.as_ref()) {
+    if let Some(t) = clickhouse.filter(|t| t.client_cert_secret_name.is_some()) {
         mount(
             "clickhouse-client-cert",
             CLICKHOUSE_CLIENT_CERT_DIR,
-            client_cert(name),
+            client_cert(t),
         );
     }
     (volumes, mounts)

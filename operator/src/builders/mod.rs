@@ -358,6 +358,7 @@ mod tests {
             mechanism: SaslMechanism::ScramSha512,
             credentials: CredentialsSecretRef {
                 name: "kafka-user".into(),
+                username: None,
                 username_key: "user".into(),
                 password_key: "pass".into(),
             },
@@ -369,6 +370,7 @@ mod tests {
             }),
             client_cert_secret_name: Some("kafka-client".into()),
             insecure_skip_verify: false,
+            ..Default::default()
         });
         let d = desired(&tp, 4).unwrap();
         let yaml = &d.config_map.data.as_ref().unwrap()[CONFIG_KEY];

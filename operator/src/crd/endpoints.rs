@@ -80,10 +80,20 @@ pub struct TlsSpec {
     /// CA bundle that signs the server's certificates (default: the system roots).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca: Option<SecretKeyRef>,
-    /// A `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`) for mutual TLS.
+    /// A Secret with the client certificate and key for mutual TLS: a `kubernetes.io/tls`
+    /// Secret (`tls.crt`, `tls.key`), or any other, e.g. a Strimzi KafkaUser's (`user.crt`,
+    /// `user.key`: set `clientCertKey` and `clientKeyKey`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub client_cert_secret_name: Option<String>,
+    /// Key of the client certificate (PEM) in `clientCertSecretName`. Default `tls.crt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub client_cert_key: Option<String>,
+    /// Key of the client private key (PEM) in `clientCertSecretName`. Default `tls.key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub client_key_key: Option<String>,
     /// Skip verifying the server's certificates. Only for testing.
     #[serde(default)]
     pub insecure_skip_verify: bool,
@@ -133,13 +143,20 @@ pub struct SecretKeyRef {
     pub key: String,
 }
 
-/// A Secret in the pipeline's namespace with a user name and a password.
+/// A Secret in the pipeline's namespace with a password and, unless `username` is given, a
+/// user name. A Strimzi KafkaUser's Secret is used as it is: `{name: <user>, username: <user>}`
+/// (it holds `password`; the user name is the KafkaUser's, which is the Secret's name).
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CredentialsSecretRef {
     /// Secret name.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
+    /// The user name itself, when the Secret does not hold it (Strimzi's KafkaUser Secrets
+    /// do not). Set, `usernameKey` is not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub username: Option<String>,
     /// Key holding the user name.
     #[serde(default = "default_username_key")]
     #[schemars(length(min = 1, max = 253))]
@@ -156,6 +173,20 @@ fn default_username_key() -> String {
 
 fn default_password_key() -> String {
     "password".to_owned()
+}
+
+/// The default keys of a client certificate Secret (`kubernetes.io/tls`).
+pub const CLIENT_CERT_KEY: &str = "tls.crt";
+pub const CLIENT_KEY_KEY: &str = "tls.key";
+
+impl TlsSpec {
+    /// Keys of the client certificate and key in `clientCertSecretName`.
+    pub fn client_keys(&self) -> (&str, &str) {
+        (
+            self.client_cert_key.as_deref().unwrap_or(CLIENT_CERT_KEY),
+            self.client_key_key.as_deref().unwrap_or(CLIENT_KEY_KEY),
+        )
+    }
 }
 
 /// The ClickHouse side: endpoint, traces table and how it is shaped.

@@ -27,6 +27,16 @@ pub enum Error {
         source: tracehouse_schema::Error,
     },
 
+    /// `schemaMode: Verify` and the table is not as the spec asks.
+    #[error(
+        "schema of {target} is not applied and spec.clickhouse.schemaMode is Verify: missing {}; apply it (`tracehouse-collector schema apply`) or set schemaMode Apply",
+        missing.join(", ")
+    )]
+    SchemaNotApplied {
+        target: String,
+        missing: Vec<String>,
+    },
+
     /// The schema step outlived its deadline.
     #[error("schema of {target}: no answer from ClickHouse within {seconds}s")]
     SchemaTimeout { target: String, seconds: u64 },
@@ -72,7 +82,9 @@ impl Error {
                 "kafka_tls"
             }
             Self::Kafka(_) => "kafka",
-            Self::Schema { .. } | Self::SchemaTimeout { .. } => "schema",
+            Self::Schema { .. } | Self::SchemaTimeout { .. } | Self::SchemaNotApplied { .. } => {
+                "schema"
+            }
             Self::Kube(_) => "kube_api",
             Self::Serialize { .. } => "serialize",
         }
@@ -107,6 +119,7 @@ impl Error {
                 _ => "MigrationFailed",
             },
             Self::SchemaTimeout { .. } => "ClickHouseUnavailable",
+            Self::SchemaNotApplied { .. } => "SchemaNotApplied",
             Self::Kube(_) => "ApiError",
             Self::Serialize { .. } => "InternalError",
         }

@@ -34,7 +34,10 @@ use tracehouse_schema::ConnectionConfig;
 
 use crate::autoscaler::{Autoscaler, Sizing};
 use crate::builders::{self, Names};
-use crate::crd::{KafkaSpec, TracePipeline, TracePipelineSpec, TracePipelineStatus};
+use crate::crd::{
+    CredentialsSecretRef, KafkaSpec, SchemaMode, TracePipeline, TracePipelineSpec,
+    TracePipelineStatus,
+};
 use crate::defaults::CollectorDefaults;
 use crate::error::Error;
 use crate::health::{self, PodFacts};
@@ -319,7 +322,16 @@ async fn converge(
     obs.desired_replicas = Some(desired.replicas);
 
     // The schema first: collectors must never start against a table that is not there.
-    let connection = clickhouse_connection(&secrets, spec).await?;
+    // The schema owner's credentials when the spec names them, else the writer's.
+    let connection = clickhouse_connection(
+        &secrets,
+        spec,
+        spec.clickhouse
+            .ddl_credentials
+            .as_ref()
+            .or(spec.clickhouse.credentials.as_ref()),
+    )
+    .await?;
     let target = format!("{}.{}", spec.clickhouse.database, spec.clickhouse.table);
     let ensured = tokio::time::timeout(
         ctx.settings.schema_timeout,
@@ -328,10 +340,22 @@ async fn converge(
             &options,
             &ctx.settings.identity,
             ctx.settings.schema_lock_timeout,
+            spec.clickhouse.schema_mode == SchemaMode::Verify,
         ),
     )
     .await;
     match ensured {
+        Ok(Ok(outcome)) if !outcome.missing.is_empty() => {
+            let e = Error::SchemaNotApplied {
+                target,
+                missing: outcome.missing,
+            };
+            obs.schema = Step::Failed {
+                reason: e.reason(),
+                message: e.to_string(),
+            };
+            return Err(e);
+        }
         Ok(Ok(outcome)) => {
             if !outcome.applied.is_empty() {
                 tracing::info!(pipeline = %key(tp), %target, applied = ?outcome.applied, "schema migrations applied");
@@ -503,9 +527,10 @@ async fn kafka_access(secrets: &Secrets, spec: &KafkaSpec) -> Result<KafkaAccess
 async fn clickhouse_connection(
     secrets: &Secrets,
     spec: &TracePipelineSpec,
+    credentials: Option<&CredentialsSecretRef>,
 ) -> Result<ConnectionConfig, Error> {
     let ch = &spec.clickhouse;
-    let (user, password) = match &ch.credentials {
+    let (user, password) = match credentials {
         Some(r) => {
             let c = secrets.credentials(r).await?;
             (Some(c.username), Some(c.password))

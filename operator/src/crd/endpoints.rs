@@ -218,6 +218,19 @@ pub struct ClickHouseSpec {
     /// password).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<CredentialsSecretRef>,
+    /// Credentials of the operator's schema step (migrations, or the check of `Verify`), when
+    /// they differ from the collectors' `credentials`: the writer then needs only `INSERT`
+    /// (and `SELECT` on the table), the schema owner `CREATE`/`ALTER`. Never given to the
+    /// collector pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ddl_credentials: Option<CredentialsSecretRef>,
+    /// `Apply` (default): the operator applies the schema migrations. `Verify`: it only checks
+    /// that every migration is recorded and the table is as the spec asks, runs no DDL, and
+    /// until then reports `SchemaReady=False/SchemaNotApplied` naming what is missing (and
+    /// rolls out no gateway), for teams whose schema is owned elsewhere
+    /// (`tracehouse-collector schema apply` in their pipeline).
+    #[serde(default)]
+    pub schema_mode: SchemaMode,
     /// Shape of the traces table. Fixed once applied: change it only together with a new
     /// table or database.
     #[serde(default)]
@@ -229,6 +242,16 @@ pub struct ClickHouseSpec {
     /// TLS to an `https://` endpoint: the CA, a client certificate (mutual TLS).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
+}
+
+/// Who changes the traces table's schema.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum SchemaMode {
+    /// The operator applies the migrations.
+    #[default]
+    Apply,
+    /// The operator only checks them.
+    Verify,
 }
 
 fn default_database() -> String {

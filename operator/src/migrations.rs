@@ -26,6 +26,8 @@ pub struct SchemaOutcome {
     pub dedup_window: Option<u64>,
     /// Verify-only: what `apply` would do and nobody has done yet (empty: up to date).
     pub missing: Vec<String>,
+    /// The traces table's TTL expression now (`None`: keeps everything).
+    pub retention: Option<String>,
 }
 
 /// What a verify-only check finds missing: the pending migrations (`NNNN name`) and a window
@@ -35,6 +37,7 @@ fn missing(status: &Status) -> Vec<String> {
         .pending()
         .map(|(m, _)| format!("{:04} {}", m.version, m.name))
         .collect();
+    out.extend(status.ttl_changes.iter().cloned());
     if let Some(w) = status.window.as_ref().filter(|w| !w.changes.is_empty()) {
         out.push(format!(
             "{} {} (now {})",
@@ -92,6 +95,7 @@ pub async fn ensure(
             applied: Vec::new(),
             dedup_window: status.window.as_ref().and_then(|w| w.current),
             missing: missing(&status),
+            retention: status.ttl.clone(),
         });
     }
     // Refuse conflicts before taking the lock; `apply` checks again under it.
@@ -132,6 +136,7 @@ pub async fn ensure(
     };
     Ok(SchemaOutcome {
         missing: Vec::new(),
+        retention: report.status.ttl.clone(),
         version: recorded_version(&report.status),
         dedup_window: report.status.window.as_ref().and_then(|w| w.current),
         applied: report

@@ -363,6 +363,7 @@ async fn converge(
             }
             obs.schema = Step::Ok(outcome.version);
             obs.dedup_window = outcome.dedup_window;
+            obs.retention = Some(outcome.retention);
         }
         Ok(Err(source)) => {
             let e = Error::Schema { target, source };

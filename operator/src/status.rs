@@ -84,6 +84,8 @@ pub struct Observation {
     pub schema: Step<u32>,
     /// The traces table's insert-deduplication window, when the schema step read it.
     pub dedup_window: Option<u64>,
+    /// The traces table's TTL expression (`Some(None)`: none), when the schema step read it.
+    pub retention: Option<Option<String>>,
     pub desired_replicas: Option<i32>,
     pub config_hash: Option<String>,
     /// The image the gateway was given; not run, the stored one stands.
@@ -331,6 +333,10 @@ pub fn next(prev: &TracePipelineStatus, obs: &Observation, now: &Time) -> TraceP
             .dedup_window
             .map(|w| i64::try_from(w).unwrap_or(i64::MAX))
             .or(prev.dedup_window),
+        retention: obs
+            .retention
+            .clone()
+            .unwrap_or_else(|| prev.retention.clone()),
         config_hash: obs.config_hash.clone().or_else(|| prev.config_hash.clone()),
         last_error: obs.failure().map(|(_, m)| m),
         lag: match &obs.lag {
@@ -400,6 +406,18 @@ pub fn events(prev: &TracePipelineStatus, next: &TracePipelineStatus) -> Vec<Eve
                 "traces table deduplication window is {} blocks (was {})",
                 shown(next.dedup_window),
                 shown(prev.dedup_window)
+            ),
+        ));
+    }
+    // Not at creation (the first reading is no change). A status written by an operator
+    // older than this field reads as a change once, for a table with a TTL.
+    if next.retention != prev.retention && prev.schema_version.is_some() {
+        out.push(normal(
+            "RetentionChanged",
+            format!(
+                "traces table retention (TTL) is {} (was {})",
+                shown(next.retention.as_deref()),
+                shown(prev.retention.as_deref())
             ),
         ));
     }
@@ -767,6 +785,28 @@ mod tests {
         assert_eq!(ready_of(&s2).reason, "ProgressDeadlineExceeded");
         let reasons: Vec<&str> = events(&s1, &s2).iter().map(|e| e.reason).collect();
         assert_eq!(reasons, ["ProgressDeadlineExceeded"]);
+    }
+
+    #[test]
+    fn a_retention_change_is_shown_and_announced_once() {
+        let ttl = |d: u32| Some(format!("toDateTime(Timestamp) + toIntervalDay({d})"));
+        let mut obs = healthy(1);
+        obs.retention = Some(ttl(30));
+        let s1 = next(&TracePipelineStatus::default(), &obs, &at(0));
+        assert_eq!(s1.retention, ttl(30));
+        assert!(
+            events(&TracePipelineStatus::default(), &s1)
+                .iter()
+                .all(|e| e.reason != "RetentionChanged")
+        );
+        obs.retention = Some(ttl(7));
+        let s2 = next(&s1, &obs, &at(10));
+        let reasons: Vec<&str> = events(&s1, &s2).iter().map(|e| e.reason).collect();
+        assert_eq!(reasons, ["RetentionChanged"]);
+        assert!(events(&s2, &next(&s2, &obs, &at(20))).is_empty());
+        // A schema step that did not run keeps it.
+        obs.retention = None;
+        assert_eq!(next(&s2, &obs, &at(30)).retention, ttl(7));
     }
 
     #[test]

@@ -193,8 +193,8 @@ impl TlsSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "self.schema == oldSelf.schema || self.table != oldSelf.table || self.database != oldSelf.database",
-    "message": "spec.clickhouse.schema can only change together with spec.clickhouse.table or spec.clickhouse.database: applied migrations are never edited",
+    "rule": "(self.schema.attributes == oldSelf.schema.attributes && self.schema.attributeKeysColumns == oldSelf.schema.attributeKeysColumns && self.schema.engine == oldSelf.schema.engine && self.schema.dedupWindow == oldSelf.schema.dedupWindow && (has(self.schema.cluster) ? (has(oldSelf.schema.cluster) && self.schema.cluster == oldSelf.schema.cluster) : !has(oldSelf.schema.cluster))) || self.table != oldSelf.table || self.database != oldSelf.database",
+    "message": "spec.clickhouse.schema can only change together with spec.clickhouse.table or spec.clickhouse.database: applied migrations are never edited (spec.clickhouse.schema.ttl is the exception: it changes in place)",
     "fieldPath": ".schema"
 }]))]
 pub struct ClickHouseSpec {
@@ -232,7 +232,8 @@ pub struct ClickHouseSpec {
     #[serde(default)]
     pub schema_mode: SchemaMode,
     /// Shape of the traces table. Fixed once applied: change it only together with a new
-    /// table or database.
+    /// table or database, except `ttl`, which the operator changes in place
+    /// (`ALTER TABLE … MODIFY TTL`, recorded in the migration ledger, `status.retention`).
     #[serde(default)]
     pub schema: SchemaSpec,
     /// Input format of inserts: `auto` (default, the measured best), `native` or
@@ -287,6 +288,8 @@ pub struct SchemaSpec {
     #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]{1,64}$"))]
     pub cluster: Option<String>,
     /// Retention: days (`30`) or a duration (`30d`, `72h`, `90m`, `3600s`). Default: keep.
+    /// May change on an existing table: applied in place (`MODIFY TTL` / `REMOVE TTL` on the
+    /// traces and lookup tables, which also rewrites existing parts in the background).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]{1,9}[dhms]?$"))]
     pub ttl: Option<String>,

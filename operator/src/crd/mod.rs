@@ -483,6 +483,10 @@ pub struct TracePipelineStatus {
     /// it: `spec.clickhouse.schema.dedupWindow` raised to what the partitions need.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dedup_window: Option<i64>,
+    /// The traces table's retention as ClickHouse has it (its TTL expression, e.g.
+    /// `toDateTime(Timestamp) + toIntervalDay(30)`); absent: keeps everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<String>,
     /// Hash of the collector configuration the gateway runs; changes roll the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_hash: Option<String>,

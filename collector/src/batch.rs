@@ -87,6 +87,22 @@ pub struct RecordBatch {
 }
 
 impl RecordBatch {
+    /// A batch of `range` that holds no record (a replayed bundle member whose records are
+    /// gone from Kafka): acknowledging it still moves its partition's commit.
+    pub fn empty(topic: Arc<str>, partition: i32, generation: u64, range: BatchRange) -> Self {
+        Self {
+            topic,
+            partition,
+            generation,
+            range,
+            data: Vec::new(),
+            records: Vec::new(),
+            skipped: Vec::new(),
+            first_timestamp_ms: 0,
+            permit: BudgetPermit::default(),
+        }
+    }
+
     /// Bytes this batch holds against the in-flight budget.
     pub fn budget_bytes(&self) -> usize {
         self.permit.bytes()

@@ -18,7 +18,12 @@
 //! 4. when every record is refused, the configuration is suspect: the
 //!    [`RejectBreaker`] stops skipping and the refused record is retried instead;
 //! 5. a dead-letter copy that the topic can never take is made smaller, then given up and
-//!    counted ([`crate::dead_letter`]), so it never holds its batch forever.
+//!    counted ([`crate::dead_letter`]), so it never holds its batch forever;
+//! 6. a bundle ([`crate::bundle`]) is one insert under the bundle's token, retried while
+//!    any member's partition is held (its other members' owners replay the same bundle
+//!    under the same token); each member held is acknowledged on its own. A permanent
+//!    rejection sends the members one by one under their own tokens (then rule 2) — as
+//!    deterministic as the rejection, so a replay of the bundle does the same.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -32,12 +37,13 @@ use crate::batch::{RecordBatch, SkipReason, Skipped};
 use crate::breaker::RejectBreaker;
 pub use crate::dead_letter::{DeadLetterSink, KafkaDeadLetters, Letter, ParkError};
 use crate::freshness;
+use crate::freshness::EndTimes;
 use crate::log_limit::RateLimit;
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::retry::{self, Backoff, Verdict};
 use crate::sink::{InsertError, Sink};
 use crate::source::{Ack, Holdings};
-use crate::workers::{self, Encoded, EncoderFactory};
+use crate::workers::{self, Encoded, EncodedBundle, EncoderFactory, ToInsert};
 
 /// Where rows go: one insert attempt of a compressed body under a deduplication token.
 pub trait Inserter: Send + Sync + 'static {
@@ -92,6 +98,88 @@ enum Stop {
 type Done = Result<(), Stop>;
 
 impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
+    /// Insert what the workers encoded.
+    pub async fn insert(&self, work: ToInsert) {
+        match work {
+            ToInsert::Batch(encoded) => self.insert_batch(encoded).await,
+            ToInsert::Bundle(bundle) => self.insert_bundle(bundle).await,
+        }
+    }
+
+    /// Insert a bundle (rule 6).
+    pub async fn insert_bundle(&self, bundle: EncodedBundle) {
+        let token = bundle.desc.token();
+        let held = |parts: &[Encoded]| {
+            parts.iter().any(|p| {
+                let b = &p.batch;
+                self.holdings.holds(&b.topic, b.partition, b.generation)
+            })
+        };
+        let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
+        let refused = loop {
+            if self.abandon.load(Ordering::Relaxed) {
+                return;
+            }
+            if !held(&bundle.parts) {
+                self.metrics
+                    .batches_dropped
+                    .get_or_create(&ReasonLabels { reason: "revoked" })
+                    .inc_by(bundle.parts.len() as u64);
+                tracing::info!(token = %token, "no member of the bundle is held any more: it stops retrying, its members' owners replay it");
+                return;
+            }
+            match self
+                .attempt(&bundle.body, bundle.rows, &bundle.end_times, &token)
+                .await
+            {
+                Ok(()) => break None,
+                Err(e) if matches!(e.verdict(), Verdict::Permanent) => {
+                    self.count_failure(&e, false);
+                    break Some(e);
+                }
+                Err(e) => {
+                    self.count_failure(&e, true);
+                    let delay = backoff.next_delay();
+                    if backoff.attempts() == 1 || backoff.attempts().is_power_of_two() {
+                        tracing::warn!(error = %e, token = %token, attempt = backoff.attempts(), retry_in_ms = delay.as_millis() as u64, "bundle insert failed; retrying");
+                    }
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        };
+        if let Some(e) = refused {
+            tracing::warn!(error = %e, token = %token, members = bundle.parts.len(), "ClickHouse refused the bundle; inserting its batches one by one");
+            for part in bundle.parts {
+                let factory = self.factory.clone();
+                let batch = part.batch;
+                let encoded = tokio::task::spawn_blocking(move || {
+                    let mut enc = factory();
+                    let n = batch.records.len();
+                    workers::encode_slice(enc.as_mut(), &batch, 0..n)
+                })
+                .await
+                .expect("encode task");
+                self.insert_batch(encoded).await;
+            }
+            return;
+        }
+        self.metrics.spans_decoded.inc_by(bundle.rows);
+        for part in bundle.parts {
+            let batch = part.batch;
+            if !self
+                .holdings
+                .holds(&batch.topic, batch.partition, batch.generation)
+            {
+                continue; // its owner acknowledges it (rule 6)
+            }
+            let mut skipped: Vec<Skipped> = batch.skipped.clone();
+            skipped.extend(part.undecodable);
+            if self.after_insert(&batch, &skipped).await.is_ok() {
+                let _ = self.acks.send(Ack::new(batch));
+            }
+        }
+    }
+
     /// Insert one encoded batch (splitting it on permanent rejections), dead-letter its
     /// skipped records and acknowledge it. Abandoned or revoked, nothing is acknowledged:
     /// the batch stays uncommitted and is replayed. The batch's payload is freed here; its
@@ -155,20 +243,24 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
     }
 
     /// One attempt; on success, the metrics of an acknowledged insert.
-    async fn attempt(&self, encoded: &Encoded, token: &str) -> Result<(), InsertError> {
+    async fn attempt(
+        &self,
+        body: &Bytes,
+        rows: u64,
+        end_times: &EndTimes,
+        token: &str,
+    ) -> Result<(), InsertError> {
         let started = Instant::now();
-        self.sink
-            .insert(&self.query, token, encoded.body.clone())
-            .await?;
+        self.sink.insert(&self.query, token, body.clone()).await?;
         let m = &self.metrics;
         m.insert_duration.observe(started.elapsed().as_secs_f64());
         m.inserts.inc();
-        m.rows_inserted.inc_by(encoded.rows);
-        m.bytes_inserted.inc_by(encoded.body.len() as u64);
-        m.batch_rows.observe(encoded.rows as f64);
-        m.batch_bytes.observe(encoded.body.len() as f64);
+        m.rows_inserted.inc_by(rows);
+        m.bytes_inserted.inc_by(body.len() as u64);
+        m.batch_rows.observe(rows as f64);
+        m.batch_bytes.observe(body.len() as f64);
         m.span_freshness
-            .observe_acknowledged(&encoded.end_times, freshness::unix_now_ns());
+            .observe_acknowledged(end_times, freshness::unix_now_ns());
         self.breaker.succeeded();
         m.reject_breaker_open.set(0);
         Ok(())
@@ -197,7 +289,10 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
             let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
             loop {
                 self.may_continue(&encoded.batch)?;
-                let e = match self.attempt(&encoded, &token).await {
+                let e = match self
+                    .attempt(&encoded.body, encoded.rows, &encoded.end_times, &token)
+                    .await
+                {
                     Ok(()) => return Ok(()),
                     Err(e) => e,
                 };
@@ -281,7 +376,10 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
             tokio::time::sleep(delay).await;
             loop {
                 self.may_continue(&batch)?;
-                match self.attempt(&encoded, &token).await {
+                match self
+                    .attempt(&encoded.body, encoded.rows, &encoded.end_times, &token)
+                    .await
+                {
                     Ok(()) => return Ok(()),
                     Err(next) if matches!(next.verdict(), Verdict::Permanent) => {
                         self.count_failure(&next, false);

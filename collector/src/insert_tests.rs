@@ -531,3 +531,84 @@ async fn refusals_of_too_many_partitions_never_open_the_breaker() {
     assert_eq!(reason(&stage, "skipped", "rejected"), 5);
     assert_eq!(acks.try_iter().count(), 5);
 }
+
+// --- bundles (rule 6)
+
+/// A bundle of partitions 0 and 1 (generation 1), one record per payload each.
+fn bundled(p0: &[&[u8]], p1: &[&[u8]]) -> workers::EncodedBundle {
+    let batch = |partition: i32, payloads: &[&[u8]]| {
+        let mut b = BatchBuilder::new("spans".into(), partition, 1);
+        for (i, p) in payloads.iter().enumerate() {
+            b.push(100 + i as i64, 0, p);
+        }
+        b.take().unwrap()
+    };
+    let batches = vec![batch(0, p0), batch(1, p1)];
+    let desc = Arc::new(crate::bundle::BundleDesc {
+        topic: "spans".into(),
+        members: batches.iter().map(|b| (b.partition, b.range)).collect(),
+    });
+    let mut enc = CountingEncoder::default();
+    workers::encode_bundle(&mut enc, crate::bundle::Bundle { desc, batches })
+}
+
+#[tokio::test]
+async fn a_bundle_is_one_insert_under_its_token_and_each_member_is_acknowledged() {
+    let ch = Arc::new(FakeClickHouse {
+        transient: AtomicUsize::new(1),
+        ..Default::default()
+    });
+    let (stage, acks) = stage(&ch, None);
+    let b = bundled(&[b"1", b"2"], &[b"3"]);
+    let token = b.desc.token();
+    stage.insert_bundle(b).await;
+    assert_eq!(ch.tokens(), vec![token.clone()], "one insert");
+    assert_eq!(*ch.attempts.lock().unwrap(), vec![token.clone(), token]);
+    assert_eq!(ch.landed(), ["1", "2", "3"]);
+    let mut acked: Vec<i32> = acks.try_iter().map(|a| a.partition.partition).collect();
+    acked.sort();
+    assert_eq!(acked, vec![0, 1]);
+    assert_eq!(stage.metrics.inserts.get(), 1);
+}
+
+#[tokio::test]
+async fn a_refused_bundle_goes_out_one_batch_at_a_time_under_their_own_tokens() {
+    let ch = Arc::new(FakeClickHouse {
+        refuse: Some("13"),
+        ..Default::default()
+    });
+    let (stage, acks) = stage(&ch, None);
+    stage
+        .insert_bundle(bundled(&[b"1", b"2"], &[b"13", b"4"]))
+        .await;
+    assert_eq!(ch.landed(), ["1", "2", "4"]);
+    assert_eq!(
+        ch.tokens(),
+        ["spans-0-100-101", "spans-1-101-101"],
+        "partition 0 whole, then partition 1 bisected"
+    );
+    assert_eq!(acks.try_iter().count(), 2);
+    assert_eq!(reason(&stage, "skipped", "rejected"), 1);
+}
+
+#[tokio::test]
+async fn only_the_members_held_are_acknowledged_and_a_bundle_nobody_holds_stops() {
+    let ch = Arc::new(FakeClickHouse::default());
+    let (mut stage, acks) = stage(&ch, None);
+    let holdings = Holdings::new();
+    holdings.publish([(crate::source::PartitionId::new("spans", 1), 1)]);
+    stage.holdings = holdings.clone();
+    stage.insert_bundle(bundled(&[b"1"], &[b"2"])).await;
+    assert_eq!(ch.landed(), ["1", "2"], "the bundle goes in whole");
+    let acked: Vec<i32> = acks.try_iter().map(|a| a.partition.partition).collect();
+    assert_eq!(
+        acked,
+        vec![1],
+        "partition 0's owner acknowledges its own replay"
+    );
+
+    holdings.publish([]);
+    stage.insert_bundle(bundled(&[b"5"], &[b"6"])).await;
+    assert_eq!(ch.landed(), ["1", "2"], "nobody holds it: not inserted");
+    assert_eq!(reason(&stage, "dropped", "revoked"), 2);
+}

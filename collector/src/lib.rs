@@ -16,6 +16,7 @@
 pub mod batch;
 pub mod breaker;
 pub mod budget;
+pub mod bundle;
 pub mod dead_letter;
 pub mod decode;
 pub mod encode;

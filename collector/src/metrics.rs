@@ -79,6 +79,12 @@ pub struct Metrics {
     pub inserts: Counter,
     pub commits: Counter,
     pub commit_errors: Counter,
+    /// Bundles sent: one insert of several partitions' time cuts (`bundle.rs`).
+    pub bundles: Counter,
+    /// Bundles a previous owner recorded, read again and re-inserted under their token.
+    pub bundle_replays: Counter,
+    /// Bundles whose recording Kafka refused, sent as per-partition time cuts instead.
+    pub bundles_dissolved: Counter,
     pub insert_duration: Histogram,
     pub batch_rows: Histogram,
     pub batch_bytes: Histogram,
@@ -117,6 +123,9 @@ impl Metrics {
             inserts: Counter::default(),
             commits: Counter::default(),
             commit_errors: Counter::default(),
+            bundles: Counter::default(),
+            bundle_replays: Counter::default(),
+            bundles_dissolved: Counter::default(),
             insert_duration: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
             batch_rows: Histogram::new(exponential_buckets(64.0, 2.0, 14)),
             batch_bytes: Histogram::new(exponential_buckets(16384.0, 2.0, 14)),
@@ -239,6 +248,21 @@ impl Metrics {
             "commit_errors",
             "Offset commits that failed",
             m.commit_errors.clone(),
+        );
+        r.register(
+            "bundles",
+            "Bundles sent: one insert of several partitions' time cuts",
+            m.bundles.clone(),
+        );
+        r.register(
+            "bundle_replays",
+            "Bundles a previous owner recorded, read again and re-inserted under their token",
+            m.bundle_replays.clone(),
+        );
+        r.register(
+            "bundles_dissolved",
+            "Bundles whose recording Kafka refused, sent as per-partition time cuts instead",
+            m.bundles_dissolved.clone(),
         );
         r.register(
             "insert_duration_seconds",

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use prometheus_client::registry::Registry;
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::batch::{CutPolicy, RecordBatch};
+use crate::batch::CutPolicy;
 use crate::breaker::RejectBreaker;
 use crate::budget::Budget;
 use crate::config::Config;
@@ -24,7 +24,7 @@ use crate::log_limit::RateLimit;
 use crate::metrics::Metrics;
 use crate::sink::Sink;
 use crate::source::{self, Ack, Holdings, MachineConfig, SourceConfig};
-use crate::workers::{self, Encoded, EncoderFactory};
+use crate::workers::{self, EncoderFactory, ToInsert, Work};
 
 /// Run the collector until `shutdown` resolves; then drain within the configured deadline.
 pub async fn run(
@@ -56,12 +56,12 @@ pub async fn run(
     let budget = Budget::new(cfg.limits.max_inflight_bytes);
     // Unbounded in count, bounded in bytes by type: a batch carries its budget permit and
     // an acknowledgement carries its batch (see `source`'s module docs).
-    let (batch_tx, batch_rx) = crossbeam_channel::unbounded::<RecordBatch>();
+    let (batch_tx, batch_rx) = crossbeam_channel::unbounded::<Work>();
     // One encoded body waits for an insert slot (and one more in the dispatcher): encoding
     // further ahead only holds more compressed bodies (2-4 MiB each on full spans) while
     // ClickHouse is the bottleneck; batches not yet encoded wait as payloads, which the
     // budget counts anyway.
-    let (encoded_tx, encoded_rx) = mpsc::channel::<Encoded>(1);
+    let (encoded_tx, encoded_rx) = mpsc::channel::<ToInsert>(1);
     let (ack_tx, ack_rx) = crossbeam_channel::unbounded::<Ack>();
     let worker_handles =
         workers::spawn(encode_threads(&cfg), factory.clone(), batch_rx, encoded_tx);
@@ -163,6 +163,7 @@ fn source_config(cfg: &Config, dead_letters: bool) -> SourceConfig {
     SourceConfig {
         consumer: kafka_clients::consumer(&k.brokers, &k.group_id, &k.properties),
         watermarks: kafka_clients::watermarks(&k.brokers, &k.properties),
+        replayer: kafka_clients::replayer(&k.brokers, &k.group_id, &k.properties),
         topics: k.topics.clone(),
         machine: MachineConfig {
             cut: CutPolicy {
@@ -172,6 +173,7 @@ fn source_config(cfg: &Config, dead_letters: bool) -> SourceConfig {
             linger: Duration::from_millis(cfg.batch.linger_ms),
             max_record_bytes: cfg.limits.max_record_bytes,
             keep_skipped_payloads: dead_letters,
+            bundle: cfg.batch.bundle,
         },
         // Leave a little of the shutdown deadline for the final commit and exit.
         drain_deadline: Duration::from_millis(cfg.shutdown_deadline_ms).mul_f64(0.8),
@@ -181,7 +183,7 @@ fn source_config(cfg: &Config, dead_letters: bool) -> SourceConfig {
 /// Hand each encoded batch to an insert task, at most `slots` at once.
 fn spawn_dispatcher(
     inserts: Arc<Inserts<Sink, KafkaDeadLetters>>,
-    mut encoded: mpsc::Receiver<Encoded>,
+    mut encoded: mpsc::Receiver<ToInsert>,
     slots: usize,
 ) -> tokio::task::JoinHandle<()> {
     let slots = Arc::new(Semaphore::new(slots));
@@ -195,7 +197,7 @@ fn spawn_dispatcher(
             let inserts = inserts.clone();
             tokio::spawn(async move {
                 inserts.metrics.inflight_inserts.inc();
-                inserts.insert_batch(batch).await;
+                inserts.insert(batch).await;
                 inserts.metrics.inflight_inserts.dec();
                 drop(permit);
             });

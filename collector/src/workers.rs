@@ -1,7 +1,7 @@
 //! Decode/encode workers: CPU-heavy work off the async runtime and off the Kafka thread.
 //!
 //! Each worker thread owns its encoder (buffers are reused batch after batch and allocated
-//! and freed on the same thread — the allocator-contention lesson of the compat notes).
+//! and freed on the same thread — the allocator-contention lesson of `docs/compat-notes.md` §6).
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -9,6 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::batch::{RecordBatch, SkipReason, Skipped};
+use crate::bundle::{Bundle, BundleDesc};
 use crate::decode::DecodeError;
 use crate::freshness::EndTimes;
 use crate::offsets::BatchRange;
@@ -48,12 +49,67 @@ pub struct Encoded {
     pub end_times: EndTimes,
 }
 
-/// Encode `records` of `batch` (a whole batch or one half of a split).
-pub fn encode_slice(
+/// What the workers encode: one partition's batch, or a bundle of several.
+#[derive(Debug)]
+pub enum Work {
+    Batch(RecordBatch),
+    Bundle(Bundle),
+}
+
+/// An encoded bundle: one body for every member, inserted under the bundle's token, and
+/// each member's part (no body of its own: re-encoded only if the bundle must go out one
+/// batch at a time) for its acknowledgement and its skipped records.
+#[derive(Debug)]
+pub struct EncodedBundle {
+    pub desc: Arc<BundleDesc>,
+    pub parts: Vec<Encoded>,
+    pub body: Bytes,
+    pub rows: u64,
+    pub end_times: EndTimes,
+}
+
+/// What the insert stage receives.
+#[derive(Debug)]
+pub enum ToInsert {
+    Batch(Encoded),
+    Bundle(EncodedBundle),
+}
+
+/// Encode every member of `bundle` into one body.
+pub fn encode_bundle(enc: &mut dyn RecordEncoder, bundle: Bundle) -> EncodedBundle {
+    let mut parts = Vec::with_capacity(bundle.batches.len());
+    let mut rows = 0;
+    for batch in bundle.batches {
+        let batch = Arc::new(batch);
+        let n = batch.records.len();
+        let (part_rows, undecodable) = append_slice(enc, &batch, 0..n);
+        rows += part_rows;
+        parts.push(Encoded {
+            range: batch.range,
+            batch,
+            records: 0..n,
+            body: Bytes::new(),
+            rows: part_rows,
+            undecodable,
+            end_times: EndTimes::default(),
+        });
+    }
+    EncodedBundle {
+        desc: bundle.desc,
+        parts,
+        body: enc.finish(),
+        rows,
+        end_times: enc.take_end_times(),
+    }
+}
+
+/// Append `records` of `batch` to the encoder: the rows appended and the records that
+/// could not be decoded.
+fn append_slice(
     enc: &mut dyn RecordEncoder,
     batch: &Arc<RecordBatch>,
     records: Range<usize>,
-) -> Encoded {
+) -> (u64, Vec<Skipped>) {
     let mut rows = 0;
     let mut undecodable = Vec::new();
     for r in &batch.records[records.clone()] {
@@ -71,6 +127,16 @@ pub fn encode_slice(
             }),
         }
     }
+    (rows, undecodable)
+}
+
+/// Encode `records` of `batch` (a whole batch or one half of a split).
+pub fn encode_slice(
+    enc: &mut dyn RecordEncoder,
+    batch: &Arc<RecordBatch>,
+    records: Range<usize>,
+) -> Encoded {
+    let (rows, undecodable) = append_slice(enc, batch, records.clone());
     let body = enc.finish();
     let end_times = enc.take_end_times();
     let range = if records == (0..batch.records.len()) {
@@ -94,13 +160,13 @@ pub fn encode_slice(
     }
 }
 
-/// Start `threads` workers: batches in, encoded batches out. Workers end when the input
-/// channel closes or the output is dropped.
+/// Start `threads` workers: batches and bundles in, encoded ones out. Workers end when the
+/// input channel closes or the output is dropped.
 pub fn spawn(
     threads: usize,
     factory: EncoderFactory,
-    input: crossbeam_channel::Receiver<RecordBatch>,
-    output: tokio::sync::mpsc::Sender<Encoded>,
+    input: crossbeam_channel::Receiver<Work>,
+    output: tokio::sync::mpsc::Sender<ToInsert>,
 ) -> Vec<std::thread::JoinHandle<()>> {
     (0..threads)
         .map(|i| {
@@ -111,10 +177,17 @@ pub fn spawn(
                 .name(format!("encode-{i}"))
                 .spawn(move || {
                     let mut enc = factory();
-                    while let Ok(batch) = input.recv() {
-                        let batch = Arc::new(batch);
-                        let n = batch.records.len();
-                        let encoded = encode_slice(enc.as_mut(), &batch, 0..n);
+                    while let Ok(work) = input.recv() {
+                        let encoded = match work {
+                            Work::Batch(batch) => {
+                                let batch = Arc::new(batch);
+                                let n = batch.records.len();
+                                ToInsert::Batch(encode_slice(enc.as_mut(), &batch, 0..n))
+                            }
+                            Work::Bundle(bundle) => {
+                                ToInsert::Bundle(encode_bundle(enc.as_mut(), bundle))
+                            }
+                        };
                         if output.blocking_send(encoded).is_err() {
                             return;
                         }

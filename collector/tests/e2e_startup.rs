@@ -12,17 +12,17 @@ use common::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_too_small_for_the_partitions_is_reported_with_both_numbers() {
     // `schema apply` without --partitions keeps the old default window of 1 000 blocks;
-    // 8 partitions at a 1 s linger need 2 × 2 × 8 × 90 = 2 880.
+    // 8 partitions at the default 200 ms linger need 2 × 2 × 8 × 450 = 14 400.
     let w = World::new("startwin", Attributes::Map);
     w.produce(800, 8, 1).await;
     let c = w.start_collector(&[]);
     c.wait_metrics("window metrics", Duration::from_secs(60), |m| {
         sum_metric(m, "tracehouse_dedup_window_blocks") == 1000.0
-            && sum_metric(m, "tracehouse_dedup_window_needed_blocks") == 2880.0
+            && sum_metric(m, "tracehouse_dedup_window_needed_blocks") == 14400.0
     })
     .await;
     assert!(
-        c.log_tail().contains("needs at least 2880"),
+        c.log_tail().contains("needs at least 14400"),
         "{}",
         c.log_tail()
     );

@@ -6,6 +6,9 @@
               [--partitions 8] [--legs tracehouse,otelcol,rotel] [--timeout SECONDS] [--keep]
               [--collector-bin PATH]
     e2e/bench --rate SPANS_PER_SECOND [--duration 60] --out FILE [the options above]
+    e2e/bench --rate R --duration S --partitions-sweep 8,64,256 --out FILE [the options above]
+    (any of them with --own-clickhouse: a chserver of the run's own, from this work tree;
+    --no-build: the release binaries already built, their sha256 in the report)
 
 On the local stack (started with `e2e/stack up kafka clickhouse` if it is not running; it is
 left running afterwards, since other work may share it — `--stop-stack` stops it at the end
@@ -44,7 +47,13 @@ each record that ended as the record was sent (what the pipeline adds), and, for
 tracehouse, the same quantiles of its own `tracehouse_span_freshness_seconds` histogram
 (span end → insert acknowledged) scraped from /metrics at the end.
 
-In both modes every leg is sampled every 0.5 s (rows visible, consumer lag, RSS) and the
+How each leg wrote into ClickHouse is measured by the server, the same way for every leg
+(inserts.py): INSERT statements into otel_traces as chserver counted them, the blocks (parts)
+they made from system.parts, inserts per second, parts per minute, rows per insert.
+--partitions-sweep runs the live mode once per partition count (every leg at each) and draws
+inserts/s, parts per minute and freshness against the partition count.
+
+In both modes every leg is sampled every 0.5 s (rows visible, consumer lag, RSS, INSERT statements) and the
 series are drawn into a PNG beside the JSON (FILE with .png; series.py).
 
 Prints a markdown table (with tracehouse's ratio to every other leg) and writes JSON:
@@ -59,6 +68,7 @@ through confluent-kafka), `series.py` (the sampled series, freshness, the PNG) a
 in a venv of its own with the pinned packages of requirements.txt (e2e/lib/bench.sh).
 """
 
+import hashlib
 import json
 import os
 import re
@@ -73,12 +83,21 @@ from pathlib import Path
 from options import SPAN_PROFILES, parse
 from procs import (BenchError, SocketBytes, loadavg, machine, machine_busy_seconds, on_signal,
                    proc_cpu_seconds, proc_status_kib, run, say, spawn, stop, stop_all)
-from report import freshness_table, table
+from inserts import blocks_query, insert_figures, parse_blocks, table_stats
+from report import freshness_table, sweep_table, table
 from series import (Series, arrivals_ddl, arrivals_query, record_arrivals_query, collector_freshness, parse_arrivals,
-                    plot)
-from stack import (E2E, REPO, STATE, ClickHouse, Kafka, free_port, git_revision, group_describe,
+                    plot, plot_sweep)
+from stack import (E2E, REPO, STATE, ClickHouse, Kafka, OwnClickHouse, free_port, git_revision, group_describe,
                    kafka_and_clickhouse_running, kafka_java, log_tail_errors, metric_sum, metrics_scrape,
                    new_run, stack_env)
+
+def file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
 
 POLL = 0.25  # seconds between progress samples
 LIVE_SPANS_PER_RECORD = 100  # live mode: spans per Kafka record (loadgen's default, made explicit)
@@ -100,6 +119,10 @@ class Bench:
         self.env = None
         self.ch = None
         self.kafka = None
+        self.own_ch = None  # --own-clickhouse: this run's chserver
+        self.bin_dir = self.dir / "bin"  # --no-build: copies of the binaries
+        self.step = ""  # a partition sweep: "_p<partitions>" in this step's names
+        self._no_insert_stats = False  # the chserver has no INSERT count: stop asking
 
     # -- setup
 
@@ -109,6 +132,10 @@ class Bench:
             self.stack_started = True
             run([str(E2E / "stack"), "up", "kafka", "clickhouse"], timeout=900, capture=False)
         self.env = stack_env()
+        if self.args.own_clickhouse:
+            say("starting a chserver of this run's own (--own-clickhouse)")
+            self.own_ch = OwnClickHouse(self.dir)
+            self.env.update(self.own_ch.up())
         self.ch = ClickHouse(self.env["CLICKHOUSE_URL"], self.env["CLICKHOUSE_USER"],
                              self.env["CLICKHOUSE_PASSWORD"])
         self.ch.query("SELECT 1")
@@ -116,15 +143,36 @@ class Bench:
         self.ch_port = int(re.search(r":(\d+)", self.env["CLICKHOUSE_URL"].split("//", 1)[1]).group(1))
 
     def build(self):
-        run([str(E2E / "setup")], timeout=1800, log=self.dir / "setup.log")  # build deps (idempotent)
-        say("cargo build --release -p tracehouse-collector -p tracehouse-loadgen "
-            f"(log: {self.dir / 'build.log'})")
-        run(["cargo", "build", "--release", "--locked", "-p", "tracehouse-collector",
-             "-p", "tracehouse-loadgen"], timeout=3600, log=self.dir / "build.log")
-        self.git = git_revision()
         target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+        self.git = git_revision()
         self.collector = Path(self.args.collector_bin or target / "release" / "tracehouse-collector")
         self.loadgen = target / "release" / "tracehouse-loadgen"
+        if self.args.no_build:
+            # Binaries built earlier, perhaps from another revision (the report records their
+            # digests, not a commit): copied first, so a build meanwhile cannot swap them.
+            self.bin_dir.mkdir(exist_ok=True)
+            for attr in ("collector", "loadgen"):
+                src = getattr(self, attr)
+                if not os.access(src, os.X_OK):
+                    raise BenchError(f"--no-build: {src} is not there; build it or drop --no-build")
+                dst = self.bin_dir / src.name
+                shutil.copy2(src, dst)
+                setattr(self, attr, dst)
+            self.prebuilt = {b.name: {"from": str(src), "sha256": file_sha256(b),
+                                      "built": datetime.fromtimestamp(b.stat().st_mtime, timezone.utc)
+                                      .isoformat(timespec="seconds")}
+                             for b, src in ((self.collector, self.args.collector_bin
+                                             or target / "release" / "tracehouse-collector"),
+                                            (self.loadgen, target / "release" / "tracehouse-loadgen"))}
+            digests = ", ".join(f"{k} {v['sha256'][:12]}" for k, v in self.prebuilt.items())
+            say(f"--no-build: {digests}")
+        else:
+            self.prebuilt = None
+            run([str(E2E / "setup")], timeout=1800, log=self.dir / "setup.log")  # build deps (idempotent)
+            say("cargo build --release -p tracehouse-collector -p tracehouse-loadgen "
+                f"(log: {self.dir / 'build.log'})")
+            run(["cargo", "build", "--release", "--locked", "-p", "tracehouse-collector",
+                 "-p", "tracehouse-loadgen"], timeout=3600, log=self.dir / "build.log")
         if "otelcol" in self.args.legs:
             say("OpenTelemetry Collector (built once, cached in $TRACEHOUSE_CACHE)")
             script = (f'source "{E2E}/lib/common.sh"; source "{E2E}/lib/otelcol.sh"; '
@@ -161,13 +209,16 @@ class Bench:
         (self.dir / "produce.json").write_bytes(r.stdout)
         if self.produced["spans"] != a.spans:
             raise BenchError(f"produced {self.produced['spans']} spans, asked for {a.spans}")
+        got = self.kafka.partition_count(self.topic)
+        if got != a.partitions:
+            raise BenchError(f"topic {self.topic} has {got} partitions, not {a.partitions}")
         self.end = self.kafka.end_offsets(self.topic, a.partitions)
         say(f"topic holds {sum(self.end.values())} records, "
             f"{self.produced['bytes'] / 1e6:.1f} MB of OTLP before Kafka's lz4")
 
     def prepare_database(self, leg):
         a = self.args
-        db = f"bench_{self.run_id}_{leg}"
+        db = f"bench_{self.run_id}_{leg}{self.step}"
         self.databases.append(db)
         run([str(self.collector), "schema", "apply", "--database", db, "--engine", a.engine,
              "--attributes", a.attributes, "--clickhouse-url", self.env["CLICKHOUSE_URL"],
@@ -250,11 +301,17 @@ class Bench:
     def start_live_topic(self, leg):
         """Live mode: a fresh topic and generator id for this leg."""
         a = self.args
-        self.topic = self.generator = f"bench-{self.run_id}-{leg}"
+        self.topic = self.generator = f"bench-{self.run_id}-{leg}{self.step}"
         self.topics.append(self.topic)
         kafka_java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
                    self.env["KAFKA_BROKERS"], "--create", "--topic", self.topic,
                    "--partitions", str(a.partitions), "--replication-factor", "1")
+        # The broker creates topics on first use too (auto.create.topics.enable, num.partitions
+        # 8): a create that failed must not turn into an 8-partition run.
+        got = self.kafka.partition_count(self.topic)
+        if got != a.partitions:
+            raise BenchError(f"topic {self.topic} has {got} partitions, not {a.partitions} "
+                             "(see the broker's log)")
         self.end = {q: 0 for q in range(a.partitions)}
 
     def start_live_producer(self, leg, group, p, t0):
@@ -288,9 +345,9 @@ class Bench:
         if a.rate:
             self.start_live_topic(leg)
         db, table, verify_attrs = self.prepare_database(leg)
-        group = f"bench-{self.run_id}-{leg}"
+        group = f"bench-{self.run_id}-{leg}{self.step}"
         mport = free_port()
-        ch_log = STATE / "logs" / "clickhouse.log"
+        ch_log = self.own_ch.log if self.own_ch else STATE / "logs" / "clickhouse.log"
         ch_log_offset = ch_log.stat().st_size if ch_log.exists() else 0
         ch_pid, kafka_pid = self._stack_pid("clickhouse"), self._stack_pid("kafka")
         ch_cpu0, kafka_cpu0 = self._cpu_or_none(ch_pid), self._cpu_or_none(kafka_pid)
@@ -305,11 +362,13 @@ class Bench:
                  "rotel": self.start_rotel}[leg]
         p = start(db, group, mport)
         loader = self.start_live_producer(leg, group, p, t0) if a.rate else None
+        t_load = time.monotonic()
         series = self.series[leg] = Series()
         deadline = t0 + a.timeout
         rows, lag, last_change, last_rows, last_print = 0, None, t0, -1, t0
         count_errors, last_error = 0, None
         outcome = None
+        t_rows_in = None  # when every row was first seen in ClickHouse
         try:
             while True:
                 now = time.monotonic()
@@ -336,12 +395,14 @@ class Bench:
                     count_errors, last_error, lag = count_errors + 1, str(e), None
                 if rows != last_rows:
                     last_rows, last_change = rows, now
+                if rows >= n and t_rows_in is None:
+                    t_rows_in = now
                 if series.due(now - t0):
                     try:
                         rss = proc_status_kib(p.pid, "VmRSS") / 1024
                     except OSError:
                         rss = None
-                    series.add(now - t0, rows, lag, rss)
+                    series.add(now - t0, rows, lag, rss, self._inserts_so_far(db))
                 if rows >= n and lag == 0 and (loader is None or loader.poll() == 0):
                     outcome = "done"
                     break
@@ -409,6 +470,12 @@ class Bench:
         final_lags, describe = group_describe(self.env["KAFKA_BROKERS"], group)
         (self.dir / f"{leg}-group.txt").write_text(describe)
         verify = self.verify(leg, db, table, verify_attrs)
+        # Rates over the time rows were arriving: from the producer's start (pre-filled: the
+        # collector's) until every row was in, not the wait for the last offset commit.
+        res.update(self.insert_accounting(
+            db, (t_rows_in or t_done) - (t_load if a.rate else t0), n))
+        if a.rate and not a.keep:  # a topic per leg: the broker keeps fewer partitions open
+            self.delete_topic(self.topic)
         if not a.keep:  # no background merges of this leg's parts during the next leg
             self.drop_database(db)
 
@@ -479,6 +546,44 @@ class Bench:
         res.pop("exact", None)
         return res
 
+    def _inserts_so_far(self, db):
+        """INSERT statements into the leg's otel_traces so far (for the series), None if unknown."""
+        if self._no_insert_stats:
+            return None
+        try:
+            st = table_stats(self.ch.insert_stats(), db, "otel_traces")
+        except BenchError:
+            return None
+        if st is None:
+            self._no_insert_stats = True  # a chserver without the count: do not ask again
+            return None
+        return st["inserts"]
+
+    def insert_accounting(self, db, window_s, spans):
+        """The leg's inserts as the server saw them (inserts.py): statements from chserver's
+        count, blocks from system.parts of otel_traces (MergeTree) or of the verification view's
+        table (Null engine)."""
+        try:
+            stats = table_stats(self.ch.insert_stats(), db, "otel_traces")
+        except BenchError as e:
+            say(f"insert counts: {e}")
+            stats = None
+        table = "otel_traces" if self.args.engine == "merge-tree" else "delivered"
+        try:
+            blocks = parse_blocks(self.ch.query(blocks_query(db, table)))
+        except (BenchError, ValueError) as e:
+            say(f"blocks of {db}.{table}: {e}")
+            blocks = None
+        out = insert_figures(stats, blocks, window_s, spans)
+        out["insert_blocks_source"] = f"system.parts of {table}"
+        return out
+
+    def delete_topic(self, topic):
+        kafka_java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
+                   self.env["KAFKA_BROKERS"], "--delete", "--topic", topic)
+        if topic in self.topics:
+            self.topics.remove(topic)
+
     def verify(self, leg, db, table, attrs):
         cmd = [str(self.loadgen), "verify", "--clickhouse-url", self.env["CLICKHOUSE_URL"],
                "--database", db, "--table", table, "--attributes", attrs,
@@ -494,10 +599,12 @@ class Bench:
         return {"exact": r.returncode == 0, "lost": g["missing"], "duplicates": g["duplicated"],
                 "out_of_range": g["out_of_range"], "rows_found": g["rows"]}
 
-    @staticmethod
-    def _stack_pid(component):
+    def _stack_pid(self, component):
+        path = STATE / "pids" / f"{component}.pid"
+        if component == "clickhouse" and self.own_ch:
+            path = self.own_ch.pid_file
         try:
-            return int((STATE / "pids" / f"{component}.pid").read_text())
+            return int(path.read_text())
         except (OSError, ValueError):
             return None
 
@@ -533,6 +640,10 @@ class Bench:
                            self.env["KAFKA_BROKERS"], "--delete", "--topic", topic)
             say(f"cleaned up: topics {', '.join(self.topics) or '-'}, "
                 f"databases {', '.join(self.databases) or '-'}")
+        if self.own_ch:
+            self.own_ch.remove()
+        # --no-build's copies of the binaries (~120 MB): their digests are in the report.
+        shutil.rmtree(self.bin_dir, ignore_errors=True)
         if self.kafka:
             self.kafka.close()
         if self.stack_started and self.args.stop_stack:
@@ -540,6 +651,22 @@ class Bench:
             subprocess.run([str(E2E / "stack"), "down", "kafka", "clickhouse"], timeout=300)
         elif self.stack_started:
             say("the stack this run started stays up (e2e/stack down stops it)")
+
+
+def run_legs(b, a):
+    """Every leg once, in order: {leg: its figures}; a leg that failed says why."""
+    report = {}
+    for leg in a.legs:
+        try:
+            report[leg] = b.run_leg(leg)
+        except BenchError as e:
+            say(f"{leg}: error: {e}")
+            report[leg] = {"spans": a.spans, "verified": False, "error": str(e),
+                           **{k: None for k in ("cpu_seconds", "wall_seconds",
+                                                "spans_per_cpu_second", "mb_per_second",
+                                                "otlp_mb_per_cpu_second",
+                                                "peak_rss_mib", "lost", "duplicates")}}
+    return report
 
 
 def main():
@@ -559,17 +686,19 @@ def main():
     try:
         b.ensure_stack()
         b.build()
-        b.produce()
-        for leg in a.legs:
-            try:
-                report[leg] = b.run_leg(leg)
-            except BenchError as e:
-                say(f"{leg}: error: {e}")
-                report[leg] = {"spans": a.spans, "verified": False, "error": str(e),
-                               **{k: None for k in ("cpu_seconds", "wall_seconds",
-                                                    "spans_per_cpu_second", "mb_per_second",
-                                                    "otlp_mb_per_cpu_second",
-                                                    "peak_rss_mib", "lost", "duplicates")}}
+        if a.partitions_sweep:
+            # The same live run at each partition count, every leg, one after the other; each
+            # step's artifacts in a folder of its own.
+            run_dir, report["sweep"] = b.dir, []
+            for count in a.partitions_sweep:
+                a.partitions, b.step, b.dir = count, f"_p{count}", run_dir / f"p{count}"
+                b.dir.mkdir(exist_ok=True)
+                say(f"sweep: {count} partitions")
+                report["sweep"].append({"partitions": count, **run_legs(b, a)})
+            a.partitions, b.dir = None, run_dir
+        else:
+            b.produce()
+            report.update(run_legs(b, a))
     finally:
         b.cleanup()
 
@@ -578,13 +707,17 @@ def main():
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "command": "e2e/bench " + " ".join(sys.argv[1:]),
-        "git": b.git,
+        "git": getattr(b, "git", None),
         "engine": a.engine,
         "attributes": a.attributes,
         "span_profile": a.span_profile,
         "partitions": a.partitions,
+        "partitions_sweep": a.partitions_sweep,
         "mode": "live" if a.rate else "pre-filled",
+        "clickhouse": "own chserver of the run (--own-clickhouse)" if a.own_clickhouse
+                      else "the stack's chserver",
         "collector_bin": a.collector_bin,
+        "prebuilt_binaries": getattr(b, "prebuilt", None),
         "tracehouse_linger_ms": a.linger_ms,
         "tracehouse_attribute_keys": not a.no_attribute_keys,
         "rate_spans_per_second": a.rate,
@@ -601,11 +734,19 @@ def main():
                  "and the group's committed lag is 0; mb_per_second: bytes the process sent to "
                  "ClickHouse's HTTP port (TCP bytes_acked of its sockets: request headers + "
                  "compressed bodies) per wall second; peak_rss_mib: VmHWM. "
-                 "Null engine: verified through a materialized view into a MergeTree table.",
+                 "Null engine: verified through a materialized view into a MergeTree table. "
+                 "inserts: INSERT statements into otel_traces as chserver counted them "
+                 "(GET /chserver/inserts); insert_blocks: max(max_block_number) over "
+                 "system.parts of otel_traces (merge-tree) or of the verification view's "
+                 "table (null): blocks written, one per partition a block spans; rates over "
+                 "insert_window_seconds (live: producer start until every row was in; "
+                 "pre-filled: collector start until every row was in).",
         "artifacts": str(b.dir),
     }
     Path(a.out).write_text(json.dumps(report, indent=2) + "\n")
     png = Path(a.out).with_suffix(".png")
+    if a.partitions_sweep:
+        return sweep_summary(report, a, b, png)
     title = (f"{a.spans:,} spans, {a.span_profile} profile, "
              + (f"produced live at {a.rate:,.0f}/s" if a.rate else "pre-filled")
              + f", {a.engine} engine — {report['run']['date']} ({b.git})")
@@ -633,6 +774,28 @@ def main():
             print(f"\n{leg}: " + "; ".join(notes))
     print(f"\nJSON: {a.out}")
     return 0 if all(report[leg]["verified"] for leg in a.legs) else 1
+
+
+def sweep_summary(report, a, b, png):
+    """A sweep's PNG (inserts/s, parts per minute, freshness against the partition count) and
+    its table; 0 when every leg of every step was verified."""
+    title = (f"{a.spans:,} spans per leg at {a.rate:,.0f}/s, {a.span_profile} profile, "
+             f"{a.engine} engine — {report['run']['date']} ({b.git})")
+    try:
+        plot_sweep(report["sweep"], a.legs, png, title)
+        report["run"]["png"] = str(png)
+        Path(a.out).write_text(json.dumps(report, indent=2) + "\n")
+    except Exception as e:  # the figures stand without the picture
+        say(f"could not draw {png}: {e}")
+    print(f"\nPartition sweep: {a.spans:,} spans per leg produced at {a.rate:,.0f} spans/s "
+          f"({a.span_profile} profile), {a.engine} engine — {report['run']['date']}\n")
+    print(sweep_table(report, a.legs))
+    failed = [f"{leg} at {step['partitions']} partitions" for step in report["sweep"]
+              for leg in a.legs if not step[leg].get("verified")]
+    if failed:
+        print("\nnot verified: " + ", ".join(failed))
+    print(f"\nJSON: {a.out}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -43,10 +43,22 @@ def parse(doc, otelcol_config):
     ap.add_argument("--collector-bin",
                     help="tracehouse-collector binary to run instead of the release build "
                          "(e.g. to compare two revisions)")
+    ap.add_argument("--no-build", action="store_true",
+                    help="use the release binaries already built (--collector-bin or "
+                         "$CARGO_TARGET_DIR/release/, and tracehouse-loadgen beside it) without "
+                         "building; the report records their sha256, since their commit is unknown")
     ap.add_argument("--out", required=True, help="JSON report file")
     ap.add_argument("--engine", choices=["null", "merge-tree"], default="null")
     ap.add_argument("--attributes", choices=["json", "map"], default="json")
     ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--partitions-sweep", metavar="N,N,…",
+                    help="live mode: the same run at each of these partition counts, every leg "
+                         "at each (e.g. 8,64,256); one JSON and one PNG of inserts/s, parts per "
+                         "minute and freshness against the partition count")
+    ap.add_argument("--own-clickhouse", action="store_true",
+                    help="run a chserver of this work tree's own for the run (own port, data "
+                         "and state, removed at the end) instead of the stack's: its CPU is the "
+                         "run's alone, and it counts INSERT statements (GET /chserver/inserts)")
     ap.add_argument("--span-profile", choices=sorted(SPAN_PROFILES), default="full",
                     help="loadgen span shape (default full: about 1.08 KB per span)")
     ap.add_argument("--legs", default="tracehouse,otelcol",
@@ -73,6 +85,15 @@ def parse(doc, otelcol_config):
         a.spans = round(a.rate * a.duration)
     if a.spans is None or a.spans <= 0:
         ap.error("--spans (pre-filled) or --rate (live) must be given and positive")
+    if a.partitions_sweep is not None:
+        try:
+            a.partitions_sweep = [int(x) for x in a.partitions_sweep.split(",") if x.strip()]
+        except ValueError:
+            ap.error("--partitions-sweep: comma-separated partition counts, e.g. 8,64,256")
+        if not a.partitions_sweep or min(a.partitions_sweep) < 1:
+            ap.error("--partitions-sweep: comma-separated positive partition counts")
+        if a.rate is None:
+            ap.error("--partitions-sweep is a live-mode run: give --rate (and --duration)")
     if a.timeout is None:
         a.timeout = 300 + a.spans / 1000
 

@@ -1,5 +1,15 @@
 """Markdown tables of a bench report (e2e/benchlib/bench.py): the per-leg figures with
-tracehouse's ratio to every other leg, and, in live mode, span end -> queryable per leg."""
+tracehouse's ratio to every other leg, and, in live mode, span end -> queryable per leg; a
+partition sweep's inserts, parts and freshness per leg and partition count; what each column
+group and each INSERT cost the server (e2e/column-cost). Standard library only (e2e/docs)."""
+
+# How each leg wrote into ClickHouse, as the server counted it (inserts.py); shown only for
+# reports that have them, so older reports render as they did.
+INSERT_ROWS = [("INSERT statements (server's count)", "inserts", ""),
+               ("blocks written (parts created)", "insert_blocks", ""),
+               ("INSERTs per second", "inserts_per_second", ""),
+               ("parts created per minute", "parts_per_minute", ""),
+               ("rows per INSERT", "rows_per_insert", "")]
 
 
 def fmt(v, unit=""):
@@ -25,6 +35,8 @@ def table(report, legs):
             ("bytes to ClickHouse per span", "bytes_to_clickhouse_per_span", " B"),
             ("ClickHouse server CPU per span", "clickhouse_server_cpu_us_per_span", " µs"),
             ("peak RSS (VmHWM)", "peak_rss_mib", " MiB")]
+    if any("insert_blocks" in report[leg] or "inserts" in report[leg] for leg in legs):
+        rows += INSERT_ROWS
     # tracehouse's ratio to every other leg.
     peers = [leg for leg in legs if leg != "tracehouse"] if "tracehouse" in legs else []
     head = "| | " + " | ".join(legs) + "".join(f" | tracehouse / {q}" for q in peers) + " |"
@@ -61,4 +73,53 @@ def freshness_table(report, legs, rate):
             lines.append(f"| {leg}, {what}: span end → queryable | {fmt(f.get('p50_s'), ' s')} | "
                          f"{fmt(f.get('p90_s'), ' s')} | {fmt(f.get('p99_s'), ' s')} | "
                          f"{fmt(f.get('max_s'), ' s')} | {hist} |")
+    return "\n".join(lines)
+
+
+def sweep_table(report, legs):
+    """A partition sweep: one row per partition count and leg — delivery, INSERT statements,
+    blocks, inserts/s, parts per minute, rows per insert, span end → queryable of a record's
+    last span (p50 / p99), ClickHouse server CPU per span."""
+    lines = ["| partitions | leg | verified | INSERTs | blocks (parts) | INSERTs/s | parts/min | "
+             "rows/INSERT | span end → queryable p50 | p99 | server CPU/span |",
+             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for step in report["sweep"]:
+        for leg in legs:
+            r = step.get(leg) or {}
+            f = r.get("freshness_record") or {}
+            lines.append(
+                f"| {step['partitions']} | {leg} | {fmt(r.get('verified'))} | "
+                f"{fmt(r.get('inserts'))} | {fmt(r.get('insert_blocks'))} | "
+                f"{fmt(r.get('inserts_per_second'))} | {fmt(r.get('parts_per_minute'))} | "
+                f"{fmt(r.get('rows_per_insert'))} | {fmt(f.get('p50_s'), ' s')} | "
+                f"{fmt(f.get('p99_s'), ' s')} | "
+                f"{fmt(r.get('clickhouse_server_cpu_us_per_span'), ' µs')} |")
+    return "\n".join(lines)
+
+
+def column_cost_table(result):
+    """An e2e/column-cost report (column_cost.py) as one table: CPU per span against every column at the same batch size,
+    INSERTs, parts, merge cost; then the fit."""
+    base = next((c for c in result["cases"] if c["case"] == "every column"), None)
+    lines = ["| case | columns | rows per INSERT | INSERTs | parts | server CPU per span | vs every "
+             "column | merge to one part, per span |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in result["cases"]:
+        ratio = ""
+        if base and c.get("cpu_us_per_span") and base.get("cpu_us_per_span") \
+                and c["rows_per_insert"] == base["rows_per_insert"]:
+            ratio = f"{c['cpu_us_per_span'] / base['cpu_us_per_span']:.2f}×"
+        lines.append(f"| {c['case']} | {c['columns']} | {fmt(c['rows_per_insert'])} | "
+                     f"{fmt(c['inserts'])} | {fmt(c.get('parts'))} | "
+                     f"{fmt(c.get('cpu_us_per_span'), ' µs')} | {ratio} | "
+                     f"{fmt(c.get('merge_cpu_us_per_span'), ' µs')} |")
+    fit = result.get("fit")
+    if fit:
+        lines += ["", f"Least-squares fit over the batch sizes (every column): one INSERT costs "
+                      f"the server **{fmt(fit['per_insert_us'])} µs** of CPU, one row "
+                      f"**{fmt(fit['per_row_us'])} µs**."]
+    floor = result.get("floor")
+    if floor:
+        lines += ["", f"Floor, through the same path: a one-row INSERT into a one-column "
+                      f"MergeTree costs **{fmt(floor['per_insert_us'])} µs** "
+                      f"({fmt(floor['inserts'])} INSERTs)."]
     return "\n".join(lines)

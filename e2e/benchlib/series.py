@@ -13,33 +13,46 @@ SAMPLE_EVERY = 0.5  # seconds between two points of a series
 
 class Series:
     """Points of one leg: seconds since the collector started, rows visible in ClickHouse, the
-    group's lag in records (None when the poll failed), the collector's RSS in MiB."""
+    group's lag in records (None when the poll failed), the collector's RSS in MiB, INSERT
+    statements into otel_traces so far (chserver's count; None when unknown)."""
 
     def __init__(self):
-        self.t, self.rows, self.lag, self.rss_mib = [], [], [], []
+        self.t, self.rows, self.lag, self.rss_mib, self.inserts = [], [], [], [], []
 
     def due(self, t):
         return not self.t or t - self.t[-1] >= SAMPLE_EVERY
 
-    def add(self, t, rows, lag, rss_mib):
+    def add(self, t, rows, lag, rss_mib, inserts=None):
         self.t.append(round(t, 2))
         self.rows.append(rows)
         self.lag.append(lag)
         self.rss_mib.append(None if rss_mib is None else round(rss_mib, 1))
+        self.inserts.append(inserts)
 
-    def spans_per_second(self, window=2.0):
-        """Rows that became visible per second over the last `window` seconds at each point
-        (inserts land in steps of a batch, so a rate between two 0.5 s points jumps)."""
+    def _rate(self, values, window):
         out, j = [], 0
         for i in range(len(self.t)):
             while j < i and self.t[i] - self.t[j + 1] >= window:
                 j += 1
             dt = self.t[i] - self.t[j]
-            out.append((self.rows[i] - self.rows[j]) / dt if dt > 0 else 0.0)
+            if values[i] is None or values[j] is None:
+                out.append(None)
+            else:
+                out.append((values[i] - values[j]) / dt if dt > 0 else 0.0)
         return out
 
+    def spans_per_second(self, window=2.0):
+        """Rows that became visible per second over the last `window` seconds at each point
+        (inserts land in steps of a batch, so a rate between two 0.5 s points jumps)."""
+        return self._rate(self.rows, window)
+
+    def inserts_per_second(self, window=2.0):
+        """INSERT statements per second over the last `window` seconds (None where unknown)."""
+        return self._rate(self.inserts, window)
+
     def to_json(self):
-        return {"t": self.t, "rows": self.rows, "lag_records": self.lag, "rss_mib": self.rss_mib}
+        return {"t": self.t, "rows": self.rows, "lag_records": self.lag, "rss_mib": self.rss_mib,
+                "inserts": self.inserts}
 
 
 # ---------------------------------------------------------------- freshness
@@ -138,12 +151,15 @@ COLORS = {"tracehouse": "tab:blue", "otelcol": "tab:orange", "rotel": "tab:green
 
 
 def plot(series_by_leg, path, title, rate=None):
-    """spans/s, lag and RSS over time, one line per leg, into a PNG at path."""
+    """spans/s, lag and RSS over time, one line per leg, into a PNG at path; and INSERT
+    statements per second when the server counted them."""
     import matplotlib
     matplotlib.use("Agg")  # no display: files only
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
+    with_inserts = any(v is not None for s in series_by_leg.values() for v in s.inserts)
+    fig, axes = plt.subplots(4 if with_inserts else 3, 1, figsize=(10, 12 if with_inserts else 9),
+                             sharex=True)
     for leg, s in series_by_leg.items():
         if not s.t:
             continue
@@ -154,17 +170,64 @@ def plot(series_by_leg, path, title, rate=None):
                      color=color, linewidth=1)
         axes[2].plot(s.t, [float("nan") if v is None else v for v in s.rss_mib], label=leg,
                      color=color, linewidth=1)
+        if with_inserts:
+            axes[3].plot(s.t, [float("nan") if v is None else v for v in s.inserts_per_second()],
+                         label=leg, color=color, linewidth=1)
     if rate:
         axes[0].axhline(rate / 1000, color="grey", linestyle="--", linewidth=1,
                         label=f"produced ({rate / 1000:g} k/s)")
     axes[0].set_ylabel("rows visible / s, 2 s mean (k)")
     axes[1].set_ylabel("consumer lag (records)")
     axes[2].set_ylabel("collector RSS (MiB)")
-    axes[2].set_xlabel("seconds since the collector started")
+    if with_inserts:
+        axes[3].set_ylabel("INSERTs / s, 2 s mean")
+    axes[-1].set_xlabel("seconds since the collector started")
     for ax in axes:
         ax.grid(True, alpha=0.3)
         ax.set_ylim(bottom=0)
         ax.legend(loc="upper right", fontsize="small")
+    fig.suptitle(title, fontsize="medium")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_sweep(steps, legs, path, title):
+    """A partition sweep (bench --partitions-sweep): inserts/s, parts per minute and span end →
+    queryable (a record's last span, p50 dashed, p99 solid) of each leg against the partition
+    count, into a PNG at path."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def column(leg, get):
+        xs, ys = [], []
+        for step in steps:
+            v = get(step.get(leg) or {})
+            if v is not None:
+                xs.append(step["partitions"])
+                ys.append(v)
+        return xs, ys
+
+    fig, axes = plt.subplots(3, 1, figsize=(9, 10), sharex=True)
+    for leg in legs:
+        color = COLORS.get(leg)
+        for ax, key in ((axes[0], "inserts_per_second"), (axes[1], "parts_per_minute")):
+            ax.plot(*column(leg, lambda r: r.get(key)), marker="o", label=leg, color=color)
+        for q, style in (("p50_s", "--"), ("p99_s", "-")):
+            axes[2].plot(*column(leg, lambda r: (r.get("freshness_record") or {}).get(q)),
+                         marker="o", linestyle=style, color=color, label=f"{leg} {q[:3]}")
+    axes[0].set_ylabel("INSERT statements / s")
+    axes[1].set_ylabel("parts written / minute")
+    axes[2].set_ylabel("span end → queryable (s),\na record's last span")
+    axes[2].set_xlabel("partitions")
+    counts = [step["partitions"] for step in steps]
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(counts, [str(c) for c in counts])
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="upper left", fontsize="small")
     fig.suptitle(title, fontsize="medium")
     fig.tight_layout()
     fig.savefig(path, dpi=90)

@@ -3,8 +3,10 @@ HTTP, Kafka (offsets through confluent-kafka's admin client; the group's final s
 Kafka CLI), the collectors' metrics endpoints, and the revision of the repository under test.
 """
 
+import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import urllib.error
@@ -45,6 +47,67 @@ class ClickHouse:
     def count(self, table):
         return int(self.query(f"SELECT count() FROM {table}", timeout=30).strip())
 
+    def insert_stats(self):
+        """chserver's INSERT counts per database and table (`GET /chserver/inserts`), or None
+        from a chserver without them (one started before they existed)."""
+        req = urllib.request.Request(self.url + "/chserver/inserts", headers={
+            "X-ClickHouse-User": self.user, "X-ClickHouse-Key": self.password})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise BenchError(f"clickhouse /chserver/inserts: HTTP {e.code}")
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise BenchError(f"clickhouse /chserver/inserts: {e}")
+
+
+class OwnClickHouse:
+    """A chserver of the run's own, started from this work tree by the stack's own component
+    script (`e2e/stack up clickhouse`, lib/clickhouse.sh) with a state directory and ports of
+    its own, and removed at the end: its CPU is the run's alone (the shared one also serves
+    whatever else runs on the machine), and it counts INSERTs as this work tree's chserver
+    does."""
+
+    def __init__(self, run_dir):
+        self.state = run_dir / "clickhouse-own"
+        ports = []
+        while len(ports) < 3:
+            p = free_port()
+            if p not in ports:
+                ports.append(p)
+        self.port = ports[0]
+        self.env = dict(os.environ, TRACEHOUSE_STATE=str(self.state),
+                        TRACEHOUSE_CLICKHOUSE_PORT=str(ports[0]),
+                        TRACEHOUSE_CLICKHOUSE_TLS_PORT=str(ports[1]),
+                        TRACEHOUSE_CLICKHOUSE_MTLS_PORT=str(ports[2]))
+        self.env.pop("CHSERVER_FAULTS", None)
+
+    def _stack(self, verb):
+        self.state.mkdir(parents=True, exist_ok=True)
+        run([str(E2E / "stack"), verb, "clickhouse"], timeout=300, env=self.env,
+            log=self.state / "stack.log")
+
+    def up(self):
+        self._stack("up")
+        return {"CLICKHOUSE_URL": f"http://127.0.0.1:{self.port}", "CLICKHOUSE_USER": "tracehouse",
+                "CLICKHOUSE_PASSWORD": (self.state / "clickhouse" / "password").read_text().strip()}
+
+    @property
+    def pid_file(self):
+        return self.state / "pids" / "clickhouse.pid"
+
+    @property
+    def log(self):
+        return self.state / "logs" / "clickhouse.log"
+
+    def remove(self):
+        try:
+            self._stack("down")
+        finally:
+            shutil.rmtree(self.state / "clickhouse", ignore_errors=True)
+
 
 # ---------------------------------------------------------------- Kafka
 
@@ -82,6 +145,15 @@ class Kafka:
         for tp in self._result(futures[group], "OffsetFetch").topic_partitions:
             out[tp.partition] = tp.offset if tp.error is None and tp.offset >= 0 else -1
         return out
+
+    def partition_count(self, topic):
+        """Partitions of the topic as the broker's metadata has them (0: no such topic)."""
+        try:
+            md = self.admin.list_topics(topic, timeout=KAFKA_TIMEOUT)
+        except KafkaException as e:
+            raise BenchError(f"kafka metadata of {topic}: {e}") from None
+        t = md.topics.get(topic)
+        return len(t.partitions) if t is not None and t.error is None else 0
 
     def assigned_partitions(self, group):
         """Partitions the group's members hold now (0 while it is still joining)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from series import (Series, collector_freshness, histogram_buckets, histogram_quantile,  # noqa: E402
-                    parse_arrivals, plot)
+                    parse_arrivals, plot, plot_sweep)
 
 
 class SeriesTest(unittest.TestCase):
@@ -21,6 +21,15 @@ class SeriesTest(unittest.TestCase):
         rates = s.spans_per_second(window=2.0)
         self.assertEqual(rates[0], 0.0)
         self.assertEqual(rates[8], 1000.0)  # (4000 - 2000) / 2 s
+
+    def test_insert_rate_is_a_mean_and_unknown_stays_unknown(self):
+        s = Series()
+        for i in range(9):  # 4 INSERTs a second
+            s.add(i * 0.5, 0, 0, 1.0, 2 * i)
+        self.assertEqual(s.inserts_per_second()[8], 4.0)
+        s.add(4.5, 0, 0, 1.0, None)
+        self.assertIsNone(s.inserts_per_second()[9])
+        self.assertEqual(s.to_json()["inserts"][-2:], [16, None])
 
     def test_histogram_quantile_matches_prometheus(self):
         samples = {'x_bucket{le="1.0"}': 50.0, 'x_bucket{le="2.0"}': 90.0,
@@ -48,6 +57,21 @@ class SeriesTest(unittest.TestCase):
             path = Path(d) / "run.png"
             plot({"tracehouse": s}, path, "test", rate=200)
             self.assertEqual(path.read_bytes()[:8], b"\x89PNG\r\n\x1a\n")
+
+    def test_plot_with_inserts_and_a_sweep_write_pngs(self):
+        s = Series()
+        for i in range(10):
+            s.add(i * 0.5, i * 100, 10 - i, 50.0, i)
+        leg = {"inserts_per_second": 3.0, "parts_per_minute": 180.0,
+               "freshness_record": {"p50_s": 0.4, "p99_s": 1.1}}
+        steps = [{"partitions": n, "tracehouse": leg, "rotel": {}} for n in (8, 64, 256)]
+        with tempfile.TemporaryDirectory() as d:
+            for name, draw in (("run.png", lambda p: plot({"tracehouse": s}, p, "t")),
+                               ("sweep.png", lambda p: plot_sweep(steps, ["tracehouse", "rotel"],
+                                                                  p, "t"))):
+                path = Path(d) / name
+                draw(path)
+                self.assertEqual(path.read_bytes()[:8], b"\x89PNG\r\n\x1a\n")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import hmac
 import json
 import logging
 import shutil
+import socket
 import tempfile
 import time
 import uuid
@@ -30,8 +31,9 @@ from errors import CHError, as_request, engine_error
 from faults import FAULTS
 from httpcompression import IterReader, choose_response_encoding, decode_content, encode_content
 from native import client_revision, native_result
-from sqltext import (SETTING_NAME, first_word, format_clause, multi_statement_at, quote_identifier,
-                     quote_string, split_insert)
+from sqltext import (SETTING_NAME, first_word, format_clause, insert_target, multi_statement_at,
+                     quote_identifier, quote_string, split_insert)
+from stats import InsertStats
 
 LOG = logging.getLogger("chserver")
 
@@ -57,6 +59,10 @@ CONTENT_TYPES = {
 }
 
 MAX_QUERY_BYTES = 256 << 20
+
+# The read-only path of chserver's own INSERT counts (stats.py), for the bench. Only a GET
+# without a `query` parameter is answered there: anything else on it is a query, as before.
+STATS_PATH = "/chserver/inserts"
 
 
 def parse_form(body: bytes, content_type: str) -> list[tuple[str, str]]:
@@ -115,7 +121,18 @@ class Handler(BaseHTTPRequestHandler):
 
     def version_string(self):
         return self.server_version
+
+    def setup(self):
+        super().setup()
+        # A real server answers each request of a kept-alive connection at once. Without
+        # TCP_NODELAY the body, written after the headers, waited for the client's delayed
+        # ACK: every request but a connection's first took 40+ ms more (issue 29's freshness).
+        try:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
     engine: Engine  # set on the class by main()
+    stats = InsertStats()  # INSERTs per target table since the server started (stats.py)
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -247,6 +264,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         path = urlsplit(self.path).path
+        if path == STATS_PATH:
+            params = dict(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
+            if "query" not in params:
+                self._stats(params)
+                return
         if path in ("/ping", "/replicas_status") or (path == "/" and "query=" not in self.path):
             self._send(200, b"Ok.\n", {"Content-Type": "text/html; charset=UTF-8"})
             return
@@ -261,6 +283,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         self._handle(readonly=False)
+
+    def _stats(self, params: dict[str, str]):
+        """`GET /chserver/inserts`: the INSERT counts as JSON, for a user the server knows."""
+        try:
+            self._authenticate(params)
+        except CHError as err:
+            self._error(err, str(uuid.uuid4()), params)
+            return
+        body = json.dumps(self.stats.snapshot(), sort_keys=True).encode() + b"\n"
+        self._send(200, body, {"Content-Type": "application/json; charset=UTF-8"})
 
     def _authenticate(self, params: dict[str, str]) -> str:
         user = self.headers.get("X-ClickHouse-User")
@@ -357,7 +389,15 @@ class Handler(BaseHTTPRequestHandler):
                 self._prepare(conn, settings, qparams, database)
                 if insert is not None:
                     stmt, fmt_in = insert
-                    summary = self._insert(conn, stmt, fmt_in, data_head, chunks)
+                    target = insert_target(stmt) or (None, "")
+                    target = (target[0] or database or "default", target[1])
+                    try:
+                        summary = self._insert(conn, stmt, fmt_in, data_head, chunks)
+                    except BaseException:
+                        self.stats.record(*target, ok=False)
+                        raise
+                    self.stats.record(*target, ok=True, rows=summary["written_rows"],
+                                      body_bytes=summary["read_bytes"])
                     body_consumed = True
                     result, out_fmt = b"", fmt
                 else:

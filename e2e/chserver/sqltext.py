@@ -164,6 +164,43 @@ def quote_identifier(name: str) -> str:
     return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
 
 
+def _identifier(text: str, i: int):
+    """(name, end) of the identifier at text[i] (bare, `back-quoted` or "double-quoted"), or None."""
+    if i < len(text) and text[i] in "`\"":
+        end = _skip_quoted(text, i, text[i])
+        q = text[i]
+        raw = text[i + 1:end - 1]
+        return re.sub(r"\\(.)", r"\1", raw).replace(q + q, q), end
+    m = re.compile(r"[A-Za-z_][A-Za-z0-9_]*").match(text, i)
+    return (m.group(0), m.end()) if m else None
+
+
+def insert_target(statement: str):
+    """(database or None, table) that `INSERT INTO [TABLE] [db.]table …` writes to, or None for
+    `INSERT INTO FUNCTION …` and text that names no table."""
+    words = top_level_words(statement)
+    first = next(words, None)
+    second = next(words, None)
+    if not first or first[0] != "INSERT" or not second or second[0] != "INTO":
+        return None
+    i = second[2]
+    ws = re.compile(r"\s*")
+    i = ws.match(statement, i).end()
+    m = re.compile(r"(?i)(TABLE|FUNCTION)\b").match(statement, i)
+    if m:
+        if m.group(1).upper() == "FUNCTION":
+            return None
+        i = ws.match(statement, m.end()).end()
+    name = _identifier(statement, i)
+    if name is None:
+        return None
+    j = ws.match(statement, name[1]).end()
+    if statement.startswith(".", j):
+        table = _identifier(statement, ws.match(statement, j + 1).end())
+        return (name[0], table[0]) if table else None
+    return None, name[0]
+
+
 SETTING_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 

@@ -35,6 +35,7 @@ import infile  # noqa: E402
 import native  # noqa: E402
 import server  # noqa: E402
 import sqltext  # noqa: E402
+import stats  # noqa: E402
 from errors import CHError  # noqa: E402
 
 
@@ -119,6 +120,39 @@ class SplitInsertTest(unittest.TestCase):
     def test_unterminated_literal_does_not_hang(self):
         self.assertEqual([w for w, _, _ in sqltext.top_level_words("SELECT 'abc")], ["SELECT"])
         self.assertEqual([w for w, _, _ in sqltext.top_level_words("SELECT /* abc")], ["SELECT"])
+
+
+class InsertTargetTest(unittest.TestCase):
+    def test_the_shapes_the_collectors_send(self):
+        t = sqltext.insert_target
+        self.assertEqual(t("INSERT INTO db.otel_traces (a, b)"), ("db", "otel_traces"))
+        self.assertEqual(t('INSERT INTO "bench_1"."otel_traces" ("Timestamp")'), ("bench_1", "otel_traces"))
+        self.assertEqual(t("insert into `my``db`.`t.x` SETTINGS a = 1"), ("my`db", "t.x"))
+        self.assertEqual(t("INSERT INTO TABLE t"), (None, "t"))
+        self.assertEqual(t("INSERT INTO db . t"), ("db", "t"))
+
+    def test_no_table_no_target(self):
+        self.assertIsNone(sqltext.insert_target("INSERT INTO FUNCTION file('x.tsv')"))
+        self.assertIsNone(sqltext.insert_target("SELECT 1"))
+
+
+class InsertStatsTest(unittest.TestCase):
+    def test_counts_per_table_answered_and_failed_apart(self):
+        s = stats.InsertStats()
+        s.record("a", "t", ok=True, rows=10, body_bytes=100)
+        s.record("a", "t", ok=True, rows=5, body_bytes=50)
+        s.record("a", "t", ok=False)
+        s.record("b", "u", ok=True, rows=1, body_bytes=1)
+        self.assertEqual(s.snapshot(), {
+            "a": {"t": {"inserts": 2, "failed": 1, "rows": 15, "body_bytes": 150}},
+            "b": {"u": {"inserts": 1, "failed": 0, "rows": 1, "body_bytes": 1}}})
+
+    def test_a_snapshot_is_a_copy(self):
+        s = stats.InsertStats()
+        s.record("a", "t", ok=True, rows=1)
+        snap = s.snapshot()
+        s.record("a", "t", ok=True, rows=1)
+        self.assertEqual(snap["a"]["t"]["inserts"], 1)
 
 
 class FormatClauseTest(unittest.TestCase):

@@ -304,6 +304,36 @@ class BaselineTest(FidelityCase):
                 self.assertEqual(self.count(t), written)
 
 
+class InsertStatsPathTest(FidelityCase):
+    """`GET /chserver/inserts` (stats.py): INSERT statements per database and table, counted as
+    the clients send them; a read-only path for a known user that changes nothing else."""
+
+    def stats(self) -> dict:
+        a = SERVER.request("GET", "/chserver/inserts")
+        self.assertEqual(a.status, 200, a.text)
+        return json.loads(a.body).get(self.db, {})
+
+    def test_inserts_are_counted_per_table_whatever_the_shape(self):
+        t = self.table()
+        for shape in SHAPES:
+            self.assertEqual(SERVER.insert(shape, t, days(3)).status, 200)
+        # Unqualified, with the database from the URL, as Rotel and curl may send it.
+        SERVER.query("INSERT INTO t VALUES (now(), 1)", database=self.db)
+        bad = SERVER.insert(SHAPES[0], t, days(101))  # too many partitions: a failed insert
+        self.assertEqual(bad.status, 500, bad.text)
+        SERVER.query(f"SELECT count() FROM {t}")  # not an insert
+        got = self.stats()["t"]
+        self.assertEqual((got["inserts"], got["failed"], got["rows"]),
+                         (len(SHAPES) + 1, 1, 3 * len(SHAPES) + 1))
+        self.assertGreater(got["body_bytes"], 0)
+
+    def test_the_path_needs_a_known_user_and_a_query_there_stays_a_query(self):
+        a = SERVER.request("GET", "/chserver/inserts", auth=False)
+        self.assertEqual((a.status, a.code), (403, 516), a.text)
+        a = SERVER.request("GET", "/chserver/inserts?" + urlencode({"query": "SELECT 42"}))
+        self.assertEqual((a.status, a.text), (200, "42\n"))
+
+
 class TooManyPartitionsTest(FidelityCase):
     """Rows on 101 days in one INSERT into a table `PARTITION BY toDate(d)`: the engine refuses
     the block (`max_partitions_per_insert_block` = 100). chdb's send_insert answered 200 with
@@ -548,3 +578,25 @@ class FifoDescriptorTest(unittest.TestCase):
         finally:
             for fd in held:
                 os.close(fd)
+
+
+class KeptAliveConnectionTest(unittest.TestCase):
+    """A real server answers every request of a kept-alive connection without delay (clients
+    reuse connections: the collectors' inserts, Grafana's queries)."""
+
+    def test_requests_on_one_connection_are_answered_at_once(self):
+        conn = http.client.HTTPConnection("127.0.0.1", SERVER.port, timeout=60)
+        headers = {"X-ClickHouse-User": USER, "X-ClickHouse-Key": SERVER.password}
+        took = []
+        try:
+            for _ in range(10):
+                t = time.monotonic()
+                conn.request("POST", "/", body=b"SELECT 1", headers=headers)
+                r = conn.getresponse()
+                self.assertEqual(r.read(), b"1\n")
+                took.append(time.monotonic() - t)
+        finally:
+            conn.close()
+        took.sort()
+        # 40 ms is a delayed ACK (Nagle): the symptom this guards against.
+        self.assertLess(took[len(took) // 2], 0.030, f"request times {took}")

@@ -4,7 +4,6 @@
     e2e/querybench --spans N --out FILE [--layouts map,map_items,map_buckets,map_trace_proj,json]
                    [--iterations 20] [--cold-iterations 5] [--seed 1] [--keep]
                    [--profile release|debug] [--no-build]
-    e2e/querybench --doc docs/querybench.md RESULT.json [RESULT.json ...]
 
 On the local stack (Kafka and ClickHouse must be running: `e2e/stack up kafka clickhouse`):
 
@@ -26,7 +25,8 @@ On the local stack (Kafka and ClickHouse must be running: `e2e/stack up kafka cl
    for why not system.query_log);
 6. prints the markdown tables, writes the JSON (FILE) and a PNG beside it (FILE with .png).
 
-`--doc` renders docs/querybench.md from one or more result files (date, commit, command of each).
+docs/querybench.md shows the result files kept in e2e/bench-results/: `e2e/docs` renders them
+(qreport.markdown: date, commit, command of each).
 Artifacts (logs, configs) go to $TRACEHOUSE_STATE/querybench/<run-id>/; databases and the topic
 are dropped at the end unless --keep. Exit code 0 only if every layout loaded exactly N rows and
 every reader query returned rows.
@@ -53,7 +53,7 @@ from ingest import DATA_HOURS, SERVICES, SPANS_PER_TRACE, load, produce  # noqa:
 from layouts import LAYOUTS, parse_layouts  # noqa: E402
 from queries import QUERIES, draw_all, tokens  # noqa: E402
 from readers import reader_queries  # noqa: E402
-from qreport import doc, markdown, plot  # noqa: E402
+from qreport import markdown, plot  # noqa: E402
 from stats import summarize  # noqa: E402
 
 # Caches dropped before each cold run. The OS page cache is not dropped (the machine is shared).
@@ -78,13 +78,7 @@ def parse_args():
     ap.add_argument("--profile", choices=("release", "debug"), default="release",
                     help="cargo profile of the binaries (debug: smoke runs only, e2e/test has "
                          "built them already; its ingest figures mean nothing)")
-    ap.add_argument("--doc", help="render this markdown file from the result files given")
-    ap.add_argument("results", nargs="*", help="with --doc: result JSON files")
     a = ap.parse_args()
-    if a.doc:
-        if not a.results:
-            ap.error("--doc needs result files")
-        return a
     if not a.spans or not a.out:
         ap.error("--spans and --out are required")
     try:
@@ -229,18 +223,6 @@ class QueryBench:
 
 def main():
     a = parse_args()
-    if a.doc:
-        results, pictures = [], {}
-        for p in map(Path, a.results):
-            results.append(json.loads(p.read_text()))
-            png = p.with_suffix(".png")
-            if png.exists():
-                pictures[results[-1]["run"]["spans"]] = os.path.relpath(
-                    png.resolve(), Path(a.doc).resolve().parent)
-        Path(a.doc).write_text(doc(results, " ".join(["e2e/querybench", *sys.argv[1:]]),
-                                   pictures))
-        say(f"wrote {a.doc}")
-        return 0
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
     a.out = str(Path(a.out).resolve())

@@ -13,7 +13,7 @@ from layouts import LAYOUTS, parse_layouts, sql_str  # noqa: E402
 from queries import QUERIES, anchored, draw_all, tokens  # noqa: E402
 from readers import (MacroError, dashboard_for, dashboard_queries, expand_macros,  # noqa: E402
                      interpolate, reader_queries)
-from qreport import doc, markdown  # noqa: E402
+from qreport import markdown  # noqa: E402
 from stats import percentile, summarize  # noqa: E402
 
 CATALOG = {
@@ -142,7 +142,6 @@ class Stats(unittest.TestCase):
             "queries": {q.name: {} for q in QUERIES}}}
         md = markdown(result)
         self.assertIn("| trace_by_id | 5.5 / 9.6 / 9.9 | 5.5 / 9.6 / 9.9 | map 1.0× |", md)
-        self.assertIn("do not edit", doc([result], "e2e/querybench --doc x"))
 
 
 if __name__ == "__main__":

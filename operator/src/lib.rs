@@ -4,13 +4,17 @@
 //! - [`crd`]: the resource users write, and its status;
 //! - [`autoscale`]: the pure autoscaling decision (spec, replica owner, partition ladder,
 //!   window of observations → replicas and reason); [`signals`] takes the samples;
+//!   [`autoscaler`] is the reconcile's sizing step around them (the window per pipeline,
+//!   `status.autoscaling`, the scaling Events);
 //! - [`builders`]: pure desired state (ConfigMap, Deployment, Service, PDB, replica math);
 //! - [`status`]: pure status and Event derivation; [`health`]: why a gateway fails, from its
 //!   pods and Deployment;
 //! - [`reconcile`]: the controller — thin IO around the pure parts, through [`kafka`]
 //!   (partition counts; [`lag`], how far the group is behind), [`migrations`] (the schema crate), [`secrets`] and [`objects`]
 //!   (server-side apply that skips what is already in place);
-//! - [`leader`]: Lease-based leader election; [`metrics`]: `/metrics` and `/healthz`.
+//! - [`error`]: the reconciler's errors, each with a metric label and a condition reason;
+//! - [`leader`]: Lease-based leader election; [`metrics`]: `/metrics` and `/healthz`;
+//!   [`pipeline_metrics`]: the per-pipeline gauges the dashboards and alerts read.
 
 pub mod autoscale;
 pub mod autoscaler;

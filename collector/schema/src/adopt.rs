@@ -12,9 +12,10 @@ use serde::Deserialize;
 use crate::client::Server;
 use crate::error::Error;
 use crate::ident::{Ident, quote_str};
-use crate::migrations::{Creates, V_CREATE_TRACES_TABLE};
+use crate::migrations::Creates;
 use crate::model::{self, Attributes, Engine, SpanColumn, TableOptions};
 use crate::types::ClickHouseType;
+use crate::version::V_CREATE_TRACES_TABLE;
 
 /// A column as `system.columns` describes it.
 #[derive(Debug, Clone, PartialEq, Eq, clickhouse::Row, Deserialize)]

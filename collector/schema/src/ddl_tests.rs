@@ -1,9 +1,9 @@
 //! Unit tests of `ddl.rs`.
 
 use super::*;
-use crate::migrations::{LATEST_VERSION, V_CREATE_TRACES_TABLE, V_SPAN_NAME_INDEX};
 use crate::model::{Attributes, Replication, Ttl};
 use crate::types::ClickHouseType;
+use crate::version::{LATEST_VERSION, V_CREATE_TRACES_TABLE, V_SPAN_NAME_INDEX};
 
 fn opts() -> TableOptions {
     crate::model::default_options()

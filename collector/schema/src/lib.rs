@@ -1,5 +1,10 @@
 //! The one definition of the tracehouse traces table in ClickHouse, shared by the
-//! collector and the operator.
+//! collector and the operator — and, despite the name, the ClickHouse connection both use:
+//! an HTTP client ([`client`]: [`Server`], [`ConnectionConfig`]) and its TLS ([`tls`],
+//! [`tls_probe`]), which the collector's insert path and the load generator's verifier take
+//! from here too. Two parts, then: the table (model, DDL, migrations, ledger, lock) and the
+//! connection to a server (client, TLS); the table's async API is the only part that needs
+//! both.
 //!
 //! - [`model`]: the table itself — [`TableOptions`], [`columns`], [`insert_columns`],
 //!   [`indexes`] — compatible with the OpenTelemetry Collector ClickHouse exporter's
@@ -10,7 +15,9 @@
 //! - [`settings`]: those choices as users write them, and the one checked conversion
 //!   into [`TableOptions`].
 //! - [`ddl`] and [`migrations`]: pure SQL rendering of that model, as an ordered,
-//!   append-only list of additive migrations with checksums.
+//!   append-only list of additive migrations with checksums; [`version`] numbers them
+//!   (the model's `since` and the migrations both name versions from there, so neither
+//!   imports the other).
 //! - [`status`], [`plan`], [`apply`]: the async API that brings a server up to date
 //!   under a lock ([`lock`]), recording each step in a ledger ([`ledger`]) and adopting
 //!   tables the exporter or ClickStack created ([`adopt`]).
@@ -20,7 +27,10 @@
 //!   the tables at [`TableOptions::dedup_window`].
 //! - [`table_check`]: the collector's start-up check of the table's shape and window.
 //!
-//! - [`tls`]: TLS to ClickHouse (CA bundle, client certificate), for every client path.
+//! - [`client`]: the HTTP connection to ClickHouse (URL, credentials from the environment,
+//!   statements sent verbatim), with TLS failures named; [`tls`]: TLS to ClickHouse (CA
+//!   bundle, client certificate), for every client path, the collector's inserts included;
+//!   [`tls_probe`]: tells "this port does not speak TLS" from other handshake failures.
 //!
 //! User-supplied names only ever reach SQL as [`Ident`]s (see [`ident`]).
 
@@ -43,6 +53,7 @@ pub mod table_check;
 pub mod tls;
 pub mod tls_probe;
 pub mod types;
+pub mod version;
 
 pub use client::{ConnectionConfig, Server};
 pub use ddl::{InsertFormat, insert_into, insert_sql};
@@ -53,7 +64,6 @@ pub use lock::LockConfig;
 pub use migrate::{
     Action, ApplyOptions, ApplyReport, State, Status, WindowStatus, apply, plan, status,
 };
-pub use migrations::LATEST_VERSION;
 pub use model::{
     Attributes, Column, Engine, EngineKind, Replication, SpanColumn, TableOptions, Ttl, columns,
     indexes, insert_columns,
@@ -62,3 +72,4 @@ pub use settings::{Setting, SettingError, TableSettings};
 pub use table_check::{TableCheck, TableProblem, check_table};
 pub use tls::{ClientIdentity, TlsConfig, TlsError, TlsFailure};
 pub use types::ClickHouseType;
+pub use version::LATEST_VERSION;

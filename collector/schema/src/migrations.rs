@@ -3,7 +3,7 @@
 //! Rules every migration follows (and review should enforce):
 //! - Never edit or reorder an entry once released: its checksum is in ledgers. Add a
 //!   new one instead. The model's `since` fields tie columns and indexes to the
-//!   migration that adds them, so the final model and the migrations cannot drift.
+//!   migration that adds them (both name it by its number in [`crate::version`]), so the final model and the migrations cannot drift.
 //! - Additive only: `CREATE`, `ADD … IF NOT EXISTS`, `MODIFY SETTING`. Never `DROP`,
 //!   `TRUNCATE`, `ALTER … DELETE/UPDATE` or anything that rewrites stored rows.
 //! - A migration with several statements must have only idempotent ones, so a crash
@@ -18,14 +18,11 @@ use crate::ddl;
 use crate::error::Error;
 use crate::ident::Ident;
 use crate::model::TableOptions;
-
-pub const V_CREATE_TRACES_TABLE: u32 = 1;
-pub const V_CREATE_LOOKUP_TABLE: u32 = 2;
-pub const V_CREATE_LOOKUP_VIEW: u32 = 3;
-pub const V_SPAN_NAME_INDEX: u32 = 4;
-pub const V_INSERT_DEDUPLICATION: u32 = 5;
-/// The version a fully migrated table is at.
-pub const LATEST_VERSION: u32 = V_INSERT_DEDUPLICATION;
+pub use crate::version::LATEST_VERSION;
+use crate::version::{
+    V_CREATE_LOOKUP_TABLE, V_CREATE_LOOKUP_VIEW, V_CREATE_TRACES_TABLE, V_INSERT_DEDUPLICATION,
+    V_SPAN_NAME_INDEX,
+};
 
 /// What a migration does; rendered against the options at plan time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,8 +8,8 @@
 
 use std::fmt;
 
-use crate::migrations::{V_CREATE_TRACES_TABLE, V_SPAN_NAME_INDEX};
 use crate::types::ClickHouseType;
+use crate::version::{V_CREATE_TRACES_TABLE, V_SPAN_NAME_INDEX};
 
 pub use crate::options::*;
 

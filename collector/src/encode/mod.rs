@@ -6,7 +6,7 @@
 //! ([`Encoder::insert_sql`]) sent with `decompress=1`. Its buffers live as long as it
 //! does, so a steady stream of batches allocates almost nothing after warm-up, and the
 //! memory it does allocate is freed on the same thread (the allocator-contention lesson
-//! of the compat notes).
+//! of `docs/compat-notes.md` §6).
 //!
 //! Reading and writing are fused on purpose: a payload is read in place through
 //! [`crate::decode::proto`]'s borrowed views and its rows written in the same pass (no

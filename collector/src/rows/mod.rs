@@ -1,5 +1,5 @@
 //! Rows: what each column of a span's row holds, exactly as the OpenTelemetry
-//! Collector's ClickHouse exporter writes it (compat notes §2–3).
+//! Collector's ClickHouse exporter writes it (`docs/compat-notes.md` §2–3).
 //!
 //! Pure functions and reusable buffers only; the encoders in [`crate::encode`] call
 //! them while writing each row straight into the wire format, so no intermediate row

@@ -23,6 +23,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::holdings::Holdings;
 use super::machine::{Ack, Command, CommitOffset, Machine, PartitionId, Record};
+use super::replay;
 use super::unsent::Unsent;
 use super::watermarks::Watermarks;
 use super::{Heartbeat, SourceConfig};
@@ -31,6 +32,7 @@ use crate::budget::Budget;
 use crate::log_limit::RateLimit;
 use crate::metrics::{Metrics, PartitionLabels, TopicLabels};
 use crate::offsets::PartitionLedger;
+use crate::workers::Work;
 
 /// rdkafka context: forwards rebalances to the machine, reports commit results and logs.
 pub(super) struct SourceContext {
@@ -181,7 +183,9 @@ pub(super) struct SourceLoop {
     pub(super) consumer: BaseConsumer<SourceContext>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) budget: Arc<Budget>,
-    pub(super) batches: crossbeam_channel::Sender<RecordBatch>,
+    pub(super) batches: crossbeam_channel::Sender<Work>,
+    /// Bundles a previous owner recorded, to be read again ([`replay`]).
+    pub(super) replays: crossbeam_channel::Sender<replay::Request>,
     pub(super) acks: crossbeam_channel::Receiver<Ack>,
     pub(super) stop: Arc<AtomicBool>,
     pub(super) heartbeat: Heartbeat,
@@ -255,11 +259,9 @@ impl SourceLoop {
                     batch,
                     durable,
                 } => {
-                    // A cut made by time is not reproducible from the data alone: Kafka must
-                    // have it before the rows can reach ClickHouse. Nor is a size cut that
-                    // starts where an unrecorded time cut ends, so while any batch waits for
-                    // its cut, the ones after it wait too.
-                    if durable || self.unsent.borrow().is_holding() {
+                    // The hold rule is `Unsent::must_hold`'s.
+                    let hold = self.unsent.borrow().must_hold(durable);
+                    if hold {
                         self.unsent.borrow_mut().push(intent, batch);
                         self.send_unsent(true);
                     } else {
@@ -273,6 +275,45 @@ impl SourceLoop {
                         );
                         self.send(batch);
                     }
+                }
+                Command::SendBundle { intents, bundle } => {
+                    // Every member's intent names the whole bundle; Kafka takes them all
+                    // in one request (a refusal is the group's, for all of them) before
+                    // the insert goes out. Refused — or behind a held batch — the bundle
+                    // is dissolved into time cuts of their own, held until recorded.
+                    let recorded = !self.unsent.borrow().is_holding()
+                        && commit(
+                            &self.consumer,
+                            &self.metrics,
+                            &intents,
+                            true,
+                            "recording a bundle",
+                        );
+                    if recorded {
+                        self.metrics.bundles.inc();
+                        self.send_work(Work::Bundle(bundle));
+                    } else {
+                        self.metrics.bundles_dissolved.inc();
+                        let solo = self.machine().dissolve(bundle);
+                        let mut unsent = self.unsent.borrow_mut();
+                        for (intent, batch) in solo {
+                            unsent.push(intent, batch);
+                        }
+                        drop(unsent);
+                        self.send_unsent(false);
+                    }
+                }
+                Command::Replay {
+                    desc,
+                    partition,
+                    generation,
+                } => {
+                    self.metrics.bundle_replays.inc();
+                    let _ = self.replays.send(replay::Request {
+                        desc,
+                        partition,
+                        generation,
+                    });
                 }
                 Command::Commit { offsets, sync } => {
                     commit(
@@ -308,7 +349,11 @@ impl SourceLoop {
     /// Workers gone (shutdown): the batch is dropped with its permit; its records stay
     /// uncommitted and are replayed.
     fn send(&self, batch: RecordBatch) {
-        let _ = self.batches.send(batch);
+        self.send_work(Work::Batch(batch));
+    }
+
+    fn send_work(&self, work: Work) {
+        let _ = self.batches.send(work);
     }
 
     /// Records the held batches' cuts and sends those Kafka took ([`Unsent::flush`]);
@@ -362,7 +407,8 @@ impl SourceLoop {
                 std::thread::sleep(wait);
                 wait = (wait * 2).min(Duration::from_secs(5));
             };
-            self.machine().load_ledger(r.topic, r.partition, ledger);
+            self.machine()
+                .load_ledger(r.topic, r.partition, ledger, out);
         }
         let held = self.machine().record(r, out);
         if held {
@@ -398,9 +444,19 @@ impl SourceLoop {
                 {
                     let metadata = elem.metadata().to_string();
                     tracing::info!(topic, partition, committed, cuts = %metadata, "resuming from committed offset");
-                    return Some(PartitionLedger::new(committed, Some(&metadata)));
+                    return Some(PartitionLedger::new(
+                        committed,
+                        Some(&metadata),
+                        &Arc::from(topic),
+                        partition,
+                    ));
                 }
-                Some(PartitionLedger::new(first_seen, None))
+                Some(PartitionLedger::new(
+                    first_seen,
+                    None,
+                    &Arc::from(topic),
+                    partition,
+                ))
             }
             Err(e) => {
                 tracing::warn!(topic, partition, error = %e, "cannot read the committed offset; holding the partition's records until Kafka answers");

@@ -25,7 +25,13 @@
 //!    not paused until the batch reached its cut (were it paused, nothing might free the
 //!    budget, and [`REPLAY_LINGER`] would close it at a new end: a duplicate). The memory
 //!    this takes past the budget is bounded by the recorded batches, which the previous
-//!    owner held within its own budget.
+//!    owner held within its own budget;
+//! 6. time cuts are made for every partition at once and bundled across partitions
+//!    ([`crate::bundle`], with `batch.bundle`): each member's ledger names the whole bundle,
+//!    and all members' intents go to Kafka in one synchronous commit before the insert;
+//! 7. a bundle recorded by a previous owner is replayed whole ([`Command::Replay`]): the
+//!    partition's own records in it are not batched again, and its acknowledgement moves
+//!    the commit like any batch's.
 //!
 //! Memory: every open batch holds its bytes against the [`Budget`] through a permit that
 //! the batch carries; the machine pauses all partitions when the budget is spent (but for
@@ -37,6 +43,7 @@ use std::time::{Duration, Instant};
 
 use crate::batch::{BatchBuilder, CutPolicy, RecordBatch, SkipReason, Skipped};
 use crate::budget::{Budget, BudgetPermit};
+use crate::bundle::{Bundle, BundleDesc};
 use crate::offsets::{BatchRange, PartitionLedger};
 use crate::pool::BufPool;
 
@@ -56,6 +63,8 @@ pub struct MachineConfig {
     pub max_record_bytes: usize,
     /// Keep skipped payloads for the dead-letter topic.
     pub keep_skipped_payloads: bool,
+    /// Bundle the time cuts of all partitions into one insert (rule 6).
+    pub bundle: bool,
 }
 
 /// One partition of one topic.
@@ -99,6 +108,20 @@ pub enum Command {
     Commit {
         offsets: Vec<CommitOffset>,
         sync: bool,
+    },
+    /// Commit every member's intent (each naming the whole bundle) synchronously in one
+    /// request, then hand the bundle to the workers. If Kafka refuses, dissolve it
+    /// ([`Machine::dissolve`]) and send its batches one by one as held time cuts.
+    SendBundle {
+        intents: Vec<CommitOffset>,
+        bundle: Bundle,
+    },
+    /// Read the records of every member of `desc` again and insert them as that bundle;
+    /// `partition` (held in `generation`) is the member this process acknowledges.
+    Replay {
+        desc: Arc<BundleDesc>,
+        partition: PartitionId,
+        generation: u64,
     },
     Pause(Vec<PartitionId>),
     Resume(Vec<PartitionId>),
@@ -178,6 +201,11 @@ impl Partition {
     /// Close the open batch and register it in the ledger: the command that sends it.
     fn close(&mut self, durable: bool) -> Option<Command> {
         let batch = self.builder.take()?;
+        Some(self.send(batch, durable))
+    }
+
+    /// Register a closed batch in the ledger: the command that sends it alone.
+    fn send(&mut self, batch: RecordBatch, durable: bool) -> Command {
         let ledger = self
             .ledger
             .as_mut()
@@ -185,7 +213,7 @@ impl Partition {
         let metadata = ledger.open(batch.range);
         self.pending_ts
             .push_back((batch.range.first, batch.first_timestamp_ms));
-        Some(Command::Send {
+        Command::Send {
             intent: CommitOffset {
                 partition: self.id.clone(),
                 offset: ledger.committed(),
@@ -193,19 +221,39 @@ impl Partition {
             },
             batch,
             durable,
-        })
-    }
-
-    /// Close the open batch before its size says so (a budget pause, shutdown), unless it
-    /// replays a recorded cut: only that cut may close it, because its rows may have gone
-    /// out before under that exact range's token. Such a batch waits for its records (the
-    /// linger timer gives up after [`REPLAY_LINGER`]), or at shutdown stays unsent and
-    /// uncommitted for the next owner, whom the final commit still tells the cut.
-    fn close_early(&mut self, durable: bool) -> Option<Command> {
-        if self.recorded_cut().is_some() {
-            return None;
         }
-        self.close(durable)
+    }
+}
+
+/// Add a record to `builder` as the source batches it: to decode, or skipped as oversized
+/// or empty (the bundle replayer batches the records it reads again the same way).
+pub fn push_record(builder: &mut BatchBuilder, r: &Record<'_>, cfg: &MachineConfig) {
+    match r.payload {
+        Some(bytes) if bytes.len() > cfg.max_record_bytes => builder.push_skipped(
+            r.offset,
+            r.timestamp_ms,
+            Skipped {
+                offset: r.offset,
+                reason: SkipReason::Oversized,
+                detail: format!(
+                    "record of {} bytes exceeds limits.max_record_bytes = {}",
+                    bytes.len(),
+                    cfg.max_record_bytes
+                ),
+                payload: cfg.keep_skipped_payloads.then(|| bytes.to_vec()),
+            },
+        ),
+        Some(bytes) if !bytes.is_empty() => builder.push(r.offset, r.timestamp_ms, bytes),
+        _ => builder.push_skipped(
+            r.offset,
+            r.timestamp_ms,
+            Skipped {
+                offset: r.offset,
+                reason: SkipReason::Empty,
+                detail: "record has no payload".into(),
+                payload: None,
+            },
+        ),
     }
 }
 
@@ -328,9 +376,24 @@ impl Machine {
             .any(|p| p.id.partition == partition && &*p.id.topic == topic && p.ledger.is_none())
     }
 
-    /// The committed offset and the previous owner's recorded cuts of an assigned partition.
-    pub fn load_ledger(&mut self, topic: &str, partition: i32, ledger: PartitionLedger) {
+    /// The committed offset and the previous owner's recorded cuts of an assigned partition;
+    /// the bundles it recorded are replayed (rule 7).
+    pub fn load_ledger(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        mut ledger: PartitionLedger,
+        out: &mut Vec<Command>,
+    ) {
         if let Some(p) = self.find(topic, partition) {
+            for desc in ledger.take_replays() {
+                tracing::info!(topic, partition, bundle = %desc.render(), "replaying a bundle a previous owner recorded");
+                out.push(Command::Replay {
+                    desc,
+                    partition: p.id.clone(),
+                    generation: p.generation,
+                });
+            }
             p.ledger = Some(ledger);
         }
     }
@@ -345,39 +408,22 @@ impl Machine {
         if p.ledger.is_none() {
             // The shell loads ledgers first; without one, start here with no known cuts.
             debug_assert!(false, "record before its partition's ledger was loaded");
-            p.ledger = Some(PartitionLedger::new(r.offset, None));
+            p.ledger = Some(PartitionLedger::new(
+                r.offset,
+                None,
+                &p.id.topic,
+                p.id.partition,
+            ));
         }
         // A recorded cut that lies before this record closes the open batch first.
         if p.recorded_cut().is_some_and(|end| end < r.offset) {
             out.extend(p.close(false));
         }
-        match r.payload {
-            Some(bytes) if bytes.len() > cfg.max_record_bytes => p.builder.push_skipped(
-                r.offset,
-                r.timestamp_ms,
-                Skipped {
-                    offset: r.offset,
-                    reason: SkipReason::Oversized,
-                    detail: format!(
-                        "record of {} bytes exceeds limits.max_record_bytes = {}",
-                        bytes.len(),
-                        cfg.max_record_bytes
-                    ),
-                    payload: cfg.keep_skipped_payloads.then(|| bytes.to_vec()),
-                },
-            ),
-            Some(bytes) if !bytes.is_empty() => p.builder.push(r.offset, r.timestamp_ms, bytes),
-            _ => p.builder.push_skipped(
-                r.offset,
-                r.timestamp_ms,
-                Skipped {
-                    offset: r.offset,
-                    reason: SkipReason::Empty,
-                    detail: "record has no payload".into(),
-                    payload: None,
-                },
-            ),
+        // Rule 7: a replayed bundle reads its records itself.
+        if p.ledger.as_ref().is_some_and(|l| l.replays(r.offset)) {
+            return true;
         }
+        push_record(&mut p.builder, &r, &cfg);
         let cut = p.recorded_cut();
         if cut == Some(r.offset) || (cut.is_none() && p.builder.is_full(cfg.cut)) {
             out.extend(p.close(false));
@@ -439,14 +485,14 @@ impl Machine {
         let under = (used as f64) < self.budget.max() as f64 * RESUME_FRACTION;
         let mut pause = Vec::new();
         let mut resume = Vec::new();
-        let mut sends = Vec::new();
-        for p in &mut self.partitions {
+        let mut closing = Vec::new();
+        for (i, p) in self.partitions.iter_mut().enumerate() {
             // Rule 5: a batch replaying a recorded cut must get its records; pause after.
             let replaying = p.recorded_cut().is_some();
             if over && !p.paused && !replaying {
                 p.paused = true;
                 pause.push(p.id.clone());
-                sends.extend(p.close_early(true));
+                closing.push(i);
             } else if under && p.paused {
                 p.paused = false;
                 resume.push(p.id.clone());
@@ -458,36 +504,54 @@ impl Machine {
         if !resume.is_empty() {
             out.push(Command::Resume(resume));
         }
-        out.extend(sends);
+        self.close_together(&closing, out);
     }
 
-    /// Close batches that have lingered long enough ([`linger_due`]).
+    /// Close batches that have lingered long enough ([`linger_due`]). With bundling, one
+    /// partition's due batch closes every partition's open batch with it (rule 6).
     pub fn linger(&mut self, now: Instant, out: &mut Vec<Command>) {
         let linger = self.cfg.linger;
+        let mut due = false;
         for p in &mut self.partitions {
             let cut = p.recorded_cut();
             if !linger_due(&p.builder, cut, linger, now) {
                 continue;
             }
-            if let Some(end) = cut {
-                tracing::warn!(
-                    topic = %p.id.topic,
-                    partition = p.id.partition,
-                    recorded_cut = end,
-                    "a replayed batch did not reach its recorded cut in {REPLAY_LINGER:?}; \
-                     closing it early, its rows may be inserted twice"
-                );
-            }
+            let Some(end) = cut else {
+                due = true;
+                continue;
+            };
+            tracing::warn!(
+                topic = %p.id.topic,
+                partition = p.id.partition,
+                recorded_cut = end,
+                "a replayed batch did not reach its recorded cut in {REPLAY_LINGER:?}; \
+                 closing it early, its rows may be inserted twice"
+            );
             out.extend(p.close(true));
         }
+        if !due {
+            return;
+        }
+        let all: Vec<usize> = if self.cfg.bundle {
+            (0..self.partitions.len()).collect()
+        } else {
+            (0..self.partitions.len())
+                .filter(|&i| {
+                    let p = &mut self.partitions[i];
+                    let cut = p.recorded_cut();
+                    linger_due(&p.builder, cut, linger, now)
+                })
+                .collect()
+        };
+        self.close_together(&all, out);
     }
 
     /// Shutdown begins: send what is open, durably (rule 3: a shutdown cut is a time cut);
     /// batches replaying a recorded cut stay unsent.
     pub fn close_for_shutdown(&mut self, out: &mut Vec<Command>) {
-        for p in &mut self.partitions {
-            out.extend(p.close_early(true));
-        }
+        let all: Vec<usize> = (0..self.partitions.len()).collect();
+        self.close_together(&all, out);
     }
 
     /// The commit that describes `id`'s ledger now (the acknowledged offset and the cuts of
@@ -561,6 +625,10 @@ impl Machine {
         })
     }
 }
+
+/// Rule 6: how time cuts are bundled (and a refused bundle dissolved).
+#[path = "machine_bundles.rs"]
+mod bundles;
 
 #[cfg(test)]
 #[path = "machine_tests.rs"]

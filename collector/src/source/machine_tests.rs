@@ -20,6 +20,15 @@ fn config(max_records: usize) -> MachineConfig {
         linger: LINGER,
         max_record_bytes: 64,
         keep_skipped_payloads: true,
+        bundle: false,
+    }
+}
+
+/// [`config`] with time cuts bundled across partitions (rule 6).
+fn bundling(max_records: usize) -> MachineConfig {
+    MachineConfig {
+        bundle: true,
+        ..config(max_records)
     }
 }
 
@@ -41,6 +50,10 @@ struct Kafka {
     /// Whether each sent batch's intent was committed synchronously.
     durable: Vec<bool>,
     sync_commits: usize,
+    /// Bundles handed to the workers (their batches are in `sent` too).
+    bundles: Vec<Arc<crate::bundle::BundleDesc>>,
+    /// Replays asked for: the bundle and the member this owner holds.
+    replays: Vec<(Arc<crate::bundle::BundleDesc>, PartitionId, u64)>,
     paused: Vec<PartitionId>,
     resumed: Vec<PartitionId>,
 }
@@ -66,6 +79,21 @@ impl Kafka {
                     self.sync_commits += usize::from(sync);
                     offsets.into_iter().for_each(|c| self.commit(c));
                 }
+                Command::SendBundle { intents, bundle } => {
+                    self.sync_commits += 1;
+                    assert_eq!(intents.len(), bundle.batches.len());
+                    intents.into_iter().for_each(|c| self.commit(c));
+                    self.bundles.push(bundle.desc);
+                    for b in bundle.batches {
+                        self.sent.push(Arc::new(b));
+                        self.durable.push(true);
+                    }
+                }
+                Command::Replay {
+                    desc,
+                    partition,
+                    generation,
+                } => self.replays.push((desc, partition, generation)),
                 Command::Pause(ids) => self.paused.extend(ids),
                 Command::Resume(ids) => self.resumed.extend(ids),
             }
@@ -81,8 +109,10 @@ impl Kafka {
     /// The ledger a new owner of `p` reads (a fresh partition starts at `start`).
     fn ledger(&self, p: &PartitionId, start: i64) -> PartitionLedger {
         match self.committed.get(p) {
-            Some((offset, metadata)) => PartitionLedger::new(*offset, Some(metadata)),
-            None => PartitionLedger::new(start, None),
+            Some((offset, metadata)) => {
+                PartitionLedger::new(*offset, Some(metadata), &p.topic, p.partition)
+            }
+            None => PartitionLedger::new(start, None, &p.topic, p.partition),
         }
     }
 
@@ -126,7 +156,7 @@ impl Owner {
         for offset in offsets {
             if self.m.needs_ledger(T, p) {
                 let ledger = self.kafka.ledger(&id(p), offset);
-                self.m.load_ledger(T, p, ledger);
+                self.m.load_ledger(T, p, ledger, &mut self.out);
             }
             assert!(self.m.record(
                 Record {
@@ -562,3 +592,7 @@ fn an_acknowledgement_takes_over_the_permit_of_its_last_holder_and_frees_the_pay
     assert_eq!(o.budget.used(), 0, "given back once the machine took it");
     assert_eq!(o.m.in_flight(), 0);
 }
+
+/// Rules 6 and 7: bundles.
+#[path = "machine_bundle_tests.rs"]
+mod bundles;

@@ -17,6 +17,7 @@
 mod holdings;
 mod kafka;
 pub mod machine;
+mod replay;
 pub mod unsent;
 mod watermarks;
 
@@ -30,7 +31,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 pub use holdings::Holdings;
 pub use machine::{Ack, Command, MachineConfig, PartitionId};
 
-use crate::batch::{CHUNK_BYTES, RecordBatch};
+use crate::batch::CHUNK_BYTES;
 use crate::budget::Budget;
 use crate::metrics::Metrics;
 use crate::pool::BufPool;
@@ -48,6 +49,8 @@ pub struct SourceConfig {
     pub consumer: ClientConfig,
     /// The watermark reader's ([`crate::kafka_clients::watermarks`]).
     pub watermarks: ClientConfig,
+    /// The bundle replayer's ([`crate::kafka_clients::replayer`]).
+    pub replayer: ClientConfig,
     pub topics: Vec<String>,
     pub machine: MachineConfig,
     /// How long shutdown may wait for in-flight batches before giving up on them.
@@ -80,11 +83,11 @@ pub fn spawn(
     cfg: SourceConfig,
     metrics: Arc<Metrics>,
     budget: Arc<Budget>,
-    batches: crossbeam_channel::Sender<RecordBatch>,
+    batches: crossbeam_channel::Sender<crate::workers::Work>,
     acks: crossbeam_channel::Receiver<Ack>,
     heartbeat: Heartbeat,
     holdings: Holdings,
-) -> Result<Source, rdkafka::error::KafkaError> {
+) -> anyhow::Result<Source> {
     let watermarks: watermarks::Watermarks = Arc::default();
     let machine = Machine::new(cfg.machine, budget.clone(), Some(batch_pool(&budget)));
     let ctx = SourceContext {
@@ -98,12 +101,20 @@ pub fn spawn(
     consumer.subscribe(&topics)?;
     let stop = Arc::new(AtomicBool::new(false));
     watermarks::spawn(wm_client, holdings, watermarks.clone(), stop.clone());
+    let replays = replay::spawn(
+        cfg.replayer.clone(),
+        cfg.machine,
+        budget.clone(),
+        batches.clone(),
+        stop.clone(),
+    )?;
     let run = SourceLoop {
         cfg,
         consumer,
         metrics,
         budget,
         batches,
+        replays,
         acks,
         stop: stop.clone(),
         heartbeat,

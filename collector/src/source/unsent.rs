@@ -56,6 +56,14 @@ impl<B> Unsent<B> {
         !self.queue.is_empty()
     }
 
+    /// Whether a newly cut batch must go through the queue (its cut recorded synchronously
+    /// first) rather than straight to the workers: a cut made by time (`durable`) is not
+    /// reproducible from the data, nor is any cut behind a held one (invariant 2). Only a
+    /// size cut with nothing held goes straight out, its intent recorded asynchronously.
+    pub fn must_hold(&self, durable: bool) -> bool {
+        durable || self.is_holding()
+    }
+
     pub fn push(&mut self, intent: CommitOffset, batch: B) {
         self.queue.push_back((intent, batch));
     }
@@ -198,5 +206,14 @@ mod tests {
             u.flush(Instant::now(), true, |_, _| true, |_| true, |_| {}),
             Flushed::default()
         );
+    }
+
+    #[test]
+    fn only_a_size_cut_with_nothing_held_skips_the_queue() {
+        let mut u: Unsent<B> = Unsent::default();
+        assert!(!u.must_hold(false), "a size cut is reproducible");
+        assert!(u.must_hold(true), "a time cut must be recorded first");
+        u.push(intent(0, 9), (0, 1, 0));
+        assert!(u.must_hold(false), "a size cut behind a held one waits too");
     }
 }

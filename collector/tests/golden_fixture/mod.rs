@@ -1,8 +1,9 @@
 //! The golden request and the rows the OTel exporter semantics say it must become.
 //!
-//! One `ExportTraceServiceRequest` covers every rule of the compat notes §2–3: normal,
-//! empty and all-zero ids, a span ending before it starts, an unknown span kind, a
-//! missing status, every attribute value kind (string with non-ASCII and HTML
+//! One `ExportTraceServiceRequest` covers every rule of the compat notes §2–3
+//! (`docs/compat-notes.md`): normal, empty and all-zero ids, a span ending before it
+//! starts, an unknown span kind, a missing status, every attribute value kind (string
+//! with non-ASCII and HTML
 //! characters, bool, int, doubles including 1e21, 1e-7, -0, NaN and ±Inf, bytes,
 //! arrays of each shape, nested kvlists, the empty value, a repeated key), events,
 //! links, a resource without `service.name`, a span without scope, and a 1 MiB

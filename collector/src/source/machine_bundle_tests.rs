@@ -1,0 +1,139 @@
+//! The machine's bundles (rules 6 and 7) driven without a broker, with the stand-in Kafka
+//! and owners of [`super`].
+
+use super::*;
+
+#[test]
+fn time_cuts_of_every_partition_go_out_as_one_bundle_recorded_in_each_member() {
+    let mut o = Owner::new(bundling(100), 1 << 20);
+    for p in 0..3 {
+        o.assign(p);
+    }
+    o.deliver(0, 0..5, b"1");
+    o.deliver(1, 10..12, b"1");
+    o.deliver(2, 7..8, b"1");
+    o.linger_at(Instant::now() + LINGER);
+    assert_eq!(o.kafka.bundles.len(), 1, "one insert for three partitions");
+    let desc = &o.kafka.bundles[0];
+    assert_eq!(desc.render(), "0:0-4+1:10-11+2:7-7");
+    assert_eq!(
+        o.kafka.sync_commits, 1,
+        "all intents in one synchronous commit"
+    );
+    for p in 0..3 {
+        let (_, meta) = &o.kafka.committed[&id(p)];
+        assert_eq!(meta, &format!("th2:{}", desc.render()), "partition {p}");
+    }
+    // Each member is acknowledged on its own; the commit moves past it.
+    let sent = o.kafka.sent.clone();
+    for b in &sent {
+        o.ack(b);
+    }
+    assert_eq!(o.committed(0), Some(5));
+    assert_eq!(o.committed(1), Some(12));
+    assert_eq!(o.kafka.committed[&id(2)], (8, "th1:".to_string()));
+}
+
+#[test]
+fn size_cuts_stay_per_partition() {
+    let mut o = Owner::new(bundling(3), 1 << 20);
+    o.assign(0);
+    o.assign(1);
+    o.deliver(0, 0..3, b"1");
+    assert!(o.kafka.bundles.is_empty());
+    assert_eq!(o.kafka.ranges(), vec![range(0, 2)]);
+    assert_eq!(
+        o.kafka.durable,
+        vec![false],
+        "a size cut replays from the data"
+    );
+}
+
+#[test]
+fn a_new_owner_replays_a_recorded_bundle_whole_and_does_not_batch_its_records_again() {
+    let mut a = Owner::new(bundling(100), 1 << 20);
+    a.assign(0);
+    a.assign(1);
+    a.deliver(0, 0..5, b"1");
+    a.deliver(1, 0..3, b"1");
+    a.linger_at(Instant::now() + LINGER);
+    let desc = a.kafka.bundles[0].clone();
+    // `a` dies before ClickHouse answered. `b` takes partition 0 only.
+    let mut b = Owner::after(&a, bundling(100));
+    b.assign(0);
+    b.deliver(0, 0..8, b"1");
+    assert_eq!(b.kafka.replays.len(), 1);
+    let (replayed, member, generation) = b.kafka.replays[0].clone();
+    assert_eq!(replayed, desc, "the same bundle, so the same token");
+    assert_eq!(member, id(0));
+    assert!(b.m.holds(&id(0), generation));
+    // Records 0..=4 are the replay's; 5..=7 are batched anew.
+    b.linger_at(Instant::now() + LINGER);
+    assert_eq!(b.kafka.ranges(), vec![range(5, 7)]);
+    // The replay's acknowledgement (the replayer's batch covers the member's range).
+    let replay = Arc::new(RecordBatch::empty(T.into(), 0, generation, range(0, 4)));
+    b.ack(&replay);
+    assert_eq!(b.committed(0), Some(5));
+    let sent = b.kafka.sent.clone();
+    b.ack(&sent[0]);
+    assert_eq!(b.kafka.committed[&id(0)], (8, "th1:".to_string()));
+}
+
+#[test]
+fn a_replayed_bundle_stays_recorded_until_acknowledged() {
+    let mut a = Owner::new(bundling(100), 1 << 20);
+    a.assign(0);
+    a.assign(1);
+    a.deliver(0, 0..2, b"1");
+    a.deliver(1, 0..2, b"1");
+    a.linger_at(Instant::now() + LINGER);
+    let desc = a.kafka.bundles[0].clone();
+    // `b` takes over and is itself replaced before the replay was acknowledged.
+    let mut b = Owner::after(&a, bundling(100));
+    b.assign(1);
+    b.deliver(1, 0..2, b"1");
+    b.shutdown();
+    let mut c = Owner::after(&b, bundling(100));
+    c.assign(1);
+    c.deliver(1, 0..1, b"1");
+    assert_eq!(c.kafka.replays.len(), 1);
+    assert_eq!(c.kafka.replays[0].0, desc);
+}
+
+#[test]
+fn a_bundle_kafka_refused_is_dissolved_into_time_cuts_of_their_own() {
+    let mut o = Owner::new(bundling(100), 1 << 20);
+    o.assign(0);
+    o.assign(1);
+    o.deliver(0, 0..2, b"1");
+    o.deliver(1, 5..7, b"1");
+    o.m.linger(Instant::now() + LINGER, &mut o.out);
+    let Some(Command::SendBundle { bundle, .. }) = o.out.pop() else {
+        panic!("a bundle")
+    };
+    let solo = o.m.dissolve(bundle);
+    let metas: Vec<String> = solo.iter().map(|(c, _)| c.metadata.clone()).collect();
+    assert_eq!(metas, vec!["th1:1".to_string(), "th1:6".to_string()]);
+    let ranges: Vec<BatchRange> = solo.iter().map(|(_, b)| b.range).collect();
+    assert_eq!(ranges, vec![range(0, 1), range(5, 6)]);
+}
+
+#[test]
+fn many_partitions_make_a_few_bundles_each_within_the_description_limit() {
+    let mut o = Owner::new(bundling(100), 64 << 20);
+    for p in 0..256 {
+        o.assign(p);
+        o.deliver(p, [1_000_000_000_000], b"1");
+    }
+    o.linger_at(Instant::now() + LINGER);
+    let n = o.kafka.bundles.len();
+    assert!((2..=12).contains(&n), "{n} bundles for 256 partitions");
+    for d in &o.kafka.bundles {
+        assert!(d.render().len() <= crate::bundle::MAX_DESCRIPTION_BYTES);
+    }
+    let members: usize = o.kafka.bundles.iter().map(|d| d.members.len()).sum();
+    assert_eq!(
+        members, 256,
+        "every partition's batch in exactly one bundle"
+    );
+}

@@ -52,7 +52,7 @@ pub async fn serve(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(state);
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+    let listener = bind(addr).await.map_err(|e| {
         std::io::Error::new(
             e.kind(),
             format!("cannot listen on {addr} (metrics_addr): {e}"),
@@ -63,6 +63,21 @@ pub async fn serve(
             tracing::error!(error = %e, "metrics server stopped");
         }
     }))
+}
+
+/// Binds `addr`. The unspecified IPv6 address (`[::]`, the default) listens on every IPv4
+/// and IPv6 address (Linux's dual-stack default), so `kubectl port-forward` (which connects
+/// to the pod's loopback) and an IPv6-only pod both reach it; on a node without IPv6 it falls
+/// back to `0.0.0.0`.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    match tokio::net::TcpListener::bind(addr).await {
+        Err(e) if addr.ip() == std::net::Ipv6Addr::UNSPECIFIED => {
+            let v4 = SocketAddr::from(([0, 0, 0, 0], addr.port()));
+            tracing::info!(error = %e, %v4, "no IPv6 here: listening on IPv4 only");
+            tokio::net::TcpListener::bind(v4).await
+        }
+        other => other,
+    }
 }
 
 async fn metrics_handler(State(s): State<AppState>) -> axum::response::Response {
@@ -100,5 +115,28 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
         )
     } else {
         (StatusCode::OK, "ready\n")
+    }
+}
+
+#[cfg(test)]
+mod bind_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_default_address_answers_on_ipv4_and_ipv6_loopback() {
+        let listener = bind("[::]:0".parse().unwrap()).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accept = tokio::spawn(async move {
+            for _ in 0..2 {
+                listener.accept().await.unwrap();
+            }
+        });
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("IPv4 loopback (kubectl port-forward) reaches [::]");
+        tokio::net::TcpStream::connect(("::1", port))
+            .await
+            .expect("IPv6 loopback reaches [::]");
+        accept.await.unwrap();
     }
 }

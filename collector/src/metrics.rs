@@ -21,6 +21,10 @@ pub const CONSUMER_LAG_SECONDS: &str = "consumer_lag_seconds";
 /// Span end time → insert acknowledged, per span: how fresh the data in ClickHouse is.
 pub const SPAN_FRESHNESS_SECONDS: &str = "span_freshness_seconds";
 
+/// Every `reason` of `tracehouse_records_skipped_total` (`batch::SkipReason::label`),
+/// exported at 0 from the start so its panels and alert read 0, not "No data".
+pub const SKIP_REASONS: [&str; 4] = ["decode_error", "oversized", "rejected", "empty"];
+
 /// Every `reason` of `insert_errors`/`insert_retries` (`sink::InsertError::reason`). Both
 /// families start with these at zero, so dashboards and alerts see the series before the
 /// first failure (a rate of a series that does not exist is no series at all).
@@ -136,6 +140,11 @@ impl Metrics {
             cpu_seconds: Counter::default(),
             start_time_seconds: Gauge::default(),
         };
+        for reason in SKIP_REASONS {
+            m.records_skipped
+                .get_or_create(&ReasonLabels { reason })
+                .inc_by(0);
+        }
         for reason in INSERT_FAILURE_REASONS {
             m.insert_errors
                 .get_or_create(&ReasonLabels { reason })
@@ -417,6 +426,27 @@ mod tests {
                 let line = format!("tracehouse_{family}_total{{reason=\"{reason}\"}} 0");
                 assert!(out.contains(&line), "{line} missing from:\n{out}");
             }
+        }
+    }
+
+    #[test]
+    fn every_skip_reason_is_exported_at_zero_from_the_start() {
+        use crate::batch::SkipReason;
+        for r in [
+            SkipReason::DecodeError,
+            SkipReason::Oversized,
+            SkipReason::Rejected,
+            SkipReason::Empty,
+        ] {
+            assert!(SKIP_REASONS.contains(&r.label()), "{}", r.label());
+        }
+        let mut registry = Registry::default();
+        let _m = Metrics::new(&mut registry);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        for reason in SKIP_REASONS {
+            let line = format!("tracehouse_records_skipped_total{{reason=\"{reason}\"}} 0");
+            assert!(out.contains(&line), "{line} missing from:\n{out}");
         }
     }
 }

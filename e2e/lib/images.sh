@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Container images of the local stack: the runtime base assembled from Debian packages, and
 # the tracehouse collector and operator images built from the repository's Dockerfile with the
-# current `cargo build` handed in as the `binaries` build context. Sourced after common.sh.
+# current `cargo build` handed in as the `<target>-binaries` build context. Sourced after common.sh.
 #
 # Images live in a podman storage of the project's own (vfs driver: no overlay, no daemon),
 # $TRACEHOUSE_CACHE/containers; the node agent reads the same storage to run pods.
@@ -9,11 +9,12 @@
 # set rlimits), so:
 # - the base image the Dockerfile's FROM names (distroless cc, Debian 12) is assembled from the
 #   .deb packages it is made of (apt-get download + dpkg-deb -x), imported and tagged with
-#   that exact name; cached until the package versions change;
-# - the runtime targets are built from binaries built outside (`--build-context binaries=DIR`).
+#   that name without the digest (passed as BASE_IMAGE); cached until the package versions change;
+# - the runtime targets are built from binaries built outside
+#   (`--build-context collector-binaries=DIR`, `operator-binaries=DIR`).
 
 IMAGES_STORE="$TRACEHOUSE_CACHE/containers"
-# The name the Dockerfile's FROM uses (ARG BASE_IMAGE).
+# The name the Dockerfile's FROM uses (ARG BASE_IMAGE), without its digest.
 IMAGES_BASE="gcr.io/distroless/cc-debian12:nonroot"
 # What distroless cc is made of, minus the C++ runtime the binaries do not link.
 IMAGES_BASE_PACKAGES=(libc6 libgcc-s1 libssl3 ca-certificates netbase tzdata)
@@ -89,18 +90,21 @@ images_base_rootfs() {
 # `debug`), tagged IMAGES_COLLECTOR and IMAGES_OPERATOR. Debug info is stripped on the way in
 # (a debug binary is mostly DWARF). Skipped when the images already hold these binaries.
 images_build() {
-  local profile="${1:-debug}" bin ctx="$IMAGES_STORE/binaries" log="$LOG_DIR/images-build.log"
+  local profile="${1:-debug}" bin ctx="$IMAGES_STORE/build-context" log="$LOG_DIR/images-build.log"
   bin="${CARGO_TARGET_DIR:-$REPO_DIR/target}/$profile"
   images_install
   images_base
   local f sum
   mkdir -p "$ctx"
+  mkdir -p "$ctx/lib"
   for f in tracehouse-collector tracehouse-operator; do
     [[ -x "$bin/$f" ]] || die "images: $bin/$f is missing (cargo build -p $f)"
     objcopy --strip-debug "$bin/$f" "$ctx/$f.tmp" && mv "$ctx/$f.tmp" "$ctx/$f"
   done
-  cp -L "$(ldconfig -p | awk '$1 == "libz.so.1" && /x86-64/ { print $NF; exit }')" "$ctx/libz.so.1"
-  sum="$(cat "$ctx"/* "$REPO_DIR/Dockerfile" | sha256sum | cut -c1-16)"
+  # The debug build links zlib dynamically (the Dockerfile's release build links it
+  # statically): the runtime targets copy lib/ into /usr/lib, found on any architecture.
+  cp -L "$(ldd "$bin/tracehouse-collector" | awk '$1 == "libz.so.1" { print $3; exit }')" "$ctx/lib/libz.so.1"
+  sum="$(cat "$ctx"/tracehouse-* "$ctx"/lib/* "$REPO_DIR/Dockerfile" | sha256sum | cut -c1-16)"
   if [[ "$(images_label "$IMAGES_COLLECTOR" tracehouse.binaries)" == "$sum" \
      && "$(images_label "$IMAGES_OPERATOR" tracehouse.binaries)" == "$sum" ]]; then
     return 0
@@ -109,7 +113,9 @@ images_build() {
   local start=$SECONDS target
   for target in collector operator; do
     local name="IMAGES_${target^^}"
-    th_podman build --target "$target" --build-context "binaries=$ctx" \
+    # The base: the stand-in assembled above under the tag the Dockerfile's digest pins.
+    th_podman build --target "$target" --build-context "$target-binaries=$ctx" \
+      --build-arg "BASE_IMAGE=$IMAGES_BASE" \
       --build-arg "VERSION=$IMAGES_VERSION" --label "tracehouse.binaries=$sum" \
       -t "${!name}" -f "$REPO_DIR/Dockerfile" "$REPO_DIR" >>"$log" 2>&1 \
       || { tail -n 20 "$log" >&2; die "images: podman build --target $target failed; log: $log"; }

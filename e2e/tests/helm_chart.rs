@@ -3,7 +3,8 @@
 //! pipelines and ClickHouse data kept); `helm install` with the sample TracePipeline →
 //! operator pods from the operator image → collector pods from the collector image → spans
 //! delivered exactly once; `helm upgrade` with a changed value rolls the operator; a CRD change
-//! reaches the cluster on upgrade.
+//! reaches the cluster on upgrade; with the operator uninstalled, a pipeline and a namespace
+//! holding one still delete (no finalizer waits for it).
 //!
 //! The release is the stack's own (`tracehouse` in `tracehouse-system`: the CRD belongs to one
 //! release), so the operator is briefly down while this runs; the test leaves the stack's
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams};
 use kube::core::{DynamicObject, GroupVersionKind};
@@ -161,7 +162,8 @@ async fn helm_uninstall_install_upgrade_on_the_local_cluster() {
         .await;
 
     // Whatever happened: the stack's release back as `e2e/stack up` installs it, then the
-    // sample pipeline removed by that operator (its finalizer), topic and database dropped.
+    // sample pipeline (if step 8 did not get there) and its namespace of step 7 deleted,
+    // topic and database dropped.
     let restored = std::panic::catch_unwind(|| {
         run_repo_command(&[
             "bash",
@@ -190,6 +192,12 @@ async fn helm_uninstall_install_upgrade_on_the_local_cluster() {
     ))
     .catch_unwind()
     .await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if let Ok(Some(_)) = namespaces.get_opt(&format!("{name}-gone")).await {
+        let _ = namespaces
+            .delete(&format!("{name}-gone"), &DeleteParams::default())
+            .await;
+    }
     tracehouse_e2e::delete_topics(&[&topic]).await;
     tracehouse_e2e::drop_database(&database).await;
     let _ = std::fs::remove_dir_all(&work);
@@ -492,6 +500,46 @@ async fn scenario(client: &Client, name: &str, topic: &str, database: &str, work
     );
 
     // 7. helm uninstall: operator gone; CRD, the pipeline and the spans in ClickHouse stay.
+    //    A second pipeline in a namespace of its own, seen by the operator (paused) before
+    //    it goes, for step 8.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let strand_ns = format!("{name}-gone");
+    namespaces
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": strand_ns } })).unwrap(),
+        )
+        .await
+        .expect("namespace");
+    let strand = tracepipelines(client, &strand_ns);
+    let mut paused: DynamicObject = pipelines.get(name).await.unwrap();
+    paused.metadata = kube::api::ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(strand_ns.clone()),
+        ..Default::default()
+    };
+    paused.data["spec"]["paused"] = json!(true);
+    paused.data.as_object_mut().unwrap().remove("status");
+    strand
+        .create(&Default::default(), &paused)
+        .await
+        .expect("the second pipeline");
+    wait_for(
+        "the operator to see the second pipeline",
+        Duration::from_secs(60),
+        || async {
+            let tp = strand.get(name).await.map_err(|e| e.to_string())?;
+            let reason = tp.data["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+                .map(|c| c["reason"].clone());
+            match reason {
+                Some(r) if r == "Paused" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
     uninstall(&deployments).await;
     assert!(
         crds.get_opt(CRD).await.unwrap().is_some(),
@@ -511,4 +559,35 @@ async fn scenario(client: &Client, name: &str, topic: &str, database: &str, work
         "the spans are still in ClickHouse after uninstall: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+
+    // 8. With no operator, a pipeline deletes, and so does a namespace holding one: nothing
+    //    is left Terminating (no finalizer waits for the operator).
+    namespaces
+        .delete(&strand_ns, &DeleteParams::default())
+        .await
+        .expect("deleting the namespace");
+    pipelines
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("deleting the pipeline");
+    wait_for(
+        "the pipeline and the namespace gone with no operator",
+        Duration::from_secs(90),
+        || async {
+            let tp = pipelines.get_opt(name).await.map_err(|e| e.to_string())?;
+            let ns = namespaces
+                .get_opt(&strand_ns)
+                .await
+                .map_err(|e| e.to_string())?;
+            match (&tp, &ns) {
+                (None, None) => Ok(()),
+                _ => Err(format!(
+                    "pipeline finalizers {:?}, namespace {:?}",
+                    tp.map(|t| t.metadata.finalizers),
+                    ns.and_then(|n| n.status).and_then(|s| s.conditions)
+                )),
+            }
+        },
+    )
+    .await;
 }

@@ -27,6 +27,16 @@ pub enum Error {
         source: tracehouse_schema::Error,
     },
 
+    /// `schemaMode: Verify` and the table is not as the spec asks.
+    #[error(
+        "schema of {target} is not applied and spec.clickhouse.schemaMode is Verify: missing {}; apply it (`tracehouse-collector schema apply`) or set schemaMode Apply",
+        missing.join(", ")
+    )]
+    SchemaNotApplied {
+        target: String,
+        missing: Vec<String>,
+    },
+
     /// The schema step outlived its deadline.
     #[error("schema of {target}: no answer from ClickHouse within {seconds}s")]
     SchemaTimeout { target: String, seconds: u64 },
@@ -42,32 +52,41 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
-
-    /// Adding or removing the finalizer failed.
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
 
 impl Error {
     /// Label of `tracehouse_operator_reconcile_errors_total{kind}`.
+    /// Every value [`Error::metric_label`] returns: the error counter exports each at 0 from
+    /// the start, so dashboards and alerts read 0, not "No data", before the first failure.
+    pub const METRIC_LABELS: [&'static str; 9] = [
+        "invalid_spec",
+        "secret",
+        "kafka_topic_not_found",
+        "kafka_auth",
+        "kafka_tls",
+        "kafka",
+        "schema",
+        "kube_api",
+        "serialize",
+    ];
+
     pub fn metric_label(&self) -> &'static str {
         match self {
             Self::InvalidSpec(_) => "invalid_spec",
             Self::Secret(_) => "secret",
-            Self::Kafka(KafkaError::TopicNotFound { .. }) => "kafka_topic_not_found",
+            Self::Kafka(
+                KafkaError::TopicNotFound { .. } | KafkaError::DeadLetterTopicNotFound { .. },
+            ) => "kafka_topic_not_found",
             Self::Kafka(KafkaError::AuthFailed { .. }) => "kafka_auth",
             Self::Kafka(KafkaError::TlsFailed { .. } | KafkaError::ProtocolMismatch { .. }) => {
                 "kafka_tls"
             }
             Self::Kafka(_) => "kafka",
-            Self::Schema { .. } | Self::SchemaTimeout { .. } => "schema",
+            Self::Schema { .. } | Self::SchemaTimeout { .. } | Self::SchemaNotApplied { .. } => {
+                "schema"
+            }
             Self::Kube(_) => "kube_api",
             Self::Serialize { .. } => "serialize",
-            Self::Finalizer(e) => match e.as_ref() {
-                kube::runtime::finalizer::Error::ApplyFailed(inner)
-                | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner.metric_label(),
-                _ => "finalizer",
-            },
         }
     }
 
@@ -78,6 +97,7 @@ impl Error {
             Self::Secret(SecretError::NotFound { .. }) => "SecretNotFound",
             Self::Secret(_) => "SecretInvalid",
             Self::Kafka(KafkaError::TopicNotFound { .. }) => "TopicNotFound",
+            Self::Kafka(KafkaError::DeadLetterTopicNotFound { .. }) => "DeadLetterTopicNotFound",
             Self::Kafka(KafkaError::AuthFailed { .. }) => "KafkaAuthFailed",
             Self::Kafka(KafkaError::TlsFailed { .. }) => "KafkaTlsFailed",
             Self::Kafka(KafkaError::ProtocolMismatch { .. }) => "KafkaProtocolMismatch",
@@ -99,13 +119,9 @@ impl Error {
                 _ => "MigrationFailed",
             },
             Self::SchemaTimeout { .. } => "ClickHouseUnavailable",
+            Self::SchemaNotApplied { .. } => "SchemaNotApplied",
             Self::Kube(_) => "ApiError",
             Self::Serialize { .. } => "InternalError",
-            Self::Finalizer(e) => match e.as_ref() {
-                kube::runtime::finalizer::Error::ApplyFailed(inner)
-                | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner.reason(),
-                _ => "FinalizerFailed",
-            },
         }
     }
 }
@@ -137,6 +153,10 @@ mod tests {
         for e in &errors {
             let label = e.metric_label();
             assert!(
+                Error::METRIC_LABELS.contains(&label),
+                "{label} is not listed"
+            );
+            assert!(
                 label.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
                 "{label}"
             );
@@ -159,6 +179,14 @@ mod tests {
                 }),
                 "KafkaAuthFailed",
                 "kafka_auth",
+            ),
+            (
+                Error::Kafka(KafkaError::DeadLetterTopicNotFound {
+                    topic: "dlq".into(),
+                    brokers: "b".into(),
+                }),
+                "DeadLetterTopicNotFound",
+                "kafka_topic_not_found",
             ),
             (
                 Error::Kafka(KafkaError::TlsFailed {
@@ -186,9 +214,9 @@ mod tests {
             assert_eq!(e.metric_label(), *label, "{e}");
         }
         assert!(
-            named[2].0.to_string().contains("unknown CA"),
+            named[3].0.to_string().contains("unknown CA"),
             "{}",
-            named[2].0
+            named[3].0
         );
         assert_eq!(errors[0].metric_label(), "kafka_topic_not_found");
     }

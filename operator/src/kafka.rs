@@ -1,5 +1,6 @@
-//! How many partitions the pipeline's topics have, read from the brokers' metadata, and where
-//! the consumer group stands in each ([`offsets`], for the autoscaler).
+//! How many partitions the pipeline's topics have, read from the brokers' metadata, where
+//! the consumer group stands in each ([`offsets`]), and when the oldest record the group has
+//! not consumed was written ([`oldest_unconsumed`]).
 //!
 //! A fresh client per call: metadata is read at most once per reconcile (every requeue
 //! period), and a fresh client never answers from a stale metadata cache, so a partition
@@ -35,6 +36,12 @@ pub enum KafkaError {
     },
     #[error("topic {topic:?} does not exist on the Kafka brokers {brokers}")]
     TopicNotFound { topic: String, brokers: String },
+    /// `spec.kafka.deadLetterTopic` is missing: found at reconcile, not when the first
+    /// oversized record needs it.
+    #[error(
+        "dead-letter topic {topic:?} (spec.kafka.deadLetterTopic) does not exist on the Kafka brokers {brokers}"
+    )]
+    DeadLetterTopicNotFound { topic: String, brokers: String },
     #[error("topic {topic:?} on {brokers}: {error:?}")]
     Topic {
         topic: String,
@@ -178,6 +185,22 @@ pub async fn partitions(
         .map_err(|e| KafkaError::Task(e.to_string()))?
 }
 
+/// Checks that the dead-letter topic exists, as the consumed topics are checked: a missing
+/// one is named at reconcile instead of when the first oversized record needs it.
+pub async fn dead_letter_topic(
+    access: &KafkaAccess,
+    topic: &str,
+    timeout: Duration,
+) -> Result<(), KafkaError> {
+    match partitions(access, &[topic.to_owned()], timeout).await {
+        Ok(_) => Ok(()),
+        Err(KafkaError::TopicNotFound { topic, brokers }) => {
+            Err(KafkaError::DeadLetterTopicNotFound { topic, brokers })
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// The consumer `group`'s committed offset and the end offset of every partition (`counts`:
 /// partitions per topic, from [`partitions`]); the start offset where the group has not
 /// committed. Reads only: the client never joins the group, so the gateway's assignment is
@@ -228,6 +251,88 @@ fn offsets_blocking(
         });
     }
     Ok(out)
+}
+
+/// The timestamp (milliseconds since the epoch) of the oldest record the group has not
+/// committed: the record at the committed offset of every partition that is behind, fetched
+/// from the brokers. `None` when no partition is behind, or when none of those records
+/// arrived within `timeout` (a fetch that found them deleted by retention moves on to the
+/// next record, which is then the oldest left).
+///
+/// The client is assigned the partitions, never subscribed: it does not join the group,
+/// commits nothing, and the gateway's assignment is untouched.
+pub async fn oldest_unconsumed(
+    access: &KafkaAccess,
+    group: &str,
+    offsets: &[PartitionOffsets],
+    timeout: Duration,
+) -> Result<Option<i64>, KafkaError> {
+    let behind: Vec<PartitionOffsets> = offsets
+        .iter()
+        .filter(|p| p.end > p.committed)
+        .cloned()
+        .collect();
+    if behind.is_empty() {
+        return Ok(None);
+    }
+    let access = access.clone();
+    let group = group.to_owned();
+    tokio::task::spawn_blocking(move || oldest_blocking(&access, &group, &behind, timeout))
+        .await
+        .map_err(|e| KafkaError::Task(e.to_string()))?
+}
+
+fn oldest_blocking(
+    access: &KafkaAccess,
+    group: &str,
+    behind: &[PartitionOffsets],
+    timeout: Duration,
+) -> Result<Option<i64>, KafkaError> {
+    use rdkafka::Message;
+    let mut access = access.clone();
+    // One record per partition is all we read; a batch is still returned whole.
+    access
+        .properties
+        .entry("max.partition.fetch.bytes".into())
+        .or_insert_with(|| "65536".into());
+    // A committed offset retention has since deleted: the oldest record kept is the one.
+    access
+        .properties
+        .insert("auto.offset.reset".into(), "earliest".into());
+    let consumer = client(&access, group, timeout)?;
+    let mut tpl = TopicPartitionList::new();
+    for p in behind {
+        tpl.add_partition_offset(&p.topic, p.partition, Offset::Offset(p.committed))
+            .map_err(|e| failure(&access.brokers, e, None))?;
+    }
+    consumer
+        .assign(&tpl)
+        .map_err(|e| failure(&access.brokers, e, Some(&consumer)))?;
+    let deadline = std::time::Instant::now() + timeout;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut oldest: Option<i64> = None;
+    while seen.len() < behind.len() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match consumer.poll(left.min(Duration::from_millis(200))) {
+            Some(Ok(m)) => {
+                if seen.insert((m.topic().to_owned(), m.partition()))
+                    && let Some(ms) = m.timestamp().to_millis()
+                {
+                    oldest = Some(oldest.map_or(ms, |o| o.min(ms)));
+                }
+                // Done with this partition: stop fetching it.
+                let mut one = TopicPartitionList::new();
+                one.add_partition(m.topic(), m.partition());
+                let _ = consumer.pause(&one);
+            }
+            Some(Err(e)) => return Err(failure(&access.brokers, e, Some(&consumer))),
+            None => {}
+        }
+    }
+    Ok(oldest)
 }
 
 /// A client of `group` that reads only: it never joins the group, never commits, never

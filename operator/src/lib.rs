@@ -7,9 +7,10 @@
 //!   [`autoscaler`] is the reconcile's sizing step around them (the window per pipeline,
 //!   `status.autoscaling`, the scaling Events);
 //! - [`builders`]: pure desired state (ConfigMap, Deployment, Service, PDB, replica math);
-//! - [`status`]: pure status and Event derivation;
+//! - [`status`]: pure status and Event derivation; [`health`]: why a gateway fails, from its
+//!   pods and Deployment;
 //! - [`reconcile`]: the controller — thin IO around the pure parts, through [`kafka`]
-//!   (partition counts), [`migrations`] (the schema crate), [`secrets`] and [`objects`]
+//!   (partition counts; [`lag`], how far the group is behind), [`migrations`] (the schema crate), [`secrets`] and [`objects`]
 //!   (server-side apply that skips what is already in place);
 //! - [`error`]: the reconciler's errors, each with a metric label and a condition reason;
 //! - [`leader`]: Lease-based leader election; [`metrics`]: `/metrics` and `/healthz`;
@@ -19,8 +20,11 @@ pub mod autoscale;
 pub mod autoscaler;
 pub mod builders;
 pub mod crd;
+pub mod defaults;
 pub mod error;
+pub mod health;
 pub mod kafka;
+pub mod lag;
 pub mod leader;
 pub mod metrics;
 pub mod migrations;

@@ -12,6 +12,7 @@ use anyhow::Context as _;
 use clap::{ArgAction, Parser, Subcommand};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
+use tracehouse_operator::defaults::CollectorDefaults;
 use tracehouse_operator::leader::{Ended, LeaderElector, LeaseConfig};
 use tracehouse_operator::metrics::{self, Metrics};
 use tracehouse_operator::reconcile::{self, Context, Settings};
@@ -73,6 +74,11 @@ struct RunArgs {
     /// Log format.
     #[arg(long, value_parser = ["text", "json"], default_value = "text")]
     log_format: String,
+    /// The chart's defaults for every gateway, as JSON (image, upgradePolicy,
+    /// imagePullSecrets, serviceAccountName, nodeSelector, tolerations, affinity,
+    /// topologySpreadConstraints, priorityClassName, podAnnotations, podLabels).
+    #[arg(long, env = tracehouse_operator::defaults::ENV, default_value = "")]
+    collector_defaults: String,
 }
 
 fn main() -> ExitCode {
@@ -162,6 +168,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             requeue: Duration::from_secs(args.requeue_seconds.max(1)),
             kafka_timeout: Duration::from_secs(args.kafka_timeout_seconds.max(1)),
             identity: identity.clone(),
+            collector_defaults: CollectorDefaults::from_json(&args.collector_defaults)?,
             ..Settings::default()
         },
     )?);

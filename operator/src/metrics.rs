@@ -20,6 +20,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+use crate::error::Error;
 use crate::pipeline_metrics::PipelineMetrics;
 
 /// Metric names without the `tracehouse_operator_` prefix (counters get `_total`).
@@ -72,6 +73,9 @@ impl Metrics {
             pipelines: PipelineMetrics::default(),
             alive: AtomicBool::new(true),
         };
+        for kind in Error::METRIC_LABELS {
+            m.errors.get_or_create(&KindLabels { kind }).inc_by(0);
+        }
         let r = registry.sub_registry_with_prefix("tracehouse_operator");
         m.pipelines.register(r);
         r.register(
@@ -211,6 +215,18 @@ mod tests {
             "tracehouse_operator_leader 0",
         ] {
             assert!(out.contains(line), "{line} missing from:\n{out}");
+        }
+    }
+
+    #[test]
+    fn every_error_kind_is_exported_at_zero_from_the_start() {
+        let mut registry = Registry::default();
+        let _m = Metrics::new(&mut registry);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        for kind in Error::METRIC_LABELS {
+            let line = format!("tracehouse_operator_reconcile_errors_total{{kind=\"{kind}\"}} 0");
+            assert!(out.contains(&line), "{line} missing from:\n{out}");
         }
     }
 }

@@ -24,6 +24,30 @@ pub struct SchemaOutcome {
     pub applied: Vec<String>,
     /// The traces table's insert-deduplication window now; `None` for a `Null` table.
     pub dedup_window: Option<u64>,
+    /// Verify-only: what `apply` would do and nobody has done yet (empty: up to date).
+    pub missing: Vec<String>,
+    /// The traces table's TTL expression now (`None`: keeps everything).
+    pub retention: Option<String>,
+}
+
+/// What a verify-only check finds missing: the pending migrations (`NNNN name`) and a window
+/// smaller than asked.
+fn missing(status: &Status) -> Vec<String> {
+    let mut out: Vec<String> = status
+        .pending()
+        .map(|(m, _)| format!("{:04} {}", m.version, m.name))
+        .collect();
+    out.extend(status.ttl_changes.iter().cloned());
+    if let Some(w) = status.window.as_ref().filter(|w| !w.changes.is_empty()) {
+        out.push(format!(
+            "{} {} (now {})",
+            w.setting,
+            w.desired,
+            w.current
+                .map_or_else(|| "none".to_owned(), |c| c.to_string())
+        ));
+    }
+    out
 }
 
 /// The deduplication window a pipeline keeps on its table: `requested`
@@ -52,20 +76,26 @@ fn recorded_version(status: &Status) -> u32 {
         .unwrap_or(0)
 }
 
-/// Brings the traces table up to date. `applied_by` is recorded in the ledger.
+/// Brings the traces table up to date (`verify_only`: only reads where it stands, and lists
+/// what is missing). `applied_by` is recorded in the ledger.
 pub async fn ensure(
     connection: &ConnectionConfig,
     options: &TableOptions,
     applied_by: &str,
     lock_timeout: Duration,
+    verify_only: bool,
 ) -> Result<SchemaOutcome, tracehouse_schema::Error> {
     let server = Server::new(connection)?;
     let status = tracehouse_schema::status(&server, options).await?;
-    if status.is_up_to_date() {
+    if status.is_up_to_date() || verify_only {
+        // A conflict (edited migration, newer release) is named the same in both modes.
+        status.check()?;
         return Ok(SchemaOutcome {
             version: recorded_version(&status),
             applied: Vec::new(),
             dedup_window: status.window.as_ref().and_then(|w| w.current),
+            missing: missing(&status),
+            retention: status.ttl.clone(),
         });
     }
     // Refuse conflicts before taking the lock; `apply` checks again under it.
@@ -105,6 +135,8 @@ pub async fn ensure(
         }
     };
     Ok(SchemaOutcome {
+        missing: Vec::new(),
+        retention: report.status.ttl.clone(),
         version: recorded_version(&report.status),
         dedup_window: report.status.window.as_ref().and_then(|w| w.current),
         applied: report

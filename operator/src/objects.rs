@@ -61,7 +61,7 @@ fn contains_at(live: &Value, desired: &Value, quantities: bool) -> bool {
 
 /// A Kubernetes quantity (`500m`, `0.5`, `1536Mi`, `1.5Gi`, `2e3`) in nano-units; `None`
 /// when it does not parse or does not fit.
-fn quantity(s: &str) -> Option<i128> {
+pub fn quantity(s: &str) -> Option<i128> {
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
         .unwrap_or(s.len());

@@ -9,6 +9,7 @@
 //!
 //! [`gauges`] is pure (spec + status → values); [`PipelineMetrics`] only stores them.
 
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -16,7 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::builders;
-use crate::crd::{TracePipeline, TracePipelineStatus};
+use crate::crd::{TracePipeline, TracePipelineStatus, condition};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PipelineLabels {
@@ -42,14 +43,22 @@ pub struct Gauges {
     /// The collector container's memory limit, as the gateway Deployment sets it.
     pub memory_limit_bytes: Option<i64>,
     pub inflight_budget_bytes: i64,
-    /// From `status.autoscaling` (pipelines with `spec.autoscaling`).
+    /// From `status.lag` (every pipeline, from the brokers): records behind, and the age of
+    /// the oldest unconsumed record at `now` (0 when nothing is behind). With
+    /// `spec.autoscaling`, the collectors' own age measure when they report one.
     pub lag_seconds: Option<i64>,
     pub lag_records: Option<i64>,
+    /// From `status.autoscaling` (pipelines with `spec.autoscaling`).
     pub incoming_spans_per_second: Option<i64>,
 }
 
-/// What the gauges of `tp` should read, given the status just computed for it.
-pub fn gauges(tp: &TracePipeline, status: &TracePipelineStatus) -> Gauges {
+/// What the gauges of `tp` should read at `now`, given the status just computed for it.
+pub fn gauges(tp: &TracePipeline, status: &TracePipelineStatus, now: Timestamp) -> Gauges {
+    let broker_lag_seconds = status.lag.as_ref().map(|l| {
+        l.oldest_unconsumed_time.as_ref().map_or(0, |t| {
+            now.as_second().saturating_sub(t.0.as_second()).max(0)
+        })
+    });
     let memory_limit_bytes = builders::desired(tp, status.partitions.unwrap_or(1).max(1))
         .ok()
         .and_then(|d| {
@@ -73,9 +82,17 @@ pub fn gauges(tp: &TracePipeline, status: &TracePipelineStatus) -> Gauges {
         partitions: status.partitions.map(i64::from),
         desired_replicas: status.desired_replicas.map(i64::from),
         memory_limit_bytes,
-        inflight_budget_bytes: tp.spec.collector.max_inflight_bytes,
-        lag_seconds: status.autoscaling.as_ref().and_then(|a| a.lag_seconds),
-        lag_records: status.autoscaling.as_ref().and_then(|a| a.lag_records),
+        inflight_budget_bytes: tp.spec.collector.max_inflight_bytes.bytes().unwrap_or(0),
+        lag_seconds: status
+            .autoscaling
+            .as_ref()
+            .and_then(|a| a.lag_seconds)
+            .or(broker_lag_seconds),
+        lag_records: status
+            .lag
+            .as_ref()
+            .map(|l| l.records)
+            .or_else(|| status.autoscaling.as_ref().and_then(|a| a.lag_records)),
         incoming_spans_per_second: status
             .autoscaling
             .as_ref()
@@ -180,7 +197,7 @@ impl PipelineMetrics {
 
     /// Sets the gauges of `tp` from the status just computed for it.
     pub fn observe(&self, tp: &TracePipeline, status: &TracePipelineStatus) {
-        let g = gauges(tp, status);
+        let g = gauges(tp, status, Timestamp::now());
         let labels = labels(tp);
         for (condition, value) in g.conditions {
             self.condition
@@ -212,13 +229,17 @@ impl PipelineMetrics {
     }
 
     /// Removes every series of `tp` (it is being deleted).
-    pub fn forget(&self, tp: &TracePipeline) {
-        let labels = labels(tp);
-        for c in tp.status.iter().flat_map(|s| s.conditions.iter()) {
+    /// Removes every series of pipeline `namespace/name` (it is gone).
+    pub fn forget_named(&self, namespace: &str, name: &str) {
+        let labels = PipelineLabels {
+            namespace: namespace.to_owned(),
+            pipeline: name.to_owned(),
+        };
+        for c in condition::ALL {
             self.condition.remove(&ConditionLabels {
                 namespace: labels.namespace.clone(),
                 pipeline: labels.pipeline.clone(),
-                condition: c.type_.clone(),
+                condition: c.to_owned(),
             });
         }
         for family in [
@@ -308,7 +329,7 @@ mod tests {
             desired_replicas: Some(2),
             ..Default::default()
         };
-        let g = gauges(&tp, &status);
+        let g = gauges(&tp, &status, Timestamp::now());
         assert_eq!(
             g.conditions,
             [("Ready".to_owned(), 1), ("SchemaReady".to_owned(), 0)]
@@ -321,11 +342,34 @@ mod tests {
     }
 
     #[test]
+    fn lag_comes_from_the_brokers_for_every_pipeline() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let tp = pipeline(serde_json::json!({}));
+        let now = Timestamp::from_second(1_800_000_100).unwrap();
+        let mut status = TracePipelineStatus {
+            lag: Some(crate::crd::LagStatus {
+                records: 40,
+                partitions_behind: 2,
+                oldest_unconsumed_time: Some(Time(Timestamp::from_second(1_800_000_000).unwrap())),
+            }),
+            ..Default::default()
+        };
+        let g = gauges(&tp, &status, now);
+        assert_eq!((g.lag_records, g.lag_seconds), (Some(40), Some(100)));
+        status.lag = Some(crate::crd::LagStatus::default());
+        let g = gauges(&tp, &status, now);
+        assert_eq!((g.lag_records, g.lag_seconds), (Some(0), Some(0)));
+        status.lag = None;
+        let g = gauges(&tp, &status, now);
+        assert_eq!((g.lag_records, g.lag_seconds), (None, None));
+    }
+
+    #[test]
     fn series_are_set_and_removed_with_the_pipeline() {
         let mut registry = Registry::default();
         let m = PipelineMetrics::default();
         m.register(registry.sub_registry_with_prefix("tracehouse_operator"));
-        let mut tp = pipeline(serde_json::json!({}));
+        let tp = pipeline(serde_json::json!({}));
         let status = TracePipelineStatus {
             conditions: vec![condition("Ready", "True")],
             schema_version: Some(5),
@@ -346,8 +390,7 @@ mod tests {
         ] {
             assert!(out.contains(line), "{line} missing from:\n{out}");
         }
-        tp.status = Some(status);
-        m.forget(&tp);
+        m.forget_named("shop", "orders");
         let out = text(&registry);
         assert!(!out.contains(r#"pipeline="orders""#), "{out}");
     }

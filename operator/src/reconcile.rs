@@ -1,12 +1,18 @@
 //! The reconciler: one shape for every pipeline, controller-rs style.
 //!
-//! `reconcile` wraps kube's `finalizer()` helper, which hands off to [`apply`] or
-//! [`cleanup`]. `apply` observes and converges in order —
+//! `reconcile` hands off to [`apply`], which observes and converges in order —
 //! Kafka partitions → desired objects (pure, `builders`) → schema migrations → server-side
 //! apply of ConfigMap, Service, PodDisruptionBudget and, last, the Deployment — then writes
 //! the status (only if it changed) and one Event per state change. Every failure lands in
 //! the status and is retried by `error_policy` with exponential backoff; a healthy pipeline
 //! is requeued every `requeue` so a partition increase is noticed without any watch on Kafka.
+//!
+//! No finalizer: nothing has to happen before a pipeline goes (its objects carry owner
+//! references, so Kubernetes garbage-collects them; ClickHouse data is never dropped), and a
+//! finalizer would strand every pipeline, and its namespace, in `Terminating` once the
+//! operator is uninstalled. The one older releases added is removed ([`release_finalizer`]).
+//! What the operator holds in memory about a deleted pipeline (gauges, autoscaler samples)
+//! is dropped when its next requeue finds it gone ([`forget`], from [`run`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,14 +20,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -29,9 +34,15 @@ use tracehouse_schema::ConnectionConfig;
 
 use crate::autoscaler::{Autoscaler, Sizing};
 use crate::builders::{self, Names};
-use crate::crd::{KafkaSpec, TracePipeline, TracePipelineSpec, TracePipelineStatus};
+use crate::crd::{
+    CredentialsSecretRef, KafkaSpec, SchemaMode, TracePipeline, TracePipelineSpec,
+    TracePipelineStatus,
+};
+use crate::defaults::CollectorDefaults;
 use crate::error::Error;
+use crate::health::{self, PodFacts};
 use crate::kafka::{self, KafkaAccess};
+use crate::lag;
 use crate::metrics::Metrics;
 use crate::migrations;
 use crate::objects::{self, Change};
@@ -39,6 +50,9 @@ use crate::secrets::Secrets;
 use crate::signals::Sampler;
 use crate::status::{self, Gateway, Observation, Step};
 use crate::{FIELD_MANAGER, FINALIZER};
+
+/// Requeue of a pipeline whose gateway is rolling out, scaling or failing.
+const MOVING_REQUEUE: Duration = Duration::from_secs(15);
 
 /// Tunables of the reconciler.
 #[derive(Debug, Clone)]
@@ -55,6 +69,8 @@ pub struct Settings {
     pub max_backoff: Duration,
     /// Who we are, in Events and the migration ledger.
     pub identity: String,
+    /// The chart's defaults for every gateway (image, pull secrets, placement, metadata).
+    pub collector_defaults: CollectorDefaults,
 }
 
 impl Default for Settings {
@@ -66,6 +82,7 @@ impl Default for Settings {
             schema_lock_timeout: Duration::from_secs(30),
             max_backoff: Duration::from_secs(300),
             identity: FIELD_MANAGER.to_owned(),
+            collector_defaults: CollectorDefaults::default(),
         }
     }
 }
@@ -130,19 +147,49 @@ pub fn backoff(attempt: u32, max: Duration) -> Duration {
 /// Entry point of the controller for one pipeline.
 pub async fn reconcile(tp: Arc<TracePipeline>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.metrics.reconcile_started();
-    let ns = tp.namespace().unwrap_or_else(|| "default".to_owned());
-    let api: Api<TracePipeline> = Api::namespaced(ctx.client.clone(), &ns);
     let key = key(&tp);
-    let action = finalizer(&api, FINALIZER, tp, |event| async {
-        match event {
-            Finalizer::Apply(tp) => apply(&tp, &ctx).await,
-            Finalizer::Cleanup(tp) => cleanup(&tp, &ctx).await,
-        }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))?;
+    release_finalizer(&tp, &ctx).await?;
+    if tp.metadata.deletion_timestamp.is_some() {
+        // Held by someone else's finalizer (or foreground deletion): nothing to converge.
+        return Ok(Action::await_change());
+    }
+    let action = apply(&tp, &ctx).await?;
     ctx.succeeded(&key);
     Ok(action)
+}
+
+/// Removes the finalizer older releases put on every pipeline, so that uninstalling this
+/// operator later can never leave the pipeline (or its namespace) `Terminating`. The patch
+/// carries the resource version it was made from: a concurrent change of the list fails it
+/// (409) and the reconcile is retried, never overwrites another controller's finalizer.
+async fn release_finalizer(tp: &TracePipeline, ctx: &Context) -> Result<(), Error> {
+    let finalizers = tp.finalizers();
+    if !finalizers.iter().any(|f| f == FINALIZER) {
+        return Ok(());
+    }
+    let kept: Vec<&String> = finalizers.iter().filter(|f| *f != FINALIZER).collect();
+    let patch = serde_json::json!({
+        "metadata": { "finalizers": kept, "resourceVersion": tp.resource_version() },
+    });
+    let api: Api<TracePipeline> =
+        Api::namespaced(ctx.client.clone(), &tp.namespace().unwrap_or_default());
+    api.patch(
+        &tp.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    ctx.metrics.wrote("Finalizer");
+    tracing::info!(pipeline = %key(tp), "removed the finalizer of an older release");
+    Ok(())
+}
+
+/// Drops what the operator keeps in memory about a pipeline that is gone.
+fn forget(ctx: &Context, namespace: &str, name: &str) {
+    ctx.metrics.pipelines.forget_named(namespace, name);
+    ctx.autoscaler.forget(&format!("{namespace}/{name}"));
+    ctx.succeeded(&format!("{namespace}/{name}"));
+    tracing::info!(pipeline = %format!("{namespace}/{name}"), "pipeline deleted: its gateway is garbage-collected, its ClickHouse data kept");
 }
 
 /// Counts the failure and retries with backoff.
@@ -180,25 +227,15 @@ async fn apply(tp: &TracePipeline, ctx: &Context) -> Result<Action, Error> {
     if let Some((reason, action, note)) = sizing.event {
         publish_event_as(tp, ctx, EventType::Normal, reason, &action, note).await;
     }
-    let requeue = sizing
+    let mut requeue = sizing
         .requeue
         .map_or(ctx.settings.requeue, |r| r.min(ctx.settings.requeue));
+    // Pod states do not touch the Deployment, so nothing wakes us when a pod starts to fail:
+    // look again sooner while the gateway moves or fails, to name a failure within a minute.
+    if obs.gateway_failure.is_some() || obs.gateway.is_some_and(|g| !g.is_rolled_out()) {
+        requeue = requeue.min(MOVING_REQUEUE);
+    }
     Ok(Action::requeue(requeue))
-}
-
-/// The deletion path. Owned objects go through Kubernetes garbage collection (owner
-/// references); the ClickHouse database, table and data are never dropped by the operator.
-async fn cleanup(tp: &TracePipeline, ctx: &Context) -> Result<Action, Error> {
-    let ch = &tp.spec.clickhouse;
-    let note = format!(
-        "pipeline deleted: the gateway is garbage-collected; ClickHouse table {}.{} and its data are kept",
-        ch.database, ch.table
-    );
-    tracing::info!(pipeline = %key(tp), "{note}");
-    ctx.metrics.pipelines.forget(tp);
-    ctx.autoscaler.forget(&key(tp));
-    publish_event(tp, ctx, EventType::Normal, "Deleting", note).await;
-    Ok(Action::await_change())
 }
 
 async fn converge(
@@ -224,13 +261,38 @@ async fn converge(
         };
     let partitions = counts.values().sum::<i32>();
     obs.kafka = Step::Ok(partitions);
+    if let Some(topic) = &spec.kafka.dead_letter_topic
+        && let Err(e) = kafka::dead_letter_topic(&access, topic, ctx.settings.kafka_timeout).await
+    {
+        let e = Error::from(e);
+        obs.kafka = Step::Failed {
+            reason: e.reason(),
+            message: e.to_string(),
+        };
+        return Err(e);
+    }
+    // From the brokers, before anything that needs ClickHouse or the collectors: the lag of
+    // a pipeline whose gateway is down is the lag that matters most.
+    match lag::read(
+        &access,
+        &tp.consumer_group(),
+        &counts,
+        ctx.settings.kafka_timeout,
+    )
+    .await
+    {
+        Ok(l) => obs.lag = Step::Ok(l),
+        // An observation, not a step: the stored lag stands, the reconcile goes on.
+        Err(e) => tracing::warn!(pipeline = %key(tp), error = %e, "cannot read the consumer lag"),
+    }
 
     // Pure; a spec the collector would refuse never reaches ClickHouse or the cluster.
-    let mut desired = builders::desired(tp, partitions)?.with_secrets_hash(
-        secrets
-            .fingerprint(&builders::referenced_secrets(tp))
-            .await?,
-    );
+    let mut desired = builders::desired_with(tp, partitions, &ctx.settings.collector_defaults)?
+        .with_secrets_hash(
+            secrets
+                .fingerprint(&builders::referenced_secrets(tp))
+                .await?,
+        );
     let mut options = builders::table_options(&spec.clickhouse)?;
     // Sized from the partitions (issue 30, finding 6): `apply` changes it as they grow.
     options.dedup_window = migrations::dedup_window(
@@ -260,7 +322,16 @@ async fn converge(
     obs.desired_replicas = Some(desired.replicas);
 
     // The schema first: collectors must never start against a table that is not there.
-    let connection = clickhouse_connection(&secrets, spec).await?;
+    // The schema owner's credentials when the spec names them, else the writer's.
+    let connection = clickhouse_connection(
+        &secrets,
+        spec,
+        spec.clickhouse
+            .ddl_credentials
+            .as_ref()
+            .or(spec.clickhouse.credentials.as_ref()),
+    )
+    .await?;
     let target = format!("{}.{}", spec.clickhouse.database, spec.clickhouse.table);
     let ensured = tokio::time::timeout(
         ctx.settings.schema_timeout,
@@ -269,10 +340,22 @@ async fn converge(
             &options,
             &ctx.settings.identity,
             ctx.settings.schema_lock_timeout,
+            spec.clickhouse.schema_mode == SchemaMode::Verify,
         ),
     )
     .await;
     match ensured {
+        Ok(Ok(outcome)) if !outcome.missing.is_empty() => {
+            let e = Error::SchemaNotApplied {
+                target,
+                missing: outcome.missing,
+            };
+            obs.schema = Step::Failed {
+                reason: e.reason(),
+                message: e.to_string(),
+            };
+            return Err(e);
+        }
         Ok(Ok(outcome)) => {
             if !outcome.applied.is_empty() {
                 tracing::info!(pipeline = %key(tp), %target, applied = ?outcome.applied, "schema migrations applied");
@@ -280,6 +363,7 @@ async fn converge(
             }
             obs.schema = Step::Ok(outcome.version);
             obs.dedup_window = outcome.dedup_window;
+            obs.retention = Some(outcome.retention);
         }
         Ok(Err(source)) => {
             let e = Error::Schema { target, source };
@@ -313,7 +397,10 @@ async fn converge(
     let (deployment, c) = objects::ensure(client, &desired.deployment).await?;
     count(ctx, "Deployment", c);
     obs.config_hash = Some(desired.config_hash);
+    obs.collector_image = Some(desired.image);
+    obs.collector_upgrade = Some(desired.upgrade_available);
     obs.gateway = Some(Gateway::of(&deployment));
+    obs.gateway_failure = diagnose_gateway(tp, ctx, Some(&deployment)).await;
     Ok(sizing)
 }
 
@@ -332,8 +419,77 @@ async fn observe_gateway(
     let ns = tp.namespace().unwrap_or_default();
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
     let name = Names::of(&tp.name_any()).deployment;
-    obs.gateway = api.get_opt(&name).await?.as_ref().map(Gateway::of);
+    let deployment = api.get_opt(&name).await?;
+    obs.gateway = deployment.as_ref().map(Gateway::of);
+    if deployment.is_some() {
+        obs.gateway_failure = diagnose_gateway(tp, ctx, deployment.as_ref()).await;
+    }
     Ok(())
+}
+
+/// Why the gateway's pods fail, if they do (`crate::health`). Best effort: a pod list the
+/// API refuses is logged and reads as "nothing known", never fails the reconcile.
+async fn diagnose_gateway(
+    tp: &TracePipeline,
+    ctx: &Context,
+    deployment: Option<&Deployment>,
+) -> Option<health::Diagnosis> {
+    let ns = tp.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let selector = builders::selector_string(tp);
+    let list = match pods.list(&ListParams::default().labels(&selector)).await {
+        Ok(l) => l.items,
+        Err(e) => {
+            tracing::warn!(pipeline = %key(tp), error = %e, "cannot list the gateway pods");
+            return None;
+        }
+    };
+    let now = Time(Timestamp::now());
+    let mut notes = Vec::with_capacity(list.len());
+    for pod in &list {
+        let unscheduled = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_none_or(str::is_empty);
+        // Only unscheduled pods: a scheduler's reason is in an Event when it left no condition.
+        notes.push(if unscheduled {
+            scheduling_note(ctx, &ns, &pod.name_any()).await
+        } else {
+            None
+        });
+    }
+    let facts: Vec<PodFacts<'_>> = list
+        .iter()
+        .zip(notes)
+        .map(|(pod, scheduling_note)| PodFacts {
+            pod,
+            scheduling_note,
+        })
+        .collect();
+    health::diagnose(&facts, deployment, &now)
+}
+
+/// The newest `FailedScheduling` Event's note for pod `name`.
+async fn scheduling_note(ctx: &Context, ns: &str, name: &str) -> Option<String> {
+    let events: Api<CoreEvent> = Api::namespaced(ctx.client.clone(), ns);
+    let fields =
+        format!("involvedObject.kind=Pod,involvedObject.name={name},reason=FailedScheduling");
+    let list = events
+        .list(&ListParams::default().fields(&fields))
+        .await
+        .inspect_err(|e| tracing::debug!(pod = name, error = %e, "cannot list scheduling Events"))
+        .ok()?;
+    list.items
+        .into_iter()
+        .max_by_key(|e| {
+            e.last_timestamp
+                .as_ref()
+                .or(e.first_timestamp.as_ref())
+                .map(|t| t.0)
+                .or_else(|| e.event_time.as_ref().map(|t| t.0))
+        })
+        .and_then(|e| e.message)
 }
 
 /// How the operator itself reaches the brokers: the spec's properties plus security
@@ -350,11 +506,12 @@ async fn kafka_access(secrets: &Secrets, spec: &KafkaSpec) -> Result<KafkaAccess
             properties.insert("ssl.ca.pem".into(), secrets.key(ca).await?);
         }
         if let Some(name) = &tls.client_cert_secret_name {
+            let (cert_key, key_key) = tls.client_keys();
             properties.insert(
                 "ssl.certificate.pem".into(),
-                secrets.value(name, "tls.crt").await?,
+                secrets.value(name, cert_key).await?,
             );
-            properties.insert("ssl.key.pem".into(), secrets.value(name, "tls.key").await?);
+            properties.insert("ssl.key.pem".into(), secrets.value(name, key_key).await?);
         }
     }
     if let Some(sasl) = &spec.sasl {
@@ -371,9 +528,10 @@ async fn kafka_access(secrets: &Secrets, spec: &KafkaSpec) -> Result<KafkaAccess
 async fn clickhouse_connection(
     secrets: &Secrets,
     spec: &TracePipelineSpec,
+    credentials: Option<&CredentialsSecretRef>,
 ) -> Result<ConnectionConfig, Error> {
     let ch = &spec.clickhouse;
-    let (user, password) = match &ch.credentials {
+    let (user, password) = match credentials {
         Some(r) => {
             let c = secrets.credentials(r).await?;
             (Some(c.username), Some(c.password))
@@ -389,13 +547,21 @@ async fn clickhouse_connection(
 }
 
 /// Writes the next status if it differs from the stored one, then one Event per change.
+///
+/// `prev` comes from the controller's cache, which can lag behind our own last write: a
+/// Deployment event right after a status write reconciles with the object as it was before
+/// that write. Compared with that stale copy the status looks changed, and writing it would
+/// repeat the write (and its Events), or move a condition's transition time. So a status
+/// that looks changed is compared once more with the stored one, read from the API server
+/// (a quorum read), and written only if it still differs: nothing changed, nothing written.
 async fn publish(
     tp: &TracePipeline,
     ctx: &Context,
     prev: &TracePipelineStatus,
     obs: &Observation,
 ) -> Result<(), Error> {
-    let next = status::next(prev, obs, &Time(Timestamp::now()));
+    let now = Time(Timestamp::now());
+    let mut next = status::next(prev, obs, &now);
     // Every reconcile, changed or not: a restarted operator fills its gauges again.
     ctx.metrics.pipelines.observe(tp, &next);
     if next == *prev {
@@ -403,6 +569,19 @@ async fn publish(
     }
     let api: Api<TracePipeline> =
         Api::namespaced(ctx.client.clone(), &tp.namespace().unwrap_or_default());
+    let stored = match api.get_opt(&tp.name_any()).await? {
+        // Deleted meanwhile: nothing to report on.
+        None => return Ok(()),
+        Some(fresh) => fresh.status.unwrap_or_default(),
+    };
+    if stored != *prev {
+        next = status::next(&stored, obs, &now);
+        ctx.metrics.pipelines.observe(tp, &next);
+        if next == stored {
+            return Ok(());
+        }
+    }
+    let prev = &stored;
     let body = serde_json::json!({
         "apiVersion": TracePipeline::api_version(&()),
         "kind": TracePipeline::kind(&()),
@@ -502,11 +681,22 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>, shutdown: Cancell
     .owns(api::<Service>(&client, ns), owned.clone())
     .owns(api::<PodDisruptionBudget>(&client, ns), owned)
     .graceful_shutdown_on(async move { shutdown.cancelled().await })
-    .run(reconcile, error_policy, ctx)
-    .for_each(|result| async move {
-        match result {
-            Ok((obj, _)) => tracing::debug!(pipeline = %obj, "reconciled"),
-            Err(e) => tracing::debug!(error = %e, "reconcile did not complete"),
+    .run(reconcile, error_policy, ctx.clone())
+    .for_each(|result| {
+        let ctx = ctx.clone();
+        async move {
+            match result {
+                Ok((obj, _)) => tracing::debug!(pipeline = %obj, "reconciled"),
+                // A requeue (or an owned object's deletion) for a pipeline that is gone.
+                Err(kube::runtime::controller::Error::ObjectNotFound(obj)) => {
+                    forget(
+                        &ctx,
+                        obj.namespace.as_deref().unwrap_or_default(),
+                        &obj.name,
+                    );
+                }
+                Err(e) => tracing::debug!(error = %e, "reconcile did not complete"),
+            }
         }
     })
     .await;

@@ -121,7 +121,10 @@ impl Secrets {
 
     pub async fn credentials(&self, r: &CredentialsSecretRef) -> Result<Credentials, SecretError> {
         Ok(Credentials {
-            username: self.value(&r.name, &r.username_key).await?,
+            username: match &r.username {
+                Some(u) => u.clone(),
+                None => self.value(&r.name, &r.username_key).await?,
+            },
             password: self.value(&r.name, &r.password_key).await?,
         })
     }
@@ -135,10 +138,11 @@ impl Secrets {
             Some(r) => Some(self.key(r).await?),
             None => None,
         };
+        let (cert_key, key_key) = tls.client_keys();
         let client = match &tls.client_cert_secret_name {
             Some(name) => Some(ClientIdentity {
-                cert_pem: self.value(name, "tls.crt").await?,
-                key_pem: self.value(name, "tls.key").await?,
+                cert_pem: self.value(name, cert_key).await?,
+                key_pem: self.value(name, key_key).await?,
             }),
             None => None,
         };

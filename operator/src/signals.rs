@@ -65,7 +65,13 @@ impl Sampler {
         let list = api
             .list(&ListParams::default().labels(&builders::selector_string(tp)))
             .await?;
-        let budget = u64::try_from(tp.spec.collector.max_inflight_bytes).unwrap_or(0);
+        let budget = tp
+            .spec
+            .collector
+            .max_inflight_bytes
+            .bytes()
+            .and_then(|b| u64::try_from(b).ok())
+            .unwrap_or(0);
         let scrapes = list.items.iter().map(|pod| async move {
             let ready = is_ready(pod);
             let metrics = match pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()) {

@@ -10,7 +10,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::autoscale::AutoscalingStatus;
-use crate::crd::{TracePipelineStatus, condition};
+use crate::crd::{LagStatus, TracePipelineStatus, condition};
+use crate::health::{Diagnosis, Failure};
 
 /// The outcome of one step of a reconcile.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -55,6 +56,19 @@ impl Gateway {
             && self.ready >= self.desired
             && self.replicas == self.desired
     }
+
+    /// Spans flow: some collector is ready (or none is wanted, with no partitions). A scale
+    /// step or a rollout keeps serving, so it is not unavailability.
+    pub fn is_serving(&self) -> bool {
+        self.ready >= 1 || self.desired == 0
+    }
+
+    fn counts(&self) -> String {
+        format!(
+            "{} of {} replicas ready, {} updated, {} running",
+            self.ready, self.desired, self.updated, self.replicas
+        )
+    }
 }
 
 /// Everything one reconcile learned.
@@ -64,14 +78,24 @@ pub struct Observation {
     pub paused: bool,
     /// Partitions of the topics, summed.
     pub kafka: Step<i32>,
+    /// How far the consumer group is behind (`crate::lag`); not run, the stored one stands.
+    pub lag: Step<LagStatus>,
     /// Schema version recorded in ClickHouse.
     pub schema: Step<u32>,
     /// The traces table's insert-deduplication window, when the schema step read it.
     pub dedup_window: Option<u64>,
+    /// The traces table's TTL expression (`Some(None)`: none), when the schema step read it.
+    pub retention: Option<Option<String>>,
     pub desired_replicas: Option<i32>,
     pub config_hash: Option<String>,
+    /// The image the gateway was given; not run, the stored one stands.
+    pub collector_image: Option<String>,
+    /// `Some(newer)` while `upgradePolicy: Manual` holds the gateway back; not run: stored.
+    pub collector_upgrade: Option<Option<String>>,
     pub selector: Option<String>,
     pub gateway: Option<Gateway>,
+    /// Why the gateway's pods or rollout are failing, when they are (`crate::health`).
+    pub gateway_failure: Option<Diagnosis>,
     /// `status.autoscaling`: `Ok(None)` when the spec has no autoscaling (the field goes);
     /// not run, the stored one stands.
     pub autoscaling: Step<Option<AutoscalingStatus>>,
@@ -168,29 +192,78 @@ pub fn next(prev: &TracePipelineStatus, obs: &Observation, now: &Time) -> TraceP
         )),
         Step::NotRun => find(pc, condition::SCHEMA_READY).cloned(),
     };
-    let gateway = match &obs.gateway {
-        Some(gw) if gw.is_rolled_out() => Some(condition(
+    // A pod failure makes the gateway unavailable; a stuck rollout stops its progress.
+    let (pod_failure, stuck) = match &obs.gateway_failure {
+        Some(d) if d.failure == Failure::ProgressDeadlineExceeded => (None, Some(d)),
+        other => (other.as_ref(), None),
+    };
+    let gateway = match (&obs.gateway, pod_failure) {
+        (Some(gw), Some(d)) => Some(condition(
             pc,
             condition::GATEWAY_AVAILABLE,
-            true,
-            "RolloutComplete",
-            format!("{} of {} replicas ready", gw.ready, gw.desired),
+            false,
+            d.failure.reason(),
+            format!("{}; {}", d.message, gw.counts()),
             g,
             now,
         )),
-        Some(gw) => Some(condition(
+        (Some(gw), None) if gw.is_serving() => Some(condition(
+            pc,
+            condition::GATEWAY_AVAILABLE,
+            true,
+            if gw.is_rolled_out() {
+                "RolloutComplete"
+            } else {
+                "Serving"
+            },
+            gw.counts(),
+            g,
+            now,
+        )),
+        (Some(gw), None) => Some(condition(
             pc,
             condition::GATEWAY_AVAILABLE,
             false,
             "RollingOut",
-            format!(
-                "{} of {} replicas ready, {} updated, {} running",
-                gw.ready, gw.desired, gw.updated, gw.replicas
-            ),
+            gw.counts(),
             g,
             now,
         )),
-        None => find(pc, condition::GATEWAY_AVAILABLE).cloned(),
+        (None, _) => find(pc, condition::GATEWAY_AVAILABLE).cloned(),
+    };
+    let progressing = match (&obs.gateway, stuck) {
+        (Some(_), Some(d)) => Some(condition(
+            pc,
+            condition::PROGRESSING,
+            false,
+            d.failure.reason(),
+            d.message.clone(),
+            g,
+            now,
+        )),
+        (Some(gw), None) if gw.is_rolled_out() => Some(condition(
+            pc,
+            condition::PROGRESSING,
+            false,
+            "RolloutComplete",
+            format!("{} replicas run the current spec", gw.desired),
+            g,
+            now,
+        )),
+        (Some(gw), None) => Some(condition(
+            pc,
+            condition::PROGRESSING,
+            true,
+            if gw.updated < gw.desired || !gw.observed {
+                "RollingOut"
+            } else {
+                "Scaling"
+            },
+            gw.counts(),
+            g,
+            now,
+        )),
+        (None, _) => find(pc, condition::PROGRESSING).cloned(),
     };
 
     let not_true = [&kafka, &schema, &gateway]
@@ -214,6 +287,16 @@ pub fn next(prev: &TracePipelineStatus, obs: &Observation, now: &Time) -> TraceP
         condition(pc, condition::READY, false, reason, message, g, now)
     } else if let Some((reason, message)) = not_true {
         condition(pc, condition::READY, false, &reason, message, g, now)
+    } else if let Some(d) = stuck {
+        condition(
+            pc,
+            condition::READY,
+            false,
+            d.failure.reason(),
+            d.message.clone(),
+            g,
+            now,
+        )
     } else {
         condition(
             pc,
@@ -229,6 +312,7 @@ pub fn next(prev: &TracePipelineStatus, obs: &Observation, now: &Time) -> TraceP
     conditions.extend(kafka);
     conditions.extend(schema);
     conditions.extend(gateway);
+    conditions.extend(progressing);
 
     TracePipelineStatus {
         observed_generation: obs.generation.or(prev.observed_generation),
@@ -249,12 +333,28 @@ pub fn next(prev: &TracePipelineStatus, obs: &Observation, now: &Time) -> TraceP
             .dedup_window
             .map(|w| i64::try_from(w).unwrap_or(i64::MAX))
             .or(prev.dedup_window),
+        retention: obs
+            .retention
+            .clone()
+            .unwrap_or_else(|| prev.retention.clone()),
         config_hash: obs.config_hash.clone().or_else(|| prev.config_hash.clone()),
         last_error: obs.failure().map(|(_, m)| m),
+        lag: match &obs.lag {
+            Step::Ok(l) => Some(l.clone()),
+            _ => prev.lag.clone(),
+        },
         autoscaling: match &obs.autoscaling {
             Step::Ok(a) => a.clone(),
             _ => prev.autoscaling.clone(),
         },
+        collector_image: obs
+            .collector_image
+            .clone()
+            .or_else(|| prev.collector_image.clone()),
+        collector_upgrade: obs
+            .collector_upgrade
+            .clone()
+            .unwrap_or_else(|| prev.collector_upgrade.clone()),
     }
 }
 
@@ -309,6 +409,18 @@ pub fn events(prev: &TracePipelineStatus, next: &TracePipelineStatus) -> Vec<Eve
             ),
         ));
     }
+    // Not at creation (the first reading is no change). A status written by an operator
+    // older than this field reads as a change once, for a table with a TTL.
+    if next.retention != prev.retention && prev.schema_version.is_some() {
+        out.push(normal(
+            "RetentionChanged",
+            format!(
+                "traces table retention (TTL) is {} (was {})",
+                shown(next.retention.as_deref()),
+                shown(prev.retention.as_deref())
+            ),
+        ));
+    }
     if next.config_hash != prev.config_hash && next.config_hash.is_some() {
         out.push(match prev.config_hash {
             None => normal(
@@ -338,6 +450,18 @@ pub fn events(prev: &TracePipelineStatus, next: &TracePipelineStatus) -> Vec<Eve
             ),
         ));
     }
+    if next.collector_upgrade != prev.collector_upgrade
+        && let Some(newer) = &next.collector_upgrade
+    {
+        out.push(normal(
+            "CollectorUpgradeAvailable",
+            format!(
+                "the operator's default collector image is {newer}; upgradePolicy Manual keeps {} \
+                 (set it to Auto, or set spec.collector.image, to upgrade)",
+                shown(next.collector_image.as_deref())
+            ),
+        ));
+    }
     let ready = |s: &TracePipelineStatus| find(&s.conditions, condition::READY).cloned();
     let (was, now) = (ready(prev), ready(next));
     let reason_of = |c: &Option<Condition>| c.as_ref().map(|c| c.reason.clone());
@@ -355,13 +479,33 @@ pub fn events(prev: &TracePipelineStatus, next: &TracePipelineStatus) -> Vec<Eve
             "spec.paused is false: reconciling again".to_owned(),
         ));
     }
+    // A gateway failure newly named (or a new kind of it): one Warning with its reason.
+    let mut failure_announced = false;
+    for type_ in [condition::GATEWAY_AVAILABLE, condition::PROGRESSING] {
+        let (before, after) = (find(&prev.conditions, type_), find(&next.conditions, type_));
+        if let Some(c) = after.filter(|c| c.status == "False")
+            && Failure::is_failure_reason(&c.reason)
+            && before.is_none_or(|b| b.reason != c.reason)
+            && let Some(f) = Failure::ALL.iter().find(|f| f.reason() == c.reason)
+        {
+            out.push(EventSpec {
+                warning: true,
+                reason: f.reason(),
+                note: c.message.clone(),
+            });
+            failure_announced = true;
+        }
+    }
     let status_of = |c: &Option<Condition>| c.as_ref().map(|c| c.status.clone());
     if status_of(&now) != status_of(&was)
         && let Some(c) = &now
     {
         if c.status == "True" {
             out.push(normal("PipelineReady", c.message.clone()));
-        } else if c.reason != "Paused" && status_of(&was).as_deref() == Some("True") {
+        } else if c.reason != "Paused"
+            && !failure_announced
+            && status_of(&was).as_deref() == Some("True")
+        {
             out.push(EventSpec {
                 warning: true,
                 reason: "PipelineNotReady",
@@ -426,7 +570,13 @@ mod tests {
         let types: Vec<&str> = s.conditions.iter().map(|c| c.type_.as_str()).collect();
         assert_eq!(
             types,
-            ["Ready", "KafkaReachable", "SchemaReady", "GatewayAvailable"]
+            [
+                "Ready",
+                "KafkaReachable",
+                "SchemaReady",
+                "GatewayAvailable",
+                "Progressing"
+            ]
         );
     }
 
@@ -470,8 +620,12 @@ mod tests {
         assert!(events(&bad, &again).is_empty());
     }
 
+    fn cond<'a>(s: &'a TracePipelineStatus, type_: &str) -> &'a Condition {
+        find(&s.conditions, type_).unwrap()
+    }
+
     #[test]
-    fn scaling_and_rollouts_are_events_and_ready_follows_the_rollout() {
+    fn a_scale_step_that_keeps_serving_is_progressing_not_unready() {
         let s1 = next(&TracePipelineStatus::default(), &healthy(1), &at(0));
         let mut obs = healthy(1);
         obs.kafka = Step::Ok(12);
@@ -484,16 +638,108 @@ mod tests {
             observed: true,
         });
         let s2 = next(&s1, &obs, &at(30));
-        assert_eq!(ready_of(&s2).reason, "RollingOut");
+        assert_eq!(ready_of(&s2).status, "True", "still serving");
+        assert_eq!(ready_of(&s2).last_transition_time, at(0));
+        assert_eq!(cond(&s2, condition::GATEWAY_AVAILABLE).reason, "Serving");
+        let p = cond(&s2, condition::PROGRESSING);
+        assert_eq!((p.status.as_str(), p.reason.as_str()), ("True", "Scaling"));
         let reasons: Vec<&str> = events(&s1, &s2).iter().map(|e| e.reason).collect();
-        assert_eq!(reasons, ["PartitionsChanged", "Scaled", "PipelineNotReady"]);
+        assert_eq!(reasons, ["PartitionsChanged", "Scaled"], "no Warning");
         obs.gateway = Some(Gateway {
             ready: 3,
             ..obs.gateway.unwrap()
         });
         let s3 = next(&s2, &obs, &at(40));
-        assert_eq!(ready_of(&s3).status, "True");
-        let reasons: Vec<&str> = events(&s2, &s3).iter().map(|e| e.reason).collect();
+        let p = cond(&s3, condition::PROGRESSING);
+        assert_eq!(
+            (p.status.as_str(), p.reason.as_str()),
+            ("False", "RolloutComplete")
+        );
+        assert!(events(&s2, &s3).is_empty());
+    }
+
+    #[test]
+    fn a_rollout_is_progressing_and_a_first_rollout_is_not_ready_yet() {
+        let s1 = next(&TracePipelineStatus::default(), &healthy(1), &at(0));
+        let mut obs = healthy(2);
+        obs.gateway = Some(Gateway {
+            desired: 2,
+            replicas: 3,
+            updated: 1,
+            ready: 2,
+            observed: true,
+        });
+        let s2 = next(&s1, &obs, &at(10));
+        assert_eq!(ready_of(&s2).status, "True");
+        assert_eq!(cond(&s2, condition::PROGRESSING).reason, "RollingOut");
+        // A new pipeline with nothing ready serves nothing yet: not Ready, no Warning.
+        let mut fresh = healthy(1);
+        fresh.gateway = Some(Gateway {
+            desired: 2,
+            replicas: 2,
+            updated: 2,
+            ready: 0,
+            observed: true,
+        });
+        let empty = TracePipelineStatus::default();
+        let s = next(&empty, &fresh, &at(0));
+        assert_eq!(ready_of(&s).reason, "RollingOut");
+        assert!(events(&empty, &s).iter().all(|e| !e.warning));
+    }
+
+    fn failing(failure: Failure, message: &str) -> Observation {
+        let mut obs = healthy(1);
+        obs.gateway = Some(Gateway {
+            desired: 2,
+            replicas: 2,
+            updated: 2,
+            ready: 1,
+            observed: true,
+        });
+        obs.gateway_failure = Some(Diagnosis {
+            failure,
+            message: message.to_owned(),
+        });
+        obs
+    }
+
+    #[test]
+    fn a_failing_pod_is_named_on_gateway_available_and_ready_with_one_warning() {
+        let s1 = next(&TracePipelineStatus::default(), &healthy(1), &at(0));
+        let obs = failing(
+            Failure::CrashLoopBackOff,
+            "pod gw-1: container collector keeps exiting",
+        );
+        let s2 = next(&s1, &obs, &at(10));
+        let gw = cond(&s2, condition::GATEWAY_AVAILABLE);
+        assert_eq!(
+            (gw.status.as_str(), gw.reason.as_str()),
+            ("False", "CrashLoopBackOff")
+        );
+        assert!(
+            gw.message
+                .starts_with("pod gw-1: container collector keeps exiting; 1 of 2")
+        );
+        assert_eq!(ready_of(&s2).reason, "CrashLoopBackOff");
+        let e = events(&s1, &s2);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].warning);
+        assert_eq!(e[0].reason, "CrashLoopBackOff");
+        // Still failing the same way: nothing new.
+        let s3 = next(&s2, &obs, &at(40));
+        assert_eq!(s3, s2);
+        assert!(events(&s2, &s3).is_empty());
+        // Worse: an OOM kill is a new Warning.
+        let oom = failing(
+            Failure::OOMKilled,
+            "pod gw-1: container collector was OOMKilled",
+        );
+        let s4 = next(&s3, &oom, &at(50));
+        let reasons: Vec<&str> = events(&s3, &s4).iter().map(|e| e.reason).collect();
+        assert_eq!(reasons, ["OOMKilled"]);
+        // Healed.
+        let s5 = next(&s4, &healthy(1), &at(60));
+        let reasons: Vec<&str> = events(&s4, &s5).iter().map(|e| e.reason).collect();
         assert_eq!(reasons, ["PipelineReady"]);
     }
 
@@ -520,6 +766,61 @@ mod tests {
         let mut failed = healthy(1);
         failed.schema = Step::NotRun;
         assert_eq!(next(&s2, &failed, &at(30)).dedup_window, Some(46_080));
+    }
+
+    #[test]
+    fn a_stuck_rollout_stops_progress_and_readiness_but_not_availability() {
+        let s1 = next(&TracePipelineStatus::default(), &healthy(1), &at(0));
+        let obs = failing(
+            Failure::ProgressDeadlineExceeded,
+            "ReplicaSet \"gw-7\" has timed out progressing.",
+        );
+        let s2 = next(&s1, &obs, &at(700));
+        assert_eq!(cond(&s2, condition::GATEWAY_AVAILABLE).status, "True");
+        let p = cond(&s2, condition::PROGRESSING);
+        assert_eq!(
+            (p.status.as_str(), p.reason.as_str()),
+            ("False", "ProgressDeadlineExceeded")
+        );
+        assert_eq!(ready_of(&s2).reason, "ProgressDeadlineExceeded");
+        let reasons: Vec<&str> = events(&s1, &s2).iter().map(|e| e.reason).collect();
+        assert_eq!(reasons, ["ProgressDeadlineExceeded"]);
+    }
+
+    #[test]
+    fn a_retention_change_is_shown_and_announced_once() {
+        let ttl = |d: u32| Some(format!("toDateTime(Timestamp) + toIntervalDay({d})"));
+        let mut obs = healthy(1);
+        obs.retention = Some(ttl(30));
+        let s1 = next(&TracePipelineStatus::default(), &obs, &at(0));
+        assert_eq!(s1.retention, ttl(30));
+        assert!(
+            events(&TracePipelineStatus::default(), &s1)
+                .iter()
+                .all(|e| e.reason != "RetentionChanged")
+        );
+        obs.retention = Some(ttl(7));
+        let s2 = next(&s1, &obs, &at(10));
+        let reasons: Vec<&str> = events(&s1, &s2).iter().map(|e| e.reason).collect();
+        assert_eq!(reasons, ["RetentionChanged"]);
+        assert!(events(&s2, &next(&s2, &obs, &at(20))).is_empty());
+        // A schema step that did not run keeps it.
+        obs.retention = None;
+        assert_eq!(next(&s2, &obs, &at(30)).retention, ttl(7));
+    }
+
+    #[test]
+    fn a_held_back_upgrade_is_reported_once() {
+        let s1 = next(&TracePipelineStatus::default(), &healthy(1), &at(0));
+        let mut obs = healthy(1);
+        obs.collector_image = Some("c:0.1.0".into());
+        obs.collector_upgrade = Some(Some("c:0.2.0".into()));
+        let s2 = next(&s1, &obs, &at(10));
+        assert_eq!(s2.collector_image.as_deref(), Some("c:0.1.0"));
+        assert_eq!(s2.collector_upgrade.as_deref(), Some("c:0.2.0"));
+        let reasons: Vec<&str> = events(&s1, &s2).iter().map(|e| e.reason).collect();
+        assert_eq!(reasons, ["CollectorUpgradeAvailable"]);
+        assert!(events(&s2, &next(&s2, &obs, &at(20))).is_empty());
     }
 
     #[test]

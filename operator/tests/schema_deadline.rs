@@ -39,7 +39,7 @@ async fn a_schema_deadline_while_the_lock_is_held_leaves_no_lock_and_the_next_at
         }
     };
     tokio::select! {
-        r = migrations::ensure(&connection, &opts, identity, Duration::from_secs(10)) => {
+        r = migrations::ensure(&connection, &opts, identity, Duration::from_secs(10), false) => {
             panic!("the schema step finished before its deadline could fire: {r:?}")
         }
         () = held => {}
@@ -47,7 +47,7 @@ async fn a_schema_deadline_while_the_lock_is_held_leaves_no_lock_and_the_next_at
 
     // The next reconcile: proceeds at once, finds (or brings) the table up to date.
     let started = Instant::now();
-    let outcome = migrations::ensure(&connection, &opts, identity, Duration::from_secs(10))
+    let outcome = migrations::ensure(&connection, &opts, identity, Duration::from_secs(10), false)
         .await
         .unwrap_or_else(|e| panic!("the next schema step did not proceed: {e}"));
     let took = started.elapsed();

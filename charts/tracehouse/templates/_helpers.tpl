@@ -37,13 +37,48 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
-{{/* The operator image: repository:tag (tag defaults to the chart's appVersion), or @digest. */}}
-{{- define "tracehouse.image" -}}
-{{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{/* An image reference from {repository, tag, digest}: repository:tag (tag defaults to the
+chart's appVersion), or repository@digest; global.imageRegistry, when set, is prefixed. */}}
+{{- define "tracehouse.imageRef" -}}
+{{- $repo := .image.repository -}}
+{{- with ((.root.Values.global).imageRegistry) }}{{ $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}{{ end -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" $repo .image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" $repo (default .root.Chart.AppVersion .image.tag) -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The operator image. */}}
+{{- define "tracehouse.image" -}}
+{{- include "tracehouse.imageRef" (dict "image" .Values.image "root" .) -}}
+{{- end -}}
+
+{{/* global.imagePullSecrets (names or {name}) as a list of {name}, then `secrets`. */}}
+{{- define "tracehouse.pullSecrets" -}}
+{{- $out := list -}}
+{{- range ((.root.Values.global).imagePullSecrets) -}}
+{{- if kindIs "string" . }}{{ $out = append $out (dict "name" .) }}{{ else }}{{ $out = append $out (dict "name" .name) }}{{ end -}}
+{{- end -}}
+{{- range .secrets }}{{ $out = append $out (dict "name" .name) }}{{ end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* The chart's collector defaults as the operator reads them (TRACEHOUSE_COLLECTOR_DEFAULTS). */}}
+{{- define "tracehouse.collectorDefaults" -}}
+{{- $c := .Values.collector -}}
+{{- $d := dict "image" (include "tracehouse.imageRef" (dict "image" $c.image "root" .)) "upgradePolicy" $c.upgradePolicy "metricsBind" ($c.metricsBind | default "All") -}}
+{{- $secrets := include "tracehouse.pullSecrets" (dict "root" . "secrets" $c.imagePullSecrets) | fromJsonArray -}}
+{{- with $secrets }}{{ $_ := set $d "imagePullSecrets" . }}{{ end -}}
+{{- with $c.serviceAccountName }}{{ $_ := set $d "serviceAccountName" . }}{{ end -}}
+{{- with $c.nodeSelector }}{{ $_ := set $d "nodeSelector" . }}{{ end -}}
+{{- with $c.tolerations }}{{ $_ := set $d "tolerations" . }}{{ end -}}
+{{- with $c.affinity }}{{ $_ := set $d "affinity" . }}{{ end -}}
+{{- if kindIs "slice" $c.topologySpreadConstraints }}{{ $_ := set $d "topologySpreadConstraints" $c.topologySpreadConstraints }}{{ end -}}
+{{- with $c.priorityClassName }}{{ $_ := set $d "priorityClassName" . }}{{ end -}}
+{{- with $c.podAnnotations }}{{ $_ := set $d "podAnnotations" . }}{{ end -}}
+{{- with $c.podLabels }}{{ $_ := set $d "podLabels" . }}{{ end -}}
+{{- toJson $d -}}
 {{- end -}}
 
 {{/* The rules of config/rbac/role.yaml (copied into files/ by charts/gen): the ClusterRole's or the Role's. */}}

@@ -160,7 +160,8 @@ impl Default for Config {
             clickhouse: ClickHouseConfig::default(),
             batch: BatchConfig::default(),
             limits: LimitsConfig::default(),
-            metrics_addr: "0.0.0.0:8888".parse().expect("static address"),
+            // Every address, IPv4 and IPv6 (`http::bind`).
+            metrics_addr: "[::]:8888".parse().expect("static address"),
             shutdown_deadline_ms: 25_000,
         }
     }

@@ -47,6 +47,7 @@ pub mod migrate;
 pub mod migrations;
 pub mod model;
 pub mod options;
+pub mod retention;
 pub mod settings;
 pub mod table_check;
 pub mod tls;

@@ -26,6 +26,7 @@ use crate::ledger::{self, AppliedRecord, Mode, RecordContext};
 use crate::lock::{self, LockConfig, SchemaLock};
 use crate::migrations::{self, Rendered};
 use crate::model::TableOptions;
+use crate::retention;
 
 /// What will happen to a pending migration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +64,11 @@ pub struct Status {
     pub unknown: Vec<AppliedRecord>,
     /// The deduplication window; `None` for an engine without one (`Null`).
     pub window: Option<WindowStatus>,
+    /// Retention: what `apply` runs to bring the tables' TTL to the options' (`MODIFY TTL`
+    /// or `REMOVE TTL`); empty when it is as asked ([`crate::retention`]).
+    pub ttl_changes: Vec<String>,
+    /// The traces table's TTL expression now (`None`: keeps everything, or no table yet).
+    pub ttl: Option<String>,
     target: String,
 }
 
@@ -94,6 +100,7 @@ impl Status {
     pub fn is_up_to_date(&self) -> bool {
         self.pending().next().is_none()
             && self.window.as_ref().is_none_or(|w| w.changes.is_empty())
+            && self.ttl_changes.is_empty()
             && self.check().is_ok()
     }
 
@@ -154,20 +161,41 @@ pub async fn status(server: &Server, opts: &TableOptions) -> Result<Status, Erro
         });
     }
     let known = migrations::MIGRATIONS.len() as u32;
+    let (ttl, ttl_changes) = ttl_status(server, opts).await?;
     Ok(Status {
         migrations: out,
         unknown: records.into_iter().filter(|r| r.version > known).collect(),
         window: window_status(server, opts).await?,
+        ttl_changes,
+        ttl,
         target: format!("{}.{}", opts.database, opts.table),
     })
 }
 
+/// The traces table's TTL now, and the statements that bring every table's to the options'.
+/// Read-only.
+pub async fn ttl_status(
+    server: &Server,
+    opts: &TableOptions,
+) -> Result<(Option<String>, Vec<String>), Error> {
+    let tables = retention::tables(opts)?;
+    let names: Vec<Ident> = tables.iter().map(|(n, _)| n.clone()).collect();
+    let existing = create_queries(server, &opts.database, &names).await?;
+    let current = existing
+        .iter()
+        .find(|(n, _)| n == &opts.table)
+        .and_then(|(_, q)| retention::current_ttl(q));
+    Ok((
+        current,
+        retention::change_statements(opts, &tables, &existing),
+    ))
+}
+
 /// A recorded migration whose text differs from ours only in a window number.
+/// Or only in its TTL clause (retention is desired state too, see [`crate::retention`]).
 fn same_but_window(recorded: &AppliedRecord, m: &Rendered) -> bool {
-    !m.statements.is_empty()
-        && recorded.statements.contains("deduplication_window = ")
-        && dedup_window::without_window_values(&recorded.statements)
-            == dedup_window::without_window_values(&m.statements.join(";\n"))
+    let normal = |s: &str| retention::without_ttl(&dedup_window::without_window_values(s));
+    !m.statements.is_empty() && normal(&recorded.statements) == normal(&m.statements.join(";\n"))
 }
 
 #[derive(Debug, clickhouse::Row, serde::Deserialize)]
@@ -409,7 +437,53 @@ async fn apply_locked(
     if !stopped_early && let Some(changed) = set_window(server, opts, options, lock).await? {
         done.push(changed);
     }
+    if !stopped_early && let Some(changed) = set_ttl(server, opts, options, lock).await? {
+        done.push(changed);
+    }
     Ok(done)
+}
+
+/// The name of a retention change in the ledger and the report.
+pub const SET_TTL: &str = "set_ttl";
+
+/// Brings every table's TTL to the options' (read again under the lock), recorded.
+async fn set_ttl(
+    server: &Server,
+    opts: &TableOptions,
+    options: &ApplyOptions,
+    lock: &mut SchemaLock,
+) -> Result<Option<Applied>, Error> {
+    let (before, changes) = ttl_status(server, opts).await?;
+    if changes.is_empty() {
+        return Ok(None);
+    }
+    lock.renew().await?;
+    let started = Instant::now();
+    for sql in &changes {
+        server.execute("change the retention (TTL)", sql).await?;
+    }
+    let change = Rendered {
+        version: ledger::SETTINGS_VERSION,
+        name: SET_TTL,
+        checksum: migrations::checksum(&changes),
+        statements: changes.clone(),
+        creates: None,
+    };
+    record(server, opts, options, lock, started, &change, Mode::Applied).await?;
+    let note = format!(
+        "TTL {} -> {}",
+        before.as_deref().unwrap_or("none"),
+        retention::desired_ttl(opts, "Timestamp")
+            .as_deref()
+            .unwrap_or("none")
+    );
+    tracing::info!(%note, "retention changed");
+    Ok(Some(Applied {
+        version: ledger::SETTINGS_VERSION,
+        name: SET_TTL,
+        mode: Mode::Applied,
+        notes: vec![note],
+    }))
 }
 
 /// The name of a window change in the ledger and the report.
@@ -429,7 +503,7 @@ async fn record(
 ) -> Result<(), Error> {
     lock.verify().await?;
     let what = if step.version == ledger::SETTINGS_VERSION {
-        "record the window change in the ledger"
+        "record the setting change in the ledger"
     } else {
         "record the migration in the ledger"
     };

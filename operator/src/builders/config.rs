@@ -7,7 +7,7 @@ use tracehouse_contract::config as collector;
 
 use super::kafka_security::{clickhouse_tls_files, kafka_security_properties};
 use super::{BuildError, METRICS_PORT, invalid};
-use crate::crd::TracePipeline;
+use crate::crd::{ByteSize, TracePipeline};
 
 /// The collector drains for this long on SIGTERM (must stay below the grace period).
 const SHUTDOWN_DEADLINE_MS: u64 = 25_000;
@@ -17,6 +17,10 @@ fn usize_field(field: &'static str, v: i64) -> Result<usize, BuildError> {
         .ok()
         .filter(|v| *v > 0)
         .ok_or_else(|| invalid(field, format!("must be a positive number, got {v}")))
+}
+
+fn bytes_field(field: &'static str, v: &ByteSize) -> Result<usize, BuildError> {
+    usize_field(field, v.bytes().unwrap_or(0))
 }
 
 /// The collector's configuration for this pipeline, validated by the collector's own rules.
@@ -51,15 +55,17 @@ pub fn collector_config(tp: &TracePipeline) -> Result<collector::Config, BuildEr
         .ok()
         .filter(|v| *v > 0)
         .ok_or_else(|| invalid("spec.collector.maxInflightInserts", "must be at least 1"))?;
-    cfg.batch.max_bytes = usize_field("spec.collector.batch.maxBytes", c.batch.max_bytes)?;
+    cfg.batch.max_bytes = bytes_field("spec.collector.batch.maxBytes", &c.batch.max_bytes)?;
     cfg.batch.max_records = usize_field("spec.collector.batch.maxRecords", c.batch.max_records)?;
     cfg.batch.linger_ms = u64::try_from(c.batch.linger_ms)
         .map_err(|_| invalid("spec.collector.batch.lingerMs", "must not be negative"))?;
     cfg.limits.max_inflight_bytes =
-        usize_field("spec.collector.maxInflightBytes", c.max_inflight_bytes)?;
-    cfg.limits.max_record_bytes = usize_field("spec.collector.maxRecordBytes", c.max_record_bytes)?;
-    // Every pod overrides this with its own address (`--metrics-addr=$(POD_IP):PORT`).
-    cfg.metrics_addr = std::net::SocketAddr::from(([0, 0, 0, 0], METRICS_PORT as u16));
+        bytes_field("spec.collector.maxInflightBytes", &c.max_inflight_bytes)?;
+    cfg.limits.max_record_bytes =
+        bytes_field("spec.collector.maxRecordBytes", &c.max_record_bytes)?;
+    // The pod's `--metrics-addr` says where (`defaults::MetricsBind`); every address here.
+    cfg.metrics_addr =
+        std::net::SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, METRICS_PORT as u16));
     cfg.shutdown_deadline_ms = SHUTDOWN_DEADLINE_MS;
     cfg.validate().map_err(|e| match e {
         collector::ConfigError::Invalid { field, reason } => invalid(spec_field(field), reason),
@@ -120,7 +126,7 @@ mod tests {
     #[test]
     fn collector_rules_the_crd_cannot_express_name_the_spec_field() {
         let mut tp = sample();
-        tp.spec.collector.max_inflight_bytes = 1;
+        tp.spec.collector.max_inflight_bytes = 1.into();
         let err = collector_config(&tp).unwrap_err();
         assert!(
             matches!(

@@ -25,7 +25,8 @@ use super::{
     BuildError, CONFIG_DIR, CONFIG_HASH_ANNOTATION, CONFIG_KEY, CONTAINER, ENV_KAFKA_SASL_PASSWORD,
     ENV_KAFKA_SASL_USERNAME, METRICS_PORT, Names, labels, meta, selector_labels,
 };
-use crate::crd::TracePipeline;
+use crate::crd::{CLIENT_CERT_KEY, CLIENT_KEY_KEY, TlsSpec, TracePipeline};
+use crate::defaults::{MetricsBind, PodSettings};
 
 /// The collector's own shutdown deadline plus a margin before the kubelet kills it.
 const TERMINATION_GRACE_SECONDS: i64 = 35;
@@ -81,17 +82,19 @@ fn container_env(tp: &TracePipeline) -> Vec<EnvVar> {
                 .unwrap_or_else(|| "info,librdkafka=warn".to_owned()),
         ),
     ];
+    // The user name from the Secret, or given in the spec (a Strimzi KafkaUser's Secret holds
+    // only the password; the user is the Secret's name).
+    let user = |env_name: &str, c: &crate::crd::CredentialsSecretRef| match &c.username {
+        Some(u) => env_value(env_name, u.clone()),
+        None => env_secret(env_name, &c.name, &c.username_key),
+    };
     if let Some(c) = &s.clickhouse.credentials {
-        env.push(env_secret("CLICKHOUSE_USER", &c.name, &c.username_key));
+        env.push(user("CLICKHOUSE_USER", c));
         env.push(env_secret("CLICKHOUSE_PASSWORD", &c.name, &c.password_key));
     }
     if let Some(sasl) = &s.kafka.sasl {
         let c = &sasl.credentials;
-        env.push(env_secret(
-            ENV_KAFKA_SASL_USERNAME,
-            &c.name,
-            &c.username_key,
-        ));
+        env.push(user(ENV_KAFKA_SASL_USERNAME, c));
         env.push(env_secret(
             ENV_KAFKA_SASL_PASSWORD,
             &c.name,
@@ -143,34 +146,55 @@ fn volumes(tp: &TracePipeline, names: &Names) -> (Vec<Volume>, Vec<VolumeMount>)
         }]),
         ..Default::default()
     };
-    // A `kubernetes.io/tls` Secret. Readable by all: Secret files are owned by root and the
-    // collector runs as 65532 (0400 made the key unreadable to it); the pod has no other user.
-    let client_cert = |name: &String| SecretVolumeSource {
-        secret_name: Some(name.clone()),
-        default_mode: Some(0o444),
-        ..Default::default()
+    // The client certificate and key, as `tls.crt` and `tls.key` whatever their keys in the
+    // Secret (a Strimzi KafkaUser's are `user.crt`, `user.key`; a `kubernetes.io/tls`
+    // Secret's already are: mounted whole, as before). Readable by all: Secret files are owned
+    // by root and the collector runs as 65532 (0400 made the key unreadable to it); the pod
+    // has no other user.
+    let client_cert = |t: &TlsSpec| {
+        let (cert, key) = t.client_keys();
+        let renamed = (cert != CLIENT_CERT_KEY || key != CLIENT_KEY_KEY).then(|| {
+            vec![
+                KeyToPath {
+                    key: cert.to_owned(),
+                    path: CLIENT_CERT_KEY.to_owned(),
+                    mode: None,
+                },
+                KeyToPath {
+                    key: key.to_owned(),
+                    path: CLIENT_KEY_KEY.to_owned(),
+                    mode: None,
+                },
+            ]
+        });
+        SecretVolumeSource {
+            secret_name: t.client_cert_secret_name.clone(),
+            default_mode: Some(0o444),
+            items: renamed,
+            ..Default::default()
+        }
     };
     if let Some(r) = kafka.and_then(|t| t.ca.as_ref()) {
         mount("kafka-ca", KAFKA_CA_DIR, ca(r));
     }
-    if let Some(name) = kafka.and_then(|t| t.client_cert_secret_name.as_ref()) {
-        mount(
-            "kafka-client-cert",
-            KAFKA_CLIENT_CERT_DIR,
-            client_cert(name),
-        );
+    if let Some(t) = kafka.filter(|t| t.client_cert_secret_name.is_some()) {
+        mount("kafka-client-cert", KAFKA_CLIENT_CERT_DIR, client_cert(t));
     }
     if let Some(r) = clickhouse.and_then(|t| t.ca.as_ref()) {
         mount("clickhouse-ca", CLICKHOUSE_CA_DIR, ca(r));
     }
-    if let Some(name) = clickhouse.and_then(|t| t.client_cert_secret_name.as_ref()) {
+    if let Some(t) = clickhouse.filter(|t| t.client_cert_secret_name.is_some()) {
         mount(
             "clickhouse-client-cert",
             CLICKHOUSE_CLIENT_CERT_DIR,
-            client_cert(name),
+            client_cert(t),
         );
     }
     (volumes, mounts)
+}
+
+fn non_empty<T>(v: Vec<T>) -> Option<Vec<T>> {
+    (!v.is_empty()).then_some(v)
 }
 
 fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
@@ -209,20 +233,24 @@ pub(super) fn deployment(
     names: &Names,
     replicas: i32,
     config_hash: &str,
+    pod: &PodSettings,
 ) -> Result<Deployment, BuildError> {
     let c = &tp.spec.collector;
     let (volumes, mounts) = volumes(tp, names);
     let container = Container {
         name: CONTAINER.to_owned(),
-        image: Some(c.image()),
+        image: Some(pod.image.clone()),
         image_pull_policy: c.image_pull_policy.map(|p| p.as_str().to_owned()),
         args: Some(vec![
             "run".to_owned(),
             "--config".to_owned(),
             format!("{CONFIG_DIR}/{CONFIG_KEY}"),
-            // Each pod listens on its own address: the kubelet (and the local node agent)
-            // expand $(POD_IP) from the env entry above.
-            format!("--metrics-addr=$(POD_IP):{METRICS_PORT}"),
+            // Every address by default (port-forward, IPv6); on nodes whose pods share one
+            // network, each pod's own (the kubelet expands $(POD_IP) from the env above).
+            match pod.metrics_bind {
+                MetricsBind::All => format!("--metrics-addr=[::]:{METRICS_PORT}"),
+                MetricsBind::PodIp => format!("--metrics-addr=$(POD_IP):{METRICS_PORT}"),
+            },
             "--log-format=json".to_owned(),
         ]),
         env: Some(container_env(tp)),
@@ -250,23 +278,28 @@ pub(super) fn deployment(
             ..Default::default()
         }),
         volume_mounts: Some(mounts),
+        // A crash's last log lines become its termination message, which the operator
+        // shows in the status (CrashLoopBackOff).
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Default::default()
     };
-    let mut template_meta = ObjectMeta {
-        labels: Some(labels(tp)),
-        annotations: Some(BTreeMap::from([(
-            CONFIG_HASH_ANNOTATION.to_owned(),
-            config_hash.to_owned(),
-        )])),
-        ..Default::default()
-    };
-    template_meta
-        .annotations
-        .get_or_insert_with(BTreeMap::new)
-        .insert(
+    // The user's labels and annotations first: ours win on the same key (the selector
+    // labels must never change).
+    let mut template_labels = pod.pod_labels.clone();
+    template_labels.extend(labels(tp));
+    let mut annotations = pod.pod_annotations.clone();
+    annotations.extend([
+        (CONFIG_HASH_ANNOTATION.to_owned(), config_hash.to_owned()),
+        (
             "kubectl.kubernetes.io/default-container".to_owned(),
             CONTAINER.to_owned(),
-        );
+        ),
+    ]);
+    let template_meta = ObjectMeta {
+        labels: Some(template_labels),
+        annotations: Some(annotations),
+        ..Default::default()
+    };
     Ok(Deployment {
         metadata: meta(tp, &names.deployment)?,
         spec: Some(DeploymentSpec {
@@ -290,6 +323,14 @@ pub(super) fn deployment(
                 spec: Some(PodSpec {
                     containers: vec![container],
                     volumes: Some(volumes),
+                    image_pull_secrets: non_empty(pod.image_pull_secrets.clone()),
+                    service_account_name: pod.service_account_name.clone(),
+                    node_selector: (!pod.node_selector.is_empty())
+                        .then(|| pod.node_selector.clone()),
+                    tolerations: non_empty(pod.tolerations.clone()),
+                    affinity: pod.affinity.clone(),
+                    topology_spread_constraints: non_empty(pod.topology_spread_constraints.clone()),
+                    priority_class_name: pod.priority_class_name.clone(),
                     // The collector never talks to the Kubernetes API.
                     automount_service_account_token: Some(false),
                     termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),

@@ -130,6 +130,94 @@ mod tests {
         assert_eq!(clickhouse_tls_files(None), ClickHouseTlsConfig::default());
     }
 
+    /// Strimzi's KafkaUser Secrets as they are: a SCRAM user's holds only `password` (the
+    /// user is the Secret's name), a TLS user's `user.crt`/`user.key`/`ca.crt`.
+    #[test]
+    fn strimzi_kafka_user_secrets_are_used_as_they_are() {
+        let tp = pipeline(serde_json::json!({
+            "kafka": {
+                "bootstrapServers": "my-cluster-kafka-bootstrap:9093",
+                "tls": {
+                    "ca": { "name": "my-cluster-cluster-ca-cert", "key": "ca.crt" },
+                    "clientCertSecretName": "tls-user",
+                    "clientCertKey": "user.crt",
+                    "clientKeyKey": "user.key"
+                },
+                "sasl": {
+                    "mechanism": "SCRAM-SHA-512",
+                    "credentials": { "name": "scram-user", "username": "scram-user" }
+                }
+            },
+            "clickhouse": { "endpoint": "http://clickhouse.db:8123" }
+        }));
+        let d = desired(&tp, 2).unwrap();
+        let pod = d.deployment.spec.unwrap().template.spec.unwrap();
+        let env = pod.containers[0].env.clone().unwrap();
+        let user = env
+            .iter()
+            .find(|e| e.name == "KAFKA_SASL_USERNAME")
+            .unwrap();
+        assert_eq!(user.value.as_deref(), Some("scram-user"));
+        let password = env
+            .iter()
+            .find(|e| e.name == "KAFKA_SASL_PASSWORD")
+            .unwrap();
+        let from = password
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            (from.name.as_str(), from.key.as_str()),
+            ("scram-user", "password")
+        );
+        let cert = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "kafka-client-cert")
+            .and_then(|v| v.secret)
+            .unwrap();
+        let items: Vec<(String, String)> = cert
+            .items
+            .unwrap()
+            .into_iter()
+            .map(|i| (i.key, i.path))
+            .collect();
+        assert_eq!(
+            items,
+            [
+                ("user.crt".to_owned(), "tls.crt".to_owned()),
+                ("user.key".to_owned(), "tls.key".to_owned())
+            ]
+        );
+        // The collector reads the same paths as with a kubernetes.io/tls Secret.
+        let p = kafka_security_properties(tp.spec.kafka.tls.as_ref(), tp.spec.kafka.sasl.as_ref());
+        assert_eq!(
+            p["ssl.certificate.location"],
+            format!("{KAFKA_CLIENT_CERT_DIR}/tls.crt")
+        );
+        // A kubernetes.io/tls Secret is mounted whole, as before (no rollout on upgrade).
+        let plain = secured();
+        let d = desired(&plain, 2).unwrap();
+        let v = d
+            .deployment
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+            .volumes
+            .unwrap();
+        let c = v
+            .iter()
+            .find(|v| v.name == "clickhouse-client-cert")
+            .unwrap();
+        assert_eq!(c.secret.as_ref().unwrap().items, None);
+    }
+
     #[test]
     fn every_referenced_secret_feeds_the_roll_annotation() {
         let tp = secured();

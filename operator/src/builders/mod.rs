@@ -29,6 +29,7 @@ use kube::{Resource, ResourceExt};
 use tracehouse_contract::yaml;
 
 use crate::crd::{ReplicasSpec, TracePipeline};
+use crate::defaults::{self, CollectorDefaults};
 
 pub use config::{collector_config, config_hash};
 pub use kafka_security::kafka_security_properties;
@@ -170,15 +171,30 @@ pub struct Desired {
     pub partitions: i32,
     pub replicas: i32,
     pub config_hash: String,
+    /// The collector image the pods run.
+    pub image: String,
+    /// A newer default image the gateway is held back from (`upgradePolicy: Manual`).
+    pub upgrade_available: Option<String>,
     pub config_map: ConfigMap,
     pub deployment: Deployment,
     pub service: Service,
     pub pdb: PodDisruptionBudget,
 }
 
-/// The gateway for `tp` over `partitions` partitions.
+/// The gateway for `tp` over `partitions` partitions, without chart defaults.
 pub fn desired(tp: &TracePipeline, partitions: i32) -> Result<Desired, BuildError> {
+    desired_with(tp, partitions, &CollectorDefaults::default())
+}
+
+/// The gateway for `tp` over `partitions` partitions, with the chart's `defaults` under the
+/// pipeline's own `spec.collector`.
+pub fn desired_with(
+    tp: &TracePipeline,
+    partitions: i32,
+    defaults: &CollectorDefaults,
+) -> Result<Desired, BuildError> {
     let names = Names::of(&tp.name_any());
+    let pod = defaults::resolve(tp, defaults, &selector_labels(tp));
     let rendered = yaml::to_string(&collector_config(tp)?)
         .map_err(|e| invalid("spec", format!("cannot render the collector config: {e}")))?;
     let hash = config_hash(&rendered);
@@ -191,10 +207,12 @@ pub fn desired(tp: &TracePipeline, partitions: i32) -> Result<Desired, BuildErro
             data: Some(BTreeMap::from([(CONFIG_KEY.to_owned(), rendered)])),
             ..Default::default()
         },
-        deployment: gateway::deployment(tp, &names, replicas, &hash)?,
+        deployment: gateway::deployment(tp, &names, replicas, &hash, &pod)?,
         service: gateway::service(tp, &names)?,
         pdb: gateway::pdb(tp, &names)?,
         config_hash: hash,
+        image: pod.image,
+        upgrade_available: pod.upgrade_available,
     })
 }
 
@@ -340,6 +358,7 @@ mod tests {
             mechanism: SaslMechanism::ScramSha512,
             credentials: CredentialsSecretRef {
                 name: "kafka-user".into(),
+                username: None,
                 username_key: "user".into(),
                 password_key: "pass".into(),
             },
@@ -351,6 +370,7 @@ mod tests {
             }),
             client_cert_secret_name: Some("kafka-client".into()),
             insecure_skip_verify: false,
+            ..Default::default()
         });
         let d = desired(&tp, 4).unwrap();
         let yaml = &d.config_map.data.as_ref().unwrap()[CONFIG_KEY];

@@ -80,10 +80,20 @@ pub struct TlsSpec {
     /// CA bundle that signs the server's certificates (default: the system roots).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca: Option<SecretKeyRef>,
-    /// A `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`) for mutual TLS.
+    /// A Secret with the client certificate and key for mutual TLS: a `kubernetes.io/tls`
+    /// Secret (`tls.crt`, `tls.key`), or any other, e.g. a Strimzi KafkaUser's (`user.crt`,
+    /// `user.key`: set `clientCertKey` and `clientKeyKey`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub client_cert_secret_name: Option<String>,
+    /// Key of the client certificate (PEM) in `clientCertSecretName`. Default `tls.crt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub client_cert_key: Option<String>,
+    /// Key of the client private key (PEM) in `clientCertSecretName`. Default `tls.key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub client_key_key: Option<String>,
     /// Skip verifying the server's certificates. Only for testing.
     #[serde(default)]
     pub insecure_skip_verify: bool,
@@ -133,13 +143,20 @@ pub struct SecretKeyRef {
     pub key: String,
 }
 
-/// A Secret in the pipeline's namespace with a user name and a password.
+/// A Secret in the pipeline's namespace with a password and, unless `username` is given, a
+/// user name. A Strimzi KafkaUser's Secret is used as it is: `{name: <user>, username: <user>}`
+/// (it holds `password`; the user name is the KafkaUser's, which is the Secret's name).
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CredentialsSecretRef {
     /// Secret name.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
+    /// The user name itself, when the Secret does not hold it (Strimzi's KafkaUser Secrets
+    /// do not). Set, `usernameKey` is not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub username: Option<String>,
     /// Key holding the user name.
     #[serde(default = "default_username_key")]
     #[schemars(length(min = 1, max = 253))]
@@ -158,12 +175,26 @@ fn default_password_key() -> String {
     "password".to_owned()
 }
 
+/// The default keys of a client certificate Secret (`kubernetes.io/tls`).
+pub const CLIENT_CERT_KEY: &str = "tls.crt";
+pub const CLIENT_KEY_KEY: &str = "tls.key";
+
+impl TlsSpec {
+    /// Keys of the client certificate and key in `clientCertSecretName`.
+    pub fn client_keys(&self) -> (&str, &str) {
+        (
+            self.client_cert_key.as_deref().unwrap_or(CLIENT_CERT_KEY),
+            self.client_key_key.as_deref().unwrap_or(CLIENT_KEY_KEY),
+        )
+    }
+}
+
 /// The ClickHouse side: endpoint, traces table and how it is shaped.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "self.schema == oldSelf.schema || self.table != oldSelf.table || self.database != oldSelf.database",
-    "message": "spec.clickhouse.schema can only change together with spec.clickhouse.table or spec.clickhouse.database: applied migrations are never edited",
+    "rule": "(self.schema.attributes == oldSelf.schema.attributes && self.schema.attributeKeysColumns == oldSelf.schema.attributeKeysColumns && self.schema.engine == oldSelf.schema.engine && self.schema.dedupWindow == oldSelf.schema.dedupWindow && (has(self.schema.cluster) ? (has(oldSelf.schema.cluster) && self.schema.cluster == oldSelf.schema.cluster) : !has(oldSelf.schema.cluster))) || self.table != oldSelf.table || self.database != oldSelf.database",
+    "message": "spec.clickhouse.schema can only change together with spec.clickhouse.table or spec.clickhouse.database: applied migrations are never edited (spec.clickhouse.schema.ttl is the exception: it changes in place)",
     "fieldPath": ".schema"
 }]))]
 pub struct ClickHouseSpec {
@@ -187,8 +218,22 @@ pub struct ClickHouseSpec {
     /// password).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<CredentialsSecretRef>,
+    /// Credentials of the operator's schema step (migrations, or the check of `Verify`), when
+    /// they differ from the collectors' `credentials`: the writer then needs only `INSERT`
+    /// (and `SELECT` on the table), the schema owner `CREATE`/`ALTER`. Never given to the
+    /// collector pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ddl_credentials: Option<CredentialsSecretRef>,
+    /// `Apply` (default): the operator applies the schema migrations. `Verify`: it only checks
+    /// that every migration is recorded and the table is as the spec asks, runs no DDL, and
+    /// until then reports `SchemaReady=False/SchemaNotApplied` naming what is missing (and
+    /// rolls out no gateway), for teams whose schema is owned elsewhere
+    /// (`tracehouse-collector schema apply` in their pipeline).
+    #[serde(default)]
+    pub schema_mode: SchemaMode,
     /// Shape of the traces table. Fixed once applied: change it only together with a new
-    /// table or database.
+    /// table or database, except `ttl`, which the operator changes in place
+    /// (`ALTER TABLE … MODIFY TTL`, recorded in the migration ledger, `status.retention`).
     #[serde(default)]
     pub schema: SchemaSpec,
     /// Input format of inserts: `auto` (default, the measured best), `native` or
@@ -198,6 +243,16 @@ pub struct ClickHouseSpec {
     /// TLS to an `https://` endpoint: the CA, a client certificate (mutual TLS).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
+}
+
+/// Who changes the traces table's schema.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum SchemaMode {
+    /// The operator applies the migrations.
+    #[default]
+    Apply,
+    /// The operator only checks them.
+    Verify,
 }
 
 fn default_database() -> String {
@@ -233,6 +288,8 @@ pub struct SchemaSpec {
     #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]{1,64}$"))]
     pub cluster: Option<String>,
     /// Retention: days (`30`) or a duration (`30d`, `72h`, `90m`, `3600s`). Default: keep.
+    /// May change on an existing table: applied in place (`MODIFY TTL` / `REMOVE TTL` on the
+    /// traces and lookup tables, which also rewrites existing parts in the background).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]{1,9}[dhms]?$"))]
     pub ttl: Option<String>,

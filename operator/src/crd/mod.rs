@@ -9,11 +9,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvVar, LocalObjectReference, ResourceRequirements, Toleration,
+    TopologySpreadConstraint,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -27,8 +30,10 @@ pub use tracehouse_schema::{Attributes, EngineKind, InsertFormat};
 
 use crate::autoscale::{AutoscalingSpec, AutoscalingStatus};
 
+mod bytes;
 mod endpoints;
 
+pub use bytes::ByteSize;
 pub use endpoints::*;
 
 /// API group of the CRD.
@@ -41,8 +46,23 @@ pub mod condition {
     pub const SCHEMA_READY: &str = "SchemaReady";
     /// The brokers answered and every topic exists.
     pub const KAFKA_REACHABLE: &str = "KafkaReachable";
-    /// The gateway Deployment has its desired replicas updated and ready.
+    /// The gateway serves (some collector is ready) and none of its pods is failing: a pod
+    /// that cannot be scheduled, pulled, configured or kept running is named here
+    /// (`Unschedulable`, `ImagePullBackOff`, `CreateContainerConfigError`, `OOMKilled`,
+    /// `CrashLoopBackOff`).
     pub const GATEWAY_AVAILABLE: &str = "GatewayAvailable";
+    /// True while the gateway moves (a rollout or a scale step: `RollingOut`, `Scaling`);
+    /// False when it is settled (`RolloutComplete`) or stuck (`ProgressDeadlineExceeded`,
+    /// which also makes the pipeline not Ready). Moving is not unavailability.
+    pub const PROGRESSING: &str = "Progressing";
+    /// Every type above.
+    pub const ALL: [&str; 5] = [
+        READY,
+        SCHEMA_READY,
+        KAFKA_REACHABLE,
+        GATEWAY_AVAILABLE,
+        PROGRESSING,
+    ];
 }
 
 /// What the pipeline consumes, where it writes, and how its gateway of collectors runs.
@@ -88,15 +108,14 @@ pub mod condition {
 #[kube(printcolumn(
     name = "Lag",
     type_ = "integer",
-    json_path = ".status.autoscaling.lagSeconds",
-    description = "Seconds the gateway is behind: the age of the oldest record not yet in ClickHouse"
+    json_path = ".status.lag.records",
+    description = "Records the consumer group is behind, from the brokers"
 ))]
 #[kube(printcolumn(
     name = "Behind",
-    type_ = "integer",
-    priority = 1,
-    json_path = ".status.autoscaling.lagRecords",
-    description = "Records the consumer group is behind"
+    type_ = "date",
+    json_path = ".status.lag.oldestUnconsumedTime",
+    description = "Age of the oldest record not yet consumed (empty when nothing is behind)"
 ))]
 #[kube(printcolumn(
     name = "Spans/s",
@@ -157,10 +176,19 @@ pub struct TracePipelineSpec {
 /// The gateway collector pods.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+// Byte sizes are integers or quantities (`ByteSize`); the rules read both forms.
 #[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "self.maxInflightBytes >= self.batch.maxBytes + self.maxRecordBytes",
+    "rule": "(type(self.maxInflightBytes) == string ? quantity(string(self.maxInflightBytes)).asInteger() : int(self.maxInflightBytes)) >= (type(self.batch.maxBytes) == string ? quantity(string(self.batch.maxBytes)).asInteger() : int(self.batch.maxBytes)) + (type(self.maxRecordBytes) == string ? quantity(string(self.maxRecordBytes)).asInteger() : int(self.maxRecordBytes))",
     "message": "spec.collector.maxInflightBytes must be at least spec.collector.batch.maxBytes + spec.collector.maxRecordBytes (one full batch plus one record)",
     "fieldPath": ".maxInflightBytes"
+}, {
+    "rule": "(type(self.maxInflightBytes) == int || isQuantity(string(self.maxInflightBytes))) && (type(self.maxInflightBytes) == string ? quantity(string(self.maxInflightBytes)).asInteger() : int(self.maxInflightBytes)) >= 1 && (type(self.maxInflightBytes) == string ? quantity(string(self.maxInflightBytes)).asInteger() : int(self.maxInflightBytes)) <= 68719476736",
+    "message": "spec.collector.maxInflightBytes must be an integer or a quantity (512Mi) between 1 byte and 64Gi",
+    "fieldPath": ".maxInflightBytes"
+}, {
+    "rule": "(type(self.maxRecordBytes) == int || isQuantity(string(self.maxRecordBytes))) && (type(self.maxRecordBytes) == string ? quantity(string(self.maxRecordBytes)).asInteger() : int(self.maxRecordBytes)) >= 1 && (type(self.maxRecordBytes) == string ? quantity(string(self.maxRecordBytes)).asInteger() : int(self.maxRecordBytes)) <= 68719476736",
+    "message": "spec.collector.maxRecordBytes must be an integer or a quantity (512Mi) between 1 byte and 64Gi",
+    "fieldPath": ".maxRecordBytes"
 }]))]
 pub struct CollectorSpec {
     /// Collector image. Default: `tracehouse/collector:<operator version>`, so upgrading the
@@ -181,12 +209,10 @@ pub struct CollectorSpec {
     /// Record bytes one collector holds (batching, encoding, inserting) before it pauses
     /// its partitions: the in-flight budget that bounds its memory.
     #[serde(default = "default_max_inflight_bytes")]
-    #[schemars(range(min = 1, max = MAX_BYTES))]
-    pub max_inflight_bytes: i64,
+    pub max_inflight_bytes: ByteSize,
     /// Larger records are skipped as oversized (and dead-lettered when configured).
     #[serde(default = "default_max_record_bytes")]
-    #[schemars(range(min = 1, max = MAX_BYTES))]
-    pub max_record_bytes: i64,
+    pub max_record_bytes: ByteSize,
     /// Inserts one collector runs at once.
     #[serde(default = "default_max_inflight_inserts")]
     #[schemars(range(min = 1, max = 256))]
@@ -199,6 +225,58 @@ pub struct CollectorSpec {
     /// operator's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
+    /// Whether a gateway on the default image (no `image` set) follows the operator's:
+    /// `Auto` rolls it to the new default on an operator upgrade; `Manual` keeps the image it
+    /// runs (`status.collectorImage`) until this is `Auto` again or `image` is set. Default:
+    /// the chart's `collector.upgradePolicy` (`Auto` unless changed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_policy: Option<UpgradePolicy>,
+    /// Secrets to pull the collector image with. Default: the chart's
+    /// `collector.imagePullSecrets`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// Service account of the gateway pods (e.g. for workload identity). Default: the
+    /// chart's `collector.serviceAccountName`, else the namespace's `default`. Its token is
+    /// not mounted: the collector never calls the Kubernetes API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub service_account_name: Option<String>,
+    /// Node labels the gateway pods require; merged over the chart's
+    /// `collector.nodeSelector` (these win).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations of the gateway pods. Default: the chart's `collector.tolerations`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Affinity of the gateway pods. Default: the chart's `collector.affinity`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// How the gateway pods spread. Default: the chart's
+    /// `collector.topologySpreadConstraints`, else one pod per zone and per node as far as
+    /// possible (`ScheduleAnyway`, so it never blocks scheduling). `[]` turns spreading off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+    /// Priority class of the gateway pods. Default: the chart's `collector.priorityClassName`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub priority_class_name: Option<String>,
+    /// Extra annotations of the gateway pods; merged over the chart's
+    /// `collector.podAnnotations` (these win; the operator's own keys win over both).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_annotations: BTreeMap<String, String>,
+    /// Extra labels of the gateway pods; merged over the chart's `collector.podLabels` (these
+    /// win; the operator's own labels win over both).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_labels: BTreeMap<String, String>,
+}
+
+/// Whether a gateway on the default image follows the operator's upgrades.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum UpgradePolicy {
+    /// Roll to the operator's default collector image when it changes.
+    Auto,
+    /// Keep the image the gateway runs; `status.collectorUpgrade` names the newer default.
+    Manual,
 }
 
 impl Default for CollectorSpec {
@@ -213,14 +291,26 @@ impl Default for CollectorSpec {
             max_inflight_inserts: default_max_inflight_inserts(),
             log_level: None,
             env: Vec::new(),
+            upgrade_policy: None,
+            image_pull_secrets: Vec::new(),
+            service_account_name: None,
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+            affinity: None,
+            topology_spread_constraints: None,
+            priority_class_name: None,
+            pod_annotations: BTreeMap::new(),
+            pod_labels: BTreeMap::new(),
         }
     }
 }
 
 /// Upper bound of every byte size in the spec (64 GiB): keeps the CEL sums far from overflow.
-const MAX_BYTES: i64 = 64 << 30;
+/// The CEL rules spell it out (68719476736).
+pub const MAX_BYTES: i64 = 64 << 30;
 
-/// The collector image this operator release runs by default.
+/// The collector image this operator release runs by default, unless the chart's
+/// `collector.image` says otherwise (`crate::defaults`).
 pub fn default_image() -> String {
     format!("tracehouse/collector:{}", env!("CARGO_PKG_VERSION"))
 }
@@ -229,12 +319,12 @@ fn to_i64(v: usize) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-fn default_max_inflight_bytes() -> i64 {
-    to_i64(LimitsConfig::default().max_inflight_bytes)
+fn default_max_inflight_bytes() -> ByteSize {
+    to_i64(LimitsConfig::default().max_inflight_bytes).into()
 }
 
-fn default_max_record_bytes() -> i64 {
-    to_i64(LimitsConfig::default().max_record_bytes)
+fn default_max_record_bytes() -> ByteSize {
+    to_i64(LimitsConfig::default().max_record_bytes).into()
 }
 
 fn default_max_inflight_inserts() -> i32 {
@@ -262,11 +352,15 @@ impl PullPolicy {
 /// When a batch is closed: whichever limit is reached first.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "(type(self.maxBytes) == int || isQuantity(string(self.maxBytes))) && (type(self.maxBytes) == string ? quantity(string(self.maxBytes)).asInteger() : int(self.maxBytes)) >= 1 && (type(self.maxBytes) == string ? quantity(string(self.maxBytes)).asInteger() : int(self.maxBytes)) <= 68719476736",
+    "message": "spec.collector.batch.maxBytes must be an integer or a quantity (512Mi) between 1 byte and 64Gi",
+    "fieldPath": ".maxBytes"
+}]))]
 pub struct BatchSpec {
     /// Close a batch when its records' payloads reach this many bytes.
     #[serde(default = "default_batch_max_bytes")]
-    #[schemars(range(min = 1, max = MAX_BYTES))]
-    pub max_bytes: i64,
+    pub max_bytes: ByteSize,
     /// … or when it holds this many records.
     #[serde(default = "default_batch_max_records")]
     #[schemars(range(min = 1, max = 100_000_000))]
@@ -287,8 +381,8 @@ impl Default for BatchSpec {
     }
 }
 
-fn default_batch_max_bytes() -> i64 {
-    to_i64(BatchConfig::default().max_bytes)
+fn default_batch_max_bytes() -> ByteSize {
+    to_i64(BatchConfig::default().max_bytes).into()
 }
 
 fn default_batch_max_records() -> i64 {
@@ -362,7 +456,8 @@ pub struct TracePipelineStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`, `SchemaReady`, `KafkaReachable` and `GatewayAvailable`, with reasons.
+    /// `Ready`, `SchemaReady`, `KafkaReachable`, `GatewayAvailable` and `Progressing`, with
+    /// reasons.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -388,22 +483,50 @@ pub struct TracePipelineStatus {
     /// it: `spec.clickhouse.schema.dedupWindow` raised to what the partitions need.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dedup_window: Option<i64>,
+    /// The traces table's retention as ClickHouse has it (its TTL expression, e.g.
+    /// `toDateTime(Timestamp) + toIntervalDay(30)`); absent: keeps everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<String>,
     /// Hash of the collector configuration the gateway runs; changes roll the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_hash: Option<String>,
     /// The last reconcile error, cleared by the next success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// How far the consumer group is behind, read from the brokers at every reconcile
+    /// (whether or not collectors run, with or without `spec.autoscaling`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag: Option<LagStatus>,
     /// What the autoscaler measured and decided (with `spec.autoscaling`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<AutoscalingStatus>,
+    /// The collector image the gateway runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector_image: Option<String>,
+    /// The operator's newer default image, while `upgradePolicy: Manual` holds the gateway
+    /// on `collectorImage`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector_upgrade: Option<String>,
 }
 
-impl CollectorSpec {
-    /// The image to run: the spec's, or this operator release's collector.
-    pub fn image(&self) -> String {
-        self.image.clone().unwrap_or_else(default_image)
-    }
+/// The consumer group's position, from the brokers: committed offsets against end offsets,
+/// and the write time of the oldest record not yet committed.
+///
+/// A time, not an age: it stays put while nothing is consumed (so a stuck pipeline does not
+/// rewrite its status every reconcile), and `kubectl get` shows it as an age (the `Behind`
+/// column).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LagStatus {
+    /// Records produced to the topics and not yet committed by the group, summed over the
+    /// partitions.
+    pub records: i64,
+    /// Partitions with records not yet committed.
+    pub partitions_behind: i32,
+    /// Timestamp of the oldest record not yet committed (the record at the group's
+    /// committed offset, as the brokers hold it); absent when nothing is behind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_unconsumed_time: Option<Time>,
 }
 
 impl TracePipeline {

@@ -224,7 +224,7 @@ pub fn ready_condition(tp: &TracePipeline) -> Option<(String, String, String)> {
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
-/// Waits for a converged, Ready pipeline with these numbers; returns it.
+/// Waits for a converged, Ready pipeline with these numbers (its rollout complete); returns it.
 pub async fn wait_ready(
     api: &Api<TracePipeline>,
     name: &str,
@@ -239,8 +239,15 @@ pub async fn wait_ready(
             let tp = api.get(name).await.map_err(|e| e.to_string())?;
             let s = tp.status.clone().unwrap_or_default();
             let ready = ready_condition(&tp);
+            // Ready means serving; a rollout or scale step may still be moving.
+            let moving = s
+                .conditions
+                .iter()
+                .any(|c| c.type_ == condition::PROGRESSING && c.status == "True");
             let ok = s.observed_generation == tp.metadata.generation
                 && ready.as_ref().is_some_and(|r| r.0 == "True")
+                && !moving
+                && s.replicas == Some(replicas)
                 && s.partitions == Some(partitions)
                 && s.desired_replicas == Some(replicas)
                 && s.ready_replicas == Some(replicas)

@@ -80,6 +80,18 @@ CASES: dict[str, tuple[list[dict], list[tuple[str, list[dict]]]]] = {
         + both("tracehouse_operator_pipeline_condition", "1x20", "1x20", {"condition": "SchemaReady"}, pod=False),
         [("5m", []), ("15m", [pipe()])],
     ),
+    "TracehouseOperatorDown": (
+        # Scraped for 4 minutes, then gone: absent once the 5-minute lookback has passed
+        # (9m), firing 5 minutes later.
+        [series("tracehouse_operator_reconciliations_total", OPERATOR_POD, "1 2 3 4 5")],
+        [("5m", []), ("12m", []), ("16m", [{}])],
+    ),
+    "TracehouseNoCollectors": (
+        # Both pipelines want replicas; only `payments` has a collector scraped.
+        both("tracehouse_operator_pipeline_desired_replicas", "2x20", "1x20", pod=False)
+        + [series("tracehouse_process_start_time_seconds", WELL, "1000x20")],
+        [("5m", []), ("15m", [pipe()])],
+    ),
     "TracehouseCollectorRestarts": (
         both("tracehouse_process_start_time_seconds", "1000 1000 1000 1300 1300 1300", "1000x5"),
         [("2m", []), ("4m", [pod()])],
@@ -114,6 +126,7 @@ def tests(rules_file: str) -> dict:
                                 "summary": render(a.summary, labels),
                                 "description": render(a.description, labels),
                                 "runbook": render(a.runbook, labels),
+                                "runbook_url": f"{alerts.RUNBOOK_BASE}#{a.name.lower()}",
                             },
                         }
                         for labels in expected

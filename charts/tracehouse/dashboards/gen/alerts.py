@@ -36,6 +36,13 @@ MEMORY_RATIO = (
 PAUSED = f"max by ({BY}, pod) (min_over_time(tracehouse_paused_partitions[15m]))"
 READY = f'max by ({BY}) (tracehouse_operator_pipeline_condition{{condition="Ready"}})'
 RESTARTS = f"sum by ({BY}, pod) (changes(tracehouse_process_start_time_seconds[30m]))"
+OPERATOR_UP = "tracehouse_operator_reconciliations_total"
+WANTED = f"max by ({BY}) (tracehouse_operator_pipeline_desired_replicas)"
+COLLECTORS = f"max by ({BY}) (tracehouse_process_start_time_seconds)"
+
+# Where each alert's `runbook_url` points (an anchor per alert: its lower-case name); the
+# chart's prometheusRule.runbookBaseUrl replaces it.
+RUNBOOK_BASE = "https://github.com/tracehouse/tracehouse/blob/main/charts/tracehouse/dashboards/README.md"
 
 ALERTS = [
     Alert(
@@ -150,6 +157,36 @@ ALERTS = [
 ]
 
 
+ALERTS += [
+    Alert(
+        "TracehouseOperatorDown",
+        f"absent({OPERATOR_UP})",
+        [OPERATOR_UP],
+        "5m",
+        "critical",
+        "No tracehouse operator is running",
+        "No operator replica has been scraped for 5 minutes: no pipeline is reconciled (no "
+        "migrations, scaling or failure reports); running collectors keep delivering.",
+        "kubectl -n <release namespace> get deploy,pods -l app.kubernetes.io/name=tracehouse-operator; "
+        "kubectl describe the pods (image pull, crash, scheduling) and check that Prometheus scrapes "
+        "them (metrics.podMonitor or metrics.serviceMonitor).",
+    ),
+    Alert(
+        "TracehouseNoCollectors",
+        f"({WANTED} > 0) unless on ({BY}) {COLLECTORS}",
+        [WANTED, COLLECTORS],
+        "10m",
+        "critical",
+        "Pipeline {{ $labels.namespace }}/{{ $labels.pipeline }} has no running collector",
+        "The operator wants gateway replicas for the pipeline, but no collector of it has been "
+        "scraped for 10 minutes: nothing is consumed, the lag grows.",
+        "kubectl describe tracepipeline -n {{ $labels.namespace }} {{ $labels.pipeline }}: "
+        "GatewayAvailable names a failing pod (ImagePullBackOff, CrashLoopBackOff, OOMKilled, "
+        "Unschedulable); if the pods run, check that Prometheus scrapes them (metrics.podMonitor.gatewayPods).",
+    ),
+]
+
+
 def rules() -> dict:
     return {
         "groups": [
@@ -165,6 +202,7 @@ def rules() -> dict:
                             "summary": a.summary,
                             "description": a.description,
                             "runbook": a.runbook,
+                            "runbook_url": f"{RUNBOOK_BASE}#{a.name.lower()}",
                         },
                     }
                     for a in ALERTS

@@ -76,13 +76,20 @@ def panel_list(dashboards: dict[Path, str]) -> str:
     lines += [
         "## Alerts (`../rules/tracehouse-alerts.yaml`)",
         "",
-        "Each has a `runbook` annotation; promtool unit tests: `../rules/tracehouse-alerts.test.yaml`.",
+        "Each has a `runbook_url` annotation pointing at its section below (the chart's "
+        "`prometheusRule.runbookBaseUrl` moves it) and the steps inline as `runbook`; promtool unit "
+        "tests: `../rules/tracehouse-alerts.test.yaml`.",
         "",
-        "| alert | severity | for | fires when | runbook |",
-        "|---|---|---|---|---|",
     ]
     for a in alerts.ALERTS:
-        lines.append(f"| {a.name} | {a.severity} | {a.duration} | {a.description} | {a.runbook} |")
+        lines += [
+            f"### {a.name}",
+            "",
+            f"Severity {a.severity}, for {a.duration}. {a.description}",
+            "",
+            f"Runbook: {a.runbook}",
+            "",
+        ]
     return "\n".join(lines) + "\n"
 
 

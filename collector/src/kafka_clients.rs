@@ -41,7 +41,7 @@ pub fn consumer<'a>(
     group_id: &str,
     properties: impl IntoIterator<Item = (&'a String, &'a String)>,
 ) -> ClientConfig {
-    let mut c = base(
+    let c = base(
         brokers,
         properties,
         &[
@@ -58,6 +58,11 @@ pub fn consumer<'a>(
             ("max.poll.interval.ms", "300000"),
         ],
     );
+    of_group(c, group_id)
+}
+
+/// A consumer of `group_id` with the settings the delivery guarantees rest on, last.
+fn of_group(mut c: ClientConfig, group_id: &str) -> ClientConfig {
     c.set("group.id", group_id);
     for (k, v) in PINNED {
         c.set(k, v);
@@ -74,7 +79,7 @@ pub fn replayer<'a>(
     group_id: &str,
     properties: impl IntoIterator<Item = (&'a String, &'a String)>,
 ) -> ClientConfig {
-    let mut c = base(
+    let c = base(
         brokers,
         properties,
         &[
@@ -86,11 +91,7 @@ pub fn replayer<'a>(
             ("fetch.queue.backoff.ms", "10"),
         ],
     );
-    c.set("group.id", group_id);
-    for (k, v) in PINNED {
-        c.set(k, v);
-    }
-    c
+    of_group(c, group_id)
 }
 
 /// The client that reads high watermarks for the lag metrics (no group).

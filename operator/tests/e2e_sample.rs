@@ -39,6 +39,9 @@ async fn the_production_sample_delivers_over_tls_as_written() {
         let dead_letter = format!("{topic}_dead_letter");
         let database = unique_name("tp_sample");
         create_topic(&topic, 8).await;
+        // The sample's dead-letter topic must exist too: the operator checks it like the
+        // consumed topic (a missing one is Ready=False, DeadLetterTopicNotFound).
+        create_topic(&dead_letter, 1).await;
         // The Secrets the sample's header lists, from the stack's CA and users.
         let ca = json!({ "ca.crt": read(&stack_var("TRACEHOUSE_CA_FILE")) });
         put_secret(&client, &ns, "kafka-ca", "Opaque", ca.clone()).await;

@@ -109,42 +109,35 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
     /// Insert a bundle (rule 6).
     pub async fn insert_bundle(&self, bundle: EncodedBundle) {
         let token = bundle.desc.token();
-        let held = |parts: &[Encoded]| {
-            parts.iter().any(|p| {
+        let may_continue = || {
+            if self.abandon.load(Ordering::Relaxed) {
+                return Err(Stop::Abandoned);
+            }
+            let held = bundle.parts.iter().any(|p| {
                 let b = &p.batch;
                 self.holdings.holds(&b.topic, b.partition, b.generation)
-            })
+            });
+            if held { Ok(()) } else { Err(Stop::Revoked) }
         };
-        let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
-        let refused = loop {
-            if self.abandon.load(Ordering::Relaxed) {
-                return;
-            }
-            if !held(&bundle.parts) {
+        let refused = match self
+            .until_done(
+                &bundle.body,
+                bundle.rows,
+                &bundle.end_times,
+                &token,
+                may_continue,
+            )
+            .await
+        {
+            Ok(refused) => refused,
+            Err(Stop::Abandoned) => return,
+            Err(Stop::Revoked) => {
                 self.metrics
                     .batches_dropped
                     .get_or_create(&ReasonLabels { reason: "revoked" })
                     .inc_by(bundle.parts.len() as u64);
                 tracing::info!(token = %token, "no member of the bundle is held any more: it stops retrying, its members' owners replay it");
                 return;
-            }
-            match self
-                .attempt(&bundle.body, bundle.rows, &bundle.end_times, &token)
-                .await
-            {
-                Ok(()) => break None,
-                Err(e) if matches!(e.verdict(), Verdict::Permanent) => {
-                    self.count_failure(&e, false);
-                    break Some(e);
-                }
-                Err(e) => {
-                    self.count_failure(&e, true);
-                    let delay = backoff.next_delay();
-                    if backoff.attempts() == 1 || backoff.attempts().is_power_of_two() {
-                        tracing::warn!(error = %e, token = %token, attempt = backoff.attempts(), retry_in_ms = delay.as_millis() as u64, "bundle insert failed; retrying");
-                    }
-                    tokio::time::sleep(delay).await;
-                }
             }
         };
         if let Some(e) = refused {
@@ -286,28 +279,51 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
                 return Ok(());
             }
             let token = encoded.batch.token(encoded.range);
-            let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
-            loop {
-                self.may_continue(&encoded.batch)?;
-                let e = match self
-                    .attempt(&encoded.body, encoded.rows, &encoded.end_times, &token)
-                    .await
-                {
-                    Ok(()) => return Ok(()),
-                    Err(e) => e,
-                };
-                let permanent = matches!(e.verdict(), Verdict::Permanent);
-                self.count_failure(&e, !permanent);
-                if permanent {
-                    return self.split(encoded, skipped, e).await;
-                }
-                let delay = backoff.next_delay();
-                if backoff.attempts() == 1 || backoff.attempts().is_power_of_two() {
-                    tracing::warn!(error = %e, token = %token, attempt = backoff.attempts(), retry_in_ms = delay.as_millis() as u64, "insert failed; retrying");
-                }
-                tokio::time::sleep(delay).await;
+            let refused = self
+                .until_done(
+                    &encoded.body,
+                    encoded.rows,
+                    &encoded.end_times,
+                    &token,
+                    || self.may_continue(&encoded.batch),
+                )
+                .await?;
+            match refused {
+                None => Ok(()),
+                Some(e) => self.split(encoded, skipped, e).await,
             }
         })
+    }
+
+    /// Attempts of one body under `token` (rule 3): transient failures retried with backoff
+    /// while `may_continue` allows; `None` once ClickHouse acknowledged it, the error once
+    /// it refused it for good.
+    async fn until_done(
+        &self,
+        body: &Bytes,
+        rows: u64,
+        end_times: &EndTimes,
+        token: &str,
+        may_continue: impl Fn() -> Done,
+    ) -> Result<Option<InsertError>, Stop> {
+        let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
+        loop {
+            may_continue()?;
+            let e = match self.attempt(body, rows, end_times, token).await {
+                Ok(()) => return Ok(None),
+                Err(e) => e,
+            };
+            let permanent = matches!(e.verdict(), Verdict::Permanent);
+            self.count_failure(&e, !permanent);
+            if permanent {
+                return Ok(Some(e));
+            }
+            let delay = backoff.next_delay();
+            if backoff.attempts() == 1 || backoff.attempts().is_power_of_two() {
+                tracing::warn!(error = %e, token = %token, attempt = backoff.attempts(), retry_in_ms = delay.as_millis() as u64, "insert failed; retrying");
+            }
+            tokio::time::sleep(delay).await;
+        }
     }
 
     /// A permanent rejection: isolate the refused records by bisection, insert the rest. A

@@ -302,11 +302,6 @@ pub fn parse_entries(metadata: &str, topic: &Arc<str>) -> (Vec<i64>, Vec<BundleD
     (ends, bundles)
 }
 
-/// Parse the batch ends of intent metadata.
-pub fn parse_intent(metadata: &str) -> Vec<i64> {
-    parse_entries(metadata, &Arc::from("")).0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,9 +356,10 @@ mod tests {
 
     #[test]
     fn unknown_or_damaged_metadata_is_ignored() {
-        assert!(parse_intent("").is_empty());
-        assert!(parse_intent("something else").is_empty());
-        assert_eq!(parse_intent("th1:5,x,3"), vec![3, 5]);
+        let ends = |m: &str| parse_entries(m, &t()).0;
+        assert!(ends("").is_empty());
+        assert!(ends("something else").is_empty());
+        assert_eq!(ends("th1:5,x,3"), vec![3, 5]);
     }
 
     #[test]

@@ -76,17 +76,24 @@ fn read(
 ) -> Option<Bundle> {
     let desc = &req.desc;
     let topic = desc.topic.clone();
-    let mut builders: Vec<BatchBuilder> = desc
+    // Only the member this process holds carries its generation (0 is never held): only the
+    // member's owner acknowledges it.
+    let generations: Vec<u64> = desc
         .members
         .iter()
         .map(|(p, _)| {
-            let generation = if *p == req.partition.partition {
+            if *p == req.partition.partition {
                 req.generation
             } else {
-                0 // never held: only the member's owner acknowledges it
-            };
-            BatchBuilder::new(topic.clone(), *p, generation).with_budget(budget)
+                0
+            }
         })
+        .collect();
+    let mut builders: Vec<BatchBuilder> = desc
+        .members
+        .iter()
+        .zip(&generations)
+        .map(|((p, _), g)| BatchBuilder::new(topic.clone(), *p, *g).with_budget(budget))
         .collect();
     let mut done = vec![false; desc.members.len()];
     // The next offset each member needs.
@@ -154,13 +161,9 @@ fn read(
     }
     let batches: Vec<RecordBatch> = builders
         .into_iter()
-        .zip(&desc.members)
-        .map(|(mut b, (p, range))| {
-            let generation = if *p == req.partition.partition {
-                req.generation
-            } else {
-                0
-            };
+        .zip(desc.members.iter().zip(&generations))
+        .map(|(mut b, ((p, range), generation))| {
+            let generation = *generation;
             match b.take() {
                 Some(mut batch) => {
                     batch.range = *range;

@@ -516,14 +516,14 @@ impl Machine {
     /// partition's due batch closes every partition's open batch with it (rule 6).
     pub fn linger(&mut self, now: Instant, out: &mut Vec<Command>) {
         let linger = self.cfg.linger;
-        let mut due = false;
-        for p in &mut self.partitions {
+        let mut due = Vec::new();
+        for (i, p) in self.partitions.iter_mut().enumerate() {
             let cut = p.recorded_cut();
             if !linger_due(&p.builder, cut, linger, now) {
                 continue;
             }
             let Some(end) = cut else {
-                due = true;
+                due.push(i);
                 continue;
             };
             tracing::warn!(
@@ -535,21 +535,13 @@ impl Machine {
             );
             out.extend(p.close(true));
         }
-        if !due {
+        if due.is_empty() {
             return;
         }
-        let all: Vec<usize> = if self.cfg.bundle {
-            (0..self.partitions.len()).collect()
-        } else {
-            (0..self.partitions.len())
-                .filter(|&i| {
-                    let p = &mut self.partitions[i];
-                    let cut = p.recorded_cut();
-                    linger_due(&p.builder, cut, linger, now)
-                })
-                .collect()
-        };
-        self.close_together(&all, out);
+        if self.cfg.bundle {
+            due = (0..self.partitions.len()).collect();
+        }
+        self.close_together(&due, out);
     }
 
     /// Shutdown begins: send what is open, durably (rule 3: a shutdown cut is a time cut);

@@ -313,6 +313,7 @@ impl Decider<'_> {
             Some((_, reason)) if self.current >= ladder.highest() => Err(Hold::AtMaximum {
                 replicas: self.current,
                 wanted: reason.reason(),
+                because: reason.to_string(),
             }),
             Some((want, reason)) => {
                 let max_step = non_negative(self.spec.max_step);

@@ -36,6 +36,11 @@ pub fn status(previous: &AutoscalingStatus, decision: &Decision, now: &Time) -> 
         desired_replicas: i32::try_from(decision.replicas).ok(),
         current_replicas: i32::try_from(decision.from).ok(),
         reason: Some(decision.reason.reason().to_owned()),
+        message: Some(if stepped {
+            decision.message()
+        } else {
+            format!("{} replicas: {}", decision.replicas, decision.reason)
+        }),
         last_scale_time: if stepped {
             Some(now.clone())
         } else {
@@ -138,6 +143,10 @@ mod tests {
         };
         let s2 = status(&s1, &cooling, &at(30));
         assert_eq!(s2.reason.as_deref(), Some("Cooldown"));
+        assert!(
+            s2.message.as_deref().unwrap().starts_with("4 replicas: "),
+            "{s2:?}"
+        );
         assert_eq!(s2.last_scale_time, Some(at(0)), "kept");
         assert_eq!(s2.last_scale_message, s1.last_scale_message, "kept");
         assert_eq!(s2.lag_records, Some(120_000), "last known numbers kept");

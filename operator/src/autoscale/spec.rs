@@ -144,6 +144,9 @@ pub struct AutoscalingStatus {
     /// CamelCase reason of the latest decision (`LagAboveTarget`, `Cooldown`, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The latest decision with its numbers (what a hold waits for, what wanted more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
     /// When the autoscaler last changed the replica count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_scale_time: Option<Time>,

@@ -16,11 +16,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client, ResourceExt};
 
-use crate::autoscale::{
-    self, AutoscalingSpec, AutoscalingStatus, Decision, History, Owner, Window, owner, report,
-};
+use crate::autoscale::{self, Decision, History, Owner, Window, owner, report};
 use crate::builders::Names;
-use crate::crd::TracePipeline;
+use crate::crd::{AutoscalingSpec, AutoscalingStatus, TracePipeline};
 use crate::error::Error;
 use crate::kafka::KafkaAccess;
 use crate::metrics::Metrics;

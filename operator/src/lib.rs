@@ -1,8 +1,9 @@
 //! tracehouse operator: a `TracePipeline` in, schema migrations and a gateway collector
 //! fleet sized to the topics' partitions out.
 //!
-//! - [`crd`]: the resource users write, and its status;
-//! - [`autoscale`]: the pure autoscaling decision (spec, replica owner, partition ladder,
+//! - [`crd`]: the resource users write, and its status (`spec.autoscaling` and
+//!   `status.autoscaling` included);
+//! - [`autoscale`]: the pure autoscaling decision (replica owner, partition ladder,
 //!   window of observations → replicas and reason); [`signals`] takes the samples;
 //!   [`autoscaler`] is the reconcile's sizing step around them (the window per pipeline,
 //!   `status.autoscaling`, the scaling Events);

@@ -9,8 +9,7 @@
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::autoscale::AutoscalingStatus;
-use crate::crd::{LagStatus, TracePipelineStatus, condition};
+use crate::crd::{AutoscalingStatus, LagStatus, TracePipelineStatus, condition};
 use crate::health::{Diagnosis, Failure};
 
 /// The outcome of one step of a reconcile.

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::ladder::Ladder;
 use super::observation::{Observation, Rates, rates, spans_per_record};
 pub use super::reason::{Hold, MemoryKind, Reason};
-use super::spec::AutoscalingSpec;
+use crate::crd::AutoscalingSpec;
 
 /// A lower rung is taken only if, at the peak need of the stabilization window, it would run
 /// at most this busy; with scale-out triggered by the lag target itself, the gap between the

@@ -6,6 +6,7 @@ use k8s_openapi::jiff::SignedDuration;
 
 use super::gateway_model::*;
 use super::*;
+use crate::crd::AutoscalingSpec;
 #[test]
 fn steady_load_settles_on_the_fitting_rung_and_stays() {
     // 2.5 replicas' worth of load on 8 partitions: 3 replicas would be uneven, so 4.

@@ -1,4 +1,4 @@
-//! Autoscaling the gateway on time lag and memory: the spec, who owns the replica count
+//! Autoscaling the gateway on time lag and memory: who owns the replica count
 //! ([`owner`]), the partition ladder, the /metrics reading ([`scrape`]) and the decision, pure
 //! and unit-tested. Taking the samples (`crate::signals`), publishing the status and Events
 //! and applying the count are the reconcile's job.
@@ -53,7 +53,6 @@ pub mod owner;
 pub mod reason;
 pub mod report;
 pub mod scrape;
-pub mod spec;
 
 #[cfg(test)]
 mod decide_tests;
@@ -66,4 +65,3 @@ pub use decide::{
 pub use ladder::Ladder;
 pub use observation::{Observation, PartitionOffsets, PodMetrics, PodSample};
 pub use owner::{Owner, Window};
-pub use spec::{AutoscalingSpec, AutoscalingStatus};

@@ -18,8 +18,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::decide::{Decision, Hold, Reason};
 use super::observation::Observation;
-use super::spec::AutoscalingSpec;
-use crate::crd::TracePipelineSpec;
+use crate::crd::{AutoscalingSpec, TracePipelineSpec};
 
 /// Who decides how many replicas run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

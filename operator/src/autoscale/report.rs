@@ -8,7 +8,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::decide::{Decision, History};
-use super::spec::AutoscalingStatus;
+use crate::crd::AutoscalingStatus;
 
 fn whole(v: f64) -> i64 {
     // Saturating: the numbers are for people and columns, not for arithmetic.

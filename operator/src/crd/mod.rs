@@ -28,11 +28,11 @@ pub use tracehouse_contract::Encoding;
 use tracehouse_contract::config::{BatchConfig, ClickHouseConfig, LimitsConfig};
 pub use tracehouse_schema::{Attributes, EngineKind, InsertFormat};
 
-use crate::autoscale::{AutoscalingSpec, AutoscalingStatus};
-
+mod autoscaling;
 mod bytes;
 mod endpoints;
 
+pub use autoscaling::{AutoscalingSpec, AutoscalingStatus};
 pub use bytes::ByteSize;
 pub use endpoints::*;
 

@@ -4,7 +4,7 @@
 //! - [`crd`]: the resource users write, and its status (`spec.autoscaling` and
 //!   `status.autoscaling` included);
 //! - [`autoscale`]: the pure autoscaling decision (replica owner, partition ladder,
-//!   window of observations → replicas and reason); [`signals`] takes the samples;
+//!   window of samples → replicas and reason); [`signals`] takes the samples;
 //!   [`autoscaler`] is the reconcile's sizing step around them (the window per pipeline,
 //!   `status.autoscaling`, the scaling Events);
 //! - [`builders`]: pure desired state (ConfigMap, Deployment, Service, PDB, replica math);

@@ -1,4 +1,4 @@
-//! The autoscaler's eyes: one [`Observation`] of a pipeline, taken now — the consumer group's
+//! The autoscaler's eyes: one [`Sample`] of a pipeline, taken now — the consumer group's
 //! offsets from Kafka ([`kafka::offsets`]) and every gateway pod's readiness and /metrics
 //! ([`scrape::pod_metrics`]). No metrics server or adapter: the operator reads both itself.
 //!
@@ -14,7 +14,7 @@ use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
 use crate::autoscale::scrape;
-use crate::autoscale::{Observation, PodSample};
+use crate::autoscale::{PodSample, Sample};
 use crate::builders::{self, METRICS_PORT};
 use crate::crd::TracePipeline;
 use crate::error::Error;
@@ -49,11 +49,11 @@ impl Sampler {
         access: &KafkaAccess,
         counts: &BTreeMap<String, i32>,
         kafka_timeout: Duration,
-    ) -> Result<Observation, Error> {
+    ) -> Result<Sample, Error> {
         let partitions =
             kafka::offsets(access, &tp.consumer_group(), counts, kafka_timeout).await?;
         let pods = self.pods(client, tp).await?;
-        Ok(Observation {
+        Ok(Sample {
             at: Timestamp::now(),
             partitions,
             pods,

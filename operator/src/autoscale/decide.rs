@@ -1,4 +1,4 @@
-//! The decision: a window of observations → the replica count and why.
+//! The decision: a window of samples → the replica count and why.
 //!
 //! Pure: the time is passed in, and what the decision needs to remember (when it last
 //! scaled, what one replica was last measured to sustain) comes back in [`Decision`] for the
@@ -7,8 +7,8 @@
 use k8s_openapi::jiff::Timestamp;
 
 use super::ladder::Ladder;
-use super::observation::{Observation, Rates, rates, spans_per_record};
 pub use super::reason::{Hold, MemoryKind, Reason};
+use super::sample::{Rates, Sample, rates, spans_per_record};
 use crate::crd::AutoscalingSpec;
 
 /// A lower rung is taken only if, at the peak need of the stabilization window, it would run
@@ -112,13 +112,13 @@ fn count(n: usize) -> u32 {
 /// each of those needs a lookback of its own.
 pub fn decide(
     spec: &AutoscalingSpec,
-    window: &[Observation],
+    window: &[Sample],
     current: u32,
     partitions: u32,
     history: &History,
     now: Timestamp,
 ) -> Decision {
-    let mut samples: Vec<&Observation> = window.iter().filter(|o| o.at <= now).collect();
+    let mut samples: Vec<&Sample> = window.iter().filter(|o| o.at <= now).collect();
     samples.sort_by_key(|o| o.at);
     let d = Decider {
         spec,
@@ -135,7 +135,7 @@ pub fn decide(
 
 struct Decider<'a> {
     spec: &'a AutoscalingSpec,
-    samples: Vec<&'a Observation>,
+    samples: Vec<&'a Sample>,
     current: u32,
     partitions: u32,
     history: &'a History,
@@ -146,7 +146,7 @@ struct Decider<'a> {
 
 /// What the newest sample says, once there is one with a lookback behind it.
 struct Present<'a> {
-    newest: &'a Observation,
+    newest: &'a Sample,
     ladder: Ladder,
     rates: Rates,
     signals: Signals,
@@ -244,7 +244,7 @@ impl Decider<'_> {
     }
 
     /// Holds that come before any arithmetic: a gateway in motion, a pod unheard, a cooldown.
-    fn gate(&self, newest: &Observation) -> Option<Hold> {
+    fn gate(&self, newest: &Sample) -> Option<Hold> {
         let (ready, pods) = (count(newest.ready_pods()), count(newest.pods.len()));
         if ready < pods || pods != self.current {
             return Some(Hold::PodNotReady {
@@ -413,7 +413,7 @@ impl Decider<'_> {
     }
 
     /// The partition count differs between the samples, or from the topics' now.
-    fn partitions_changed(&self, newest: &Observation) -> bool {
+    fn partitions_changed(&self, newest: &Sample) -> bool {
         count(newest.partition_count()) != self.partitions
             || self
                 .samples
@@ -426,7 +426,7 @@ impl Decider<'_> {
     }
 
     /// Records per second committed between the two newest samples.
-    fn last_interval_consumed(&self, newest: &Observation) -> f64 {
+    fn last_interval_consumed(&self, newest: &Sample) -> f64 {
         let n = self.samples.len();
         (n >= 2)
             .then(|| rates(self.samples[n - 2], newest))
@@ -435,7 +435,7 @@ impl Decider<'_> {
     }
 
     /// The oldest sample within the lookback before `at`.
-    fn lookback_base(&self, at: &Observation) -> Option<&Observation> {
+    fn lookback_base(&self, at: &Sample) -> Option<&Sample> {
         self.samples
             .iter()
             .copied()
@@ -444,13 +444,13 @@ impl Decider<'_> {
 
     /// Replicas' worth of throughput needed at sample `o` to hold the target: keep up with the
     /// incoming records and drain the backlog within the target, whichever is more.
-    fn need_at(&self, o: &Observation, incoming: f64, capacity: f64) -> f64 {
+    fn need_at(&self, o: &Sample, incoming: f64, capacity: f64) -> f64 {
         let drain = o.backlog() as f64 / self.target;
         incoming.max(drain) / capacity.max(f64::MIN_POSITIVE)
     }
 
     /// The lag in seconds from the records behind, when no pod reports it.
-    fn estimated_lag(&self, o: &Observation, incoming: f64) -> f64 {
+    fn estimated_lag(&self, o: &Sample, incoming: f64) -> f64 {
         if incoming > 0.0 {
             o.backlog() as f64 / incoming
         } else {
@@ -462,8 +462,8 @@ impl Decider<'_> {
     /// the group never ran out of work (the backlog at the start was more than it committed
     /// over the interval) and the same pods, all ready, did the work: the median of those
     /// intervals, so one interval spent rebalancing does not drag it down.
-    fn measured_capacity(&self, newest: &Observation) -> Option<f64> {
-        let recent: Vec<&Observation> = self
+    fn measured_capacity(&self, newest: &Sample) -> Option<f64> {
+        let recent: Vec<&Sample> = self
             .samples
             .iter()
             .copied()
@@ -515,7 +515,7 @@ impl Decider<'_> {
     }
 
     /// The first pod above a high-water mark in `o`.
-    fn memory_pressure(&self, o: &Observation) -> Option<Reason> {
+    fn memory_pressure(&self, o: &Sample) -> Option<Reason> {
         let rss_mark = f64::from(self.spec.memory_high_water_percent) / 100.0;
         let inflight_mark = self
             .spec

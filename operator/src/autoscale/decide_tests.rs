@@ -200,7 +200,7 @@ fn memory_pressure_without_lag_scales_out_one_rung_and_holds_the_way_back() {
 
 /// Samples of a gateway falling behind at `replicas` (held there by `max`), and a spec
 /// without that bound: on these samples, as they are, the decision scales out.
-fn behind_at(replicas: u32) -> (Vec<Observation>, AutoscalingSpec) {
+fn behind_at(replicas: u32) -> (Vec<Sample>, AutoscalingSpec) {
     let mut g = Gateway::new(8, replicas, 1_000.0);
     g.spec.max = Some(i32::try_from(replicas).unwrap());
     g.run(300, |_| 5_000.0);

@@ -30,7 +30,7 @@ pub(super) struct Gateway {
     /// Seconds since the start.
     pub(super) t: i64,
     pub(super) history: History,
-    pub(super) window: Vec<Observation>,
+    pub(super) window: Vec<Sample>,
     pub(super) records_total: Vec<f64>,
     /// Resident memory of every pod, unless a test sets one.
     pub(super) rss: u64,
@@ -132,7 +132,7 @@ impl Gateway {
         &self.log.last().unwrap().1
     }
 
-    pub(super) fn observe(&self, per_partition: f64) -> Observation {
+    pub(super) fn observe(&self, per_partition: f64) -> Sample {
         let p = self.partitions();
         let k = self.replicas.max(1) as usize;
         let partitions = (0..p)
@@ -174,7 +174,7 @@ impl Gateway {
                 }
             })
             .collect();
-        Observation {
+        Sample {
             at: at(self.t),
             partitions,
             pods,
@@ -201,7 +201,7 @@ impl Gateway {
     pub(super) fn lag_seconds(&self) -> f64 {
         self.window
             .last()
-            .and_then(Observation::lag_seconds)
+            .and_then(Sample::lag_seconds)
             .unwrap_or(0.0)
     }
 }

@@ -13,7 +13,7 @@
 //! even one is not worth its imbalance (nor the extra rebalance of stopping there). A prime
 //! partition count still gets steps between 1 and P. One step moves at most `maxStep` rungs.
 //!
-//! **The decision** ([`decide()`]), from a window of [`Observation`]s (Kafka offsets per
+//! **The decision** ([`decide()`]), from a window of [`Sample`]s (Kafka offsets per
 //! partition, each pod's /metrics), in order:
 //! 1. outside `[min, max]` or above the partitions → back inside at once (`OutOfBounds`);
 //! 2. hold — don't guess — when the newest sample is older than half the lookback
@@ -48,10 +48,10 @@
 
 pub mod decide;
 pub mod ladder;
-pub mod observation;
 pub mod owner;
 pub mod reason;
 pub mod report;
+pub mod sample;
 pub mod scrape;
 
 #[cfg(test)]
@@ -63,5 +63,5 @@ pub use decide::{
     Decision, History, Hold, MemoryKind, Reason, SCALE_IN_UTILIZATION, Signals, decide,
 };
 pub use ladder::Ladder;
-pub use observation::{Observation, PartitionOffsets, PodMetrics, PodSample};
 pub use owner::{Owner, Window};
+pub use sample::{PartitionOffsets, PodMetrics, PodSample, Sample};

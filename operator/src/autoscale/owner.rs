@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use k8s_openapi::jiff::Timestamp;
 
 use super::decide::{Decision, Hold, Reason};
-use super::observation::Observation;
+use super::sample::Sample;
 use crate::crd::{AutoscalingSpec, TracePipelineSpec};
 
 /// Who decides how many replicas run.
@@ -56,7 +56,7 @@ pub fn report_only(decision: Decision, replicas: i32, partitions: i32) -> Decisi
 /// decision looks: the stabilization window plus a lookback behind its oldest sample.
 #[derive(Debug, Clone, Default)]
 pub struct Window {
-    samples: VecDeque<Observation>,
+    samples: VecDeque<Sample>,
 }
 
 impl Window {
@@ -68,7 +68,7 @@ impl Window {
 
     /// Adds `sample` and forgets what fell out of the horizon. A sample older than the
     /// newest (a clock step back) replaces the window: rates across it would be nonsense.
-    pub fn push(&mut self, sample: Observation, spec: &AutoscalingSpec) {
+    pub fn push(&mut self, sample: Sample, spec: &AutoscalingSpec) {
         if self.samples.back().is_some_and(|b| b.at >= sample.at) {
             self.samples.clear();
         }
@@ -85,7 +85,7 @@ impl Window {
     }
 
     /// Contiguous samples for [`super::decide()`].
-    pub fn contiguous(&mut self) -> &[Observation] {
+    pub fn contiguous(&mut self) -> &[Sample] {
         self.samples.make_contiguous()
     }
 
@@ -143,8 +143,8 @@ mod tests {
         assert_eq!(report_only(d, -1, 8).replicas, 0);
     }
 
-    fn sample(secs: i64) -> Observation {
-        Observation {
+    fn sample(secs: i64) -> Sample {
+        Sample {
             at: Timestamp::from_second(1_800_000_000 + secs).unwrap(),
             partitions: vec![],
             pods: vec![],

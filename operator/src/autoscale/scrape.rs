@@ -6,7 +6,7 @@
 //! series that is missing makes the whole scrape `None`: the decision holds on missing
 //! metrics rather than guess from a partial sample.
 
-use super::observation::PodMetrics;
+use super::sample::PodMetrics;
 
 /// The series read, by their exposition names.
 pub const LAG_SECONDS: &str = "tracehouse_consumer_lag_seconds";

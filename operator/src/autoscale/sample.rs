@@ -8,7 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 
 /// Everything read at one moment.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Observation {
+pub struct Sample {
     pub at: Timestamp,
     /// Every partition of the consumed topics.
     pub partitions: Vec<PartitionOffsets>,
@@ -57,7 +57,7 @@ pub struct PodMetrics {
     pub memory_limit_bytes: Option<u64>,
 }
 
-impl Observation {
+impl Sample {
     pub fn partition_count(&self) -> usize {
         self.partitions.len()
     }
@@ -105,7 +105,7 @@ pub struct Rates {
 
 /// The rates from `a` to the later `b`, over the partitions both have (a partition added in
 /// between has no earlier offset to count from). `None` unless `b` is later.
-pub fn rates(a: &Observation, b: &Observation) -> Option<Rates> {
+pub fn rates(a: &Sample, b: &Sample) -> Option<Rates> {
     let seconds = b.at.duration_since(a.at).as_secs_f64();
     if seconds <= 0.0 {
         return None;
@@ -128,7 +128,7 @@ pub fn rates(a: &Observation, b: &Observation) -> Option<Rates> {
 
 /// Spans per record the pods decoded from `a` to `b` (pods present in both whose counters did
 /// not restart). `None` when no records were consumed.
-pub fn spans_per_record(a: &Observation, b: &Observation) -> Option<f64> {
+pub fn spans_per_record(a: &Sample, b: &Sample) -> Option<f64> {
     let (mut spans, mut records) = (0u64, 0u64);
     for p in &b.pods {
         let earlier = a

@@ -3,10 +3,10 @@
 //!
 //! - [`crd`]: the resource users write, and its status (`spec.autoscaling` and
 //!   `status.autoscaling` included);
-//! - [`autoscale`]: the pure autoscaling decision (replica owner, partition ladder,
-//!   window of samples → replicas and reason); [`signals`] takes the samples;
-//!   [`autoscaler`] is the reconcile's sizing step around them (the window per pipeline,
-//!   `status.autoscaling`, the scaling Events);
+//! - [`autoscale`]: autoscaling on lag and memory — the pure decision (replica owner,
+//!   partition ladder, window of samples → replicas and reason) inside its IO shell (the
+//!   sampler of Kafka offsets and pod /metrics, and the reconcile's sizing step: the window
+//!   per pipeline, `status.autoscaling`, the scaling Events);
 //! - [`builders`]: pure desired state (ConfigMap, Deployment, Service, PDB, replica math);
 //! - [`status`]: pure status and Event derivation; [`health`]: why a gateway fails, from its
 //!   pods and Deployment;
@@ -18,7 +18,6 @@
 //!   [`pipeline_metrics`]: the per-pipeline gauges the dashboards and alerts read.
 
 pub mod autoscale;
-pub mod autoscaler;
 pub mod builders;
 pub mod crd;
 pub mod defaults;
@@ -33,7 +32,6 @@ pub mod objects;
 pub mod pipeline_metrics;
 pub mod reconcile;
 pub mod secrets;
-pub mod signals;
 pub mod status;
 
 /// The one field manager of every server-side apply (objects and status), also the

@@ -32,7 +32,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracehouse_schema::ConnectionConfig;
 
-use crate::autoscaler::{Autoscaler, Sizing};
+use crate::autoscale::{Autoscaler, Sampler, Sizing};
 use crate::builders::{self, Names};
 use crate::crd::{
     CredentialsSecretRef, KafkaSpec, SchemaMode, TracePipeline, TracePipelineSpec,
@@ -47,7 +47,6 @@ use crate::metrics::Metrics;
 use crate::migrations;
 use crate::objects::{self, Change};
 use crate::secrets::Secrets;
-use crate::signals::Sampler;
 use crate::status::{self, Gateway, Observation, Step};
 use crate::{FIELD_MANAGER, FINALIZER};
 

@@ -1,7 +1,16 @@
-//! Autoscaling the gateway on time lag and memory: who owns the replica count
-//! ([`owner`]), the partition ladder, the /metrics reading ([`scrape`]) and the decision, pure
-//! and unit-tested. Taking the samples (`crate::signals`), publishing the status and Events
-//! and applying the count are the reconcile's job.
+//! Autoscaling the gateway on time lag and memory: a pure core, unit-tested, inside a thin IO
+//! shell.
+//!
+//! - The core, pure: who owns the replica count ([`owner`], with the window of samples a
+//!   decision reads), the partition ladder ([`ladder`]), one [`Sample`] and the rates two of
+//!   them give ([`sample`]), a collector's /metrics text read ([`scrape`]), the decision
+//!   ([`decide()`], and its [`reason`]s) and the `status.autoscaling` it leaves ([`report`]).
+//!   What a user writes and reads (`spec.autoscaling`, `status.autoscaling`) is the
+//!   resource's: [`crate::crd::AutoscalingSpec`], [`crate::crd::AutoscalingStatus`].
+//! - The shell, IO: [`sampler`] takes the samples (the group's offsets from Kafka, each pod's
+//!   readiness and /metrics); [`sizing`] is the reconcile's sizing step around the core (the
+//!   window per pipeline, the decision, its `status.autoscaling`, Event and metric). Applying
+//!   the count is the reconcile's job.
 //!
 //! **The step rule.** The gateway only ever runs a rung of the partition ladder
 //! ([`ladder`]): for P partitions, the fewest replicas for each number of partitions the
@@ -52,7 +61,9 @@ pub mod owner;
 pub mod reason;
 pub mod report;
 pub mod sample;
+pub mod sampler;
 pub mod scrape;
+pub mod sizing;
 
 #[cfg(test)]
 mod decide_tests;
@@ -65,3 +76,5 @@ pub use decide::{
 pub use ladder::Ladder;
 pub use owner::{Owner, Window};
 pub use sample::{PartitionOffsets, PodMetrics, PodSample, Sample};
+pub use sampler::Sampler;
+pub use sizing::{Autoscaler, Sizing};

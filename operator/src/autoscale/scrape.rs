@@ -1,5 +1,5 @@
 //! A collector's /metrics text → the [`PodMetrics`] the autoscaler reads. Pure: the shell
-//! (`crate::signals`) fetches the text.
+//! ([`super::sampler`]) fetches the text.
 //!
 //! Only the handful of series the decision needs are read, summed over their label sets
 //! (the lag is the largest over them: the oldest unwritten record anywhere in the pod). A

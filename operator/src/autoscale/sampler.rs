@@ -1,8 +1,9 @@
-//! The autoscaler's eyes: one [`Sample`] of a pipeline, taken now — the consumer group's
-//! offsets from Kafka ([`kafka::offsets`]) and every gateway pod's readiness and /metrics
-//! ([`scrape::pod_metrics`]). No metrics server or adapter: the operator reads both itself.
+//! IO shell around the pure core: the autoscaler's eyes. One [`Sample`] of a pipeline, taken
+//! now — the consumer group's offsets from Kafka ([`kafka::offsets`]) and every gateway pod's
+//! readiness and /metrics ([`scrape::pod_metrics`]). No metrics server or adapter: the
+//! operator reads both itself.
 //!
-//! Thin IO: what the numbers mean is `crate::autoscale`'s business. A pod whose /metrics
+//! Thin IO: what the numbers mean is the core's business ([`super::decide()`]). A pod whose /metrics
 //! cannot be read is sampled with `metrics: None`, and the decision holds on it.
 
 use std::collections::BTreeMap;
@@ -13,8 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
-use crate::autoscale::scrape;
-use crate::autoscale::{PodSample, Sample};
+use super::{PodMetrics, PodSample, Sample, scrape};
 use crate::builders::{self, METRICS_PORT};
 use crate::crd::TracePipeline;
 use crate::error::Error;
@@ -87,12 +87,7 @@ impl Sampler {
         Ok(futures::future::join_all(scrapes).await)
     }
 
-    async fn scrape(
-        &self,
-        ip: &str,
-        budget: u64,
-        limit: Option<u64>,
-    ) -> Option<crate::autoscale::PodMetrics> {
+    async fn scrape(&self, ip: &str, budget: u64, limit: Option<u64>) -> Option<PodMetrics> {
         let url = format!("http://{ip}:{METRICS_PORT}/metrics");
         let text = async {
             self.http

@@ -1,7 +1,7 @@
-//! The reconcile's sizing step: who owns the replica count ([`Owner`]) → how many replicas
-//! the gateway runs; with `spec.autoscaling`, one new sample into the pipeline's window, the
-//! decision ([`autoscale::decide()`]), its `status.autoscaling`, its `ScaledUp`/`ScaledDown`
-//! Event and its metric.
+//! IO shell around the pure core: the reconcile's sizing step. Who owns the replica count
+//! ([`Owner`]) → how many replicas the gateway runs; with `spec.autoscaling`, one new sample
+//! ([`Sampler`]) into the pipeline's window, the decision ([`decide()`]), its
+//! `status.autoscaling` ([`report`]), its `ScaledUp`/`ScaledDown` Event and its metric.
 //!
 //! State: the window of samples per pipeline, in memory. What the decisions must remember
 //! across operator restarts and leader changes (last step, measured capacity) lives in the
@@ -16,13 +16,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client, ResourceExt};
 
-use crate::autoscale::{self, Decision, History, Owner, Window, owner, report};
+use super::{Decision, History, Owner, Sampler, Window, decide, owner, report};
 use crate::builders::Names;
 use crate::crd::{AutoscalingSpec, AutoscalingStatus, TracePipeline};
 use crate::error::Error;
 use crate::kafka::KafkaAccess;
 use crate::metrics::Metrics;
-use crate::signals::Sampler;
 
 /// What the sizing step settled for one reconcile.
 #[derive(Debug, Default)]
@@ -134,7 +133,7 @@ impl Autoscaler {
         let decision = {
             let mut windows = self.windows();
             let window = windows.entry(key.to_owned()).or_default();
-            autoscale::decide(
+            decide(
                 spec,
                 window.contiguous(),
                 current_u,

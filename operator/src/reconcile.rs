@@ -32,7 +32,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracehouse_schema::ConnectionConfig;
 
-use crate::autoscale::{Autoscaler, Sampler, Sizing};
+use crate::autoscale::{Autoscaler, KafkaView, Sampler, Sizing};
 use crate::builders::{self, Names};
 use crate::crd::{
     CredentialsSecretRef, KafkaSpec, SchemaMode, TracePipeline, TracePipelineSpec,
@@ -308,10 +308,11 @@ async fn converge(
             &ctx.metrics,
             &key(tp),
             tp,
-            &access,
-            &counts,
-            partitions,
-            ctx.settings.kafka_timeout,
+            KafkaView {
+                access: &access,
+                counts: &counts,
+                timeout: ctx.settings.kafka_timeout,
+            },
         )
         .await?;
     if let Some(replicas) = sizing.replicas {

@@ -76,5 +76,5 @@ pub use decide::{
 pub use ladder::Ladder;
 pub use owner::{Owner, Window};
 pub use sample::{PartitionOffsets, PodMetrics, PodSample, Sample};
-pub use sampler::Sampler;
+pub use sampler::{KafkaView, Sampler};
 pub use sizing::{Autoscaler, Sizing};

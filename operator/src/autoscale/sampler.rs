@@ -21,6 +21,24 @@ use crate::error::Error;
 use crate::kafka::{self, KafkaAccess};
 use crate::pipeline_metrics::quantity_bytes;
 
+/// What the reconcile already read of a pipeline's Kafka, for the autoscaler: how to reach
+/// the brokers, and the topics' partitions.
+#[derive(Clone, Copy)]
+pub struct KafkaView<'a> {
+    pub access: &'a KafkaAccess,
+    /// Partitions per topic.
+    pub counts: &'a BTreeMap<String, i32>,
+    /// Bounds each request to the brokers.
+    pub timeout: Duration,
+}
+
+impl KafkaView<'_> {
+    /// Partitions of the topics, summed.
+    pub fn partitions(&self) -> i32 {
+        self.counts.values().sum()
+    }
+}
+
 /// Reads the samples; one per operator.
 #[derive(Clone)]
 pub struct Sampler {
@@ -40,18 +58,20 @@ impl Sampler {
         Ok(Self { http })
     }
 
-    /// One sample of `tp`: offsets of the partitions in `counts` (partitions per topic) and
-    /// the gateway's pods.
+    /// One sample of `tp`: offsets of every partition `kafka` counts, and the gateway's pods.
     pub async fn observe(
         &self,
         client: &Client,
         tp: &TracePipeline,
-        access: &KafkaAccess,
-        counts: &BTreeMap<String, i32>,
-        kafka_timeout: Duration,
+        kafka: KafkaView<'_>,
     ) -> Result<Sample, Error> {
-        let partitions =
-            kafka::offsets(access, &tp.consumer_group(), counts, kafka_timeout).await?;
+        let partitions = kafka::offsets(
+            kafka.access,
+            &tp.consumer_group(),
+            kafka.counts,
+            kafka.timeout,
+        )
+        .await?;
         let pods = self.pods(client, tp).await?;
         Ok(Sample {
             at: Timestamp::now(),

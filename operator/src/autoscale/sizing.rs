@@ -7,7 +7,7 @@
 //! across operator restarts and leader changes (last step, measured capacity) lives in the
 //! status; a new leader only waits one lookback for fresh rates.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -16,11 +16,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client, ResourceExt};
 
-use super::{Decision, History, Owner, Sampler, Window, decide, owner, report};
+use super::{Decision, History, KafkaView, Owner, Sampler, Window, decide, owner, report};
 use crate::builders::Names;
 use crate::crd::{AutoscalingSpec, AutoscalingStatus, TracePipeline};
 use crate::error::Error;
-use crate::kafka::KafkaAccess;
 use crate::metrics::Metrics;
 
 /// What the sizing step settled for one reconcile.
@@ -67,19 +66,16 @@ impl Autoscaler {
         self.windows().remove(key);
     }
 
-    /// The replicas for `tp` over `partitions` (summed over the topics in `counts`).
-    #[allow(clippy::too_many_arguments)]
+    /// The replicas for `tp` over the partitions of its topics (`kafka`).
     pub async fn size(
         &self,
         client: &Client,
         metrics: &Metrics,
         key: &str,
         tp: &TracePipeline,
-        access: &KafkaAccess,
-        counts: &BTreeMap<String, i32>,
-        partitions: i32,
-        kafka_timeout: Duration,
+        kafka: KafkaView<'_>,
     ) -> Result<Sizing, Error> {
+        let partitions = kafka.partitions();
         let owner = Owner::of(&tp.spec);
         let Some(spec) = &tp.spec.autoscaling else {
             self.forget(key);
@@ -103,11 +99,7 @@ impl Autoscaler {
                 Timestamp::now().duration_since(t).as_secs_f64() >= interval.as_secs_f64() * 0.8
             });
         if due {
-            match self
-                .sampler
-                .observe(client, tp, access, counts, kafka_timeout)
-                .await
-            {
+            match self.sampler.observe(client, tp, kafka).await {
                 Ok(sample) => self
                     .windows()
                     .entry(key.to_owned())

@@ -59,6 +59,17 @@ fn contains_at(live: &Value, desired: &Value, quantities: bool) -> bool {
     }
 }
 
+/// A Kubernetes memory quantity in whole bytes, rounded up (`1500m` is 2 bytes); `None`
+/// when it does not parse, is negative or does not fit an `i64`. The one parser is
+/// [`quantity`].
+pub fn quantity_bytes(q: &str) -> Option<i64> {
+    let nanos = quantity(q.trim())?;
+    if nanos < 0 {
+        return None;
+    }
+    i64::try_from((nanos + 999_999_999) / 1_000_000_000).ok()
+}
+
 /// A Kubernetes quantity (`500m`, `0.5`, `1536Mi`, `1.5Gi`, `2e3`) in nano-units; `None`
 /// when it does not parse or does not fit.
 pub fn quantity(s: &str) -> Option<i128> {
@@ -237,5 +248,24 @@ mod tests {
         assert_ne!(hash_of(&with), hash_of(&without));
         // A field dropped from the desired object still "contains": only the hash tells.
         assert!(contains(&with, &without));
+    }
+
+    #[test]
+    fn quantities_in_bytes() {
+        for (q, bytes) in [
+            ("512Mi", 512 << 20),
+            ("1Gi", 1 << 30),
+            ("1G", 1_000_000_000),
+            ("500M", 500_000_000),
+            ("128974848", 128_974_848),
+            ("1e9", 1_000_000_000),
+            ("1.5Gi", 3 << 29),
+            ("100k", 100_000),
+        ] {
+            assert_eq!(quantity_bytes(q), Some(bytes), "{q}");
+        }
+        for bad in ["", "Mi", "12x", "-1", "1.5.2Gi"] {
+            assert_eq!(quantity_bytes(bad), None, "{bad}");
+        }
     }
 }

@@ -18,6 +18,7 @@ use prometheus_client::registry::Registry;
 
 use crate::builders;
 use crate::crd::{TracePipeline, TracePipelineStatus, condition};
+use crate::objects::quantity_bytes;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PipelineLabels {
@@ -98,35 +99,6 @@ pub fn gauges(tp: &TracePipeline, status: &TracePipelineStatus, now: Timestamp) 
             .as_ref()
             .and_then(|a| a.incoming_spans_per_second),
     }
-}
-
-/// A Kubernetes memory quantity in bytes: plain, decimal (`k`, `M`, `G`, `T`, `P`, `E`) or
-/// binary (`Ki` … `Ei`) suffixes, and exponents (`1e9`). `None` when it is not one.
-pub fn quantity_bytes(q: &str) -> Option<i64> {
-    let q = q.trim();
-    let split = q
-        .find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
-        .unwrap_or(q.len());
-    let (number, suffix) = q.split_at(split);
-    let factor: f64 = match suffix {
-        "" => 1.0,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024f64,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        _ => return None,
-    };
-    let value: f64 = number.parse().ok()?;
-    let bytes = (value * factor).ceil();
-    (bytes.is_finite() && bytes >= 0.0 && bytes <= i64::MAX as f64).then_some(bytes as i64)
 }
 
 /// The per-pipeline gauge families, registered under the operator's prefix.
@@ -291,25 +263,6 @@ mod tests {
             message: String::new(),
             observed_generation: None,
             last_transition_time: Time(Timestamp::UNIX_EPOCH),
-        }
-    }
-
-    #[test]
-    fn quantities_in_bytes() {
-        for (q, bytes) in [
-            ("512Mi", 512 << 20),
-            ("1Gi", 1 << 30),
-            ("1G", 1_000_000_000),
-            ("500M", 500_000_000),
-            ("128974848", 128_974_848),
-            ("1e9", 1_000_000_000),
-            ("1.5Gi", 3 << 29),
-            ("100k", 100_000),
-        ] {
-            assert_eq!(quantity_bytes(q), Some(bytes), "{q}");
-        }
-        for bad in ["", "Mi", "12x", "-1", "1.5.2Gi"] {
-            assert_eq!(quantity_bytes(bad), None, "{bad}");
         }
     }
 

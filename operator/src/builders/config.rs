@@ -5,7 +5,8 @@
 use sha2::{Digest, Sha256};
 use tracehouse_contract::config as collector;
 
-use super::kafka_security::{clickhouse_tls_files, kafka_security_properties};
+use super::clickhouse_tls::clickhouse_tls_files;
+use super::kafka_security::kafka_security_properties;
 use super::{BuildError, METRICS_PORT, invalid};
 use crate::crd::{ByteSize, TracePipeline};
 

@@ -18,9 +18,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::kafka_security::{
-    CLICKHOUSE_CA_DIR, CLICKHOUSE_CLIENT_CERT_DIR, KAFKA_CA_DIR, KAFKA_CLIENT_CERT_DIR,
-};
+use super::clickhouse_tls::{CLICKHOUSE_CA_DIR, CLICKHOUSE_CLIENT_CERT_DIR};
+use super::kafka_security::{KAFKA_CA_DIR, KAFKA_CLIENT_CERT_DIR};
 use super::{
     BuildError, CONFIG_DIR, CONFIG_HASH_ANNOTATION, CONFIG_KEY, CONTAINER, ENV_KAFKA_SASL_PASSWORD,
     ENV_KAFKA_SASL_USERNAME, METRICS_PORT, Names, labels, meta, selector_labels,

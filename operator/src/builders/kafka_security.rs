@@ -1,10 +1,8 @@
-//! librdkafka security settings implied by `spec.kafka.tls` and `spec.kafka.sasl`, the
-//! collector's ClickHouse TLS files implied by `spec.clickhouse.tls`, and where the collector
-//! pods find the mounted certificates. Secrets never appear here.
+//! librdkafka security settings implied by `spec.kafka.tls` and `spec.kafka.sasl`, and where
+//! the collector pods find the mounted Kafka certificates. Secrets never appear here. (The
+//! ClickHouse side is `clickhouse_tls.rs`.)
 
 use std::collections::BTreeMap;
-
-use tracehouse_contract::config::ClickHouseTlsConfig;
 
 use crate::crd::{KafkaSasl, TlsSpec};
 
@@ -12,28 +10,6 @@ use crate::crd::{KafkaSasl, TlsSpec};
 pub(super) const KAFKA_CA_DIR: &str = "/etc/tracehouse/kafka-tls/ca";
 /// Where the client certificate Secret is mounted in the collector container.
 pub(super) const KAFKA_CLIENT_CERT_DIR: &str = "/etc/tracehouse/kafka-tls/client";
-/// Where the ClickHouse CA Secret is mounted in the collector container.
-pub(super) const CLICKHOUSE_CA_DIR: &str = "/etc/tracehouse/clickhouse-tls/ca";
-/// Where the ClickHouse client certificate Secret is mounted in the collector container.
-pub(super) const CLICKHOUSE_CLIENT_CERT_DIR: &str = "/etc/tracehouse/clickhouse-tls/client";
-
-/// The collector's `clickhouse.tls`: the mounted files' paths as the pods see them.
-pub fn clickhouse_tls_files(tls: Option<&TlsSpec>) -> ClickHouseTlsConfig {
-    let Some(tls) = tls else {
-        return ClickHouseTlsConfig::default();
-    };
-    let client = tls.client_cert_secret_name.is_some();
-    ClickHouseTlsConfig {
-        ca_file: tls
-            .ca
-            .as_ref()
-            .map(|_| format!("{CLICKHOUSE_CA_DIR}/ca.crt").into()),
-        client_cert_file: client.then(|| format!("{CLICKHOUSE_CLIENT_CERT_DIR}/tls.crt").into()),
-        client_key_file: client.then(|| format!("{CLICKHOUSE_CLIENT_CERT_DIR}/tls.key").into()),
-        insecure_skip_verify: tls.insecure_skip_verify,
-    }
-}
-
 /// librdkafka security settings implied by `tls`/`sasl`, with certificate paths as the
 /// collector pods see them. Secrets never appear here: SASL credentials reach the collector
 /// through environment variables filled from the Secret.
@@ -83,12 +59,12 @@ pub fn kafka_security_properties(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::fixtures::pipeline;
-    use super::super::{SECRETS_HASH_ANNOTATION, collector_config, desired, referenced_secrets};
+    use super::super::{SECRETS_HASH_ANNOTATION, desired, referenced_secrets};
     use super::*;
 
-    fn secured() -> crate::crd::TracePipeline {
+    pub(in crate::builders) fn secured() -> crate::crd::TracePipeline {
         pipeline(serde_json::json!({
             "kafka": {
                 "bootstrapServers": "kafka:9093",
@@ -102,32 +78,6 @@ mod tests {
             },
             "collector": { "image": "ghcr.io/tracehouse/collector:0.1.0" }
         }))
-    }
-
-    #[test]
-    fn clickhouse_tls_becomes_mounted_files_and_never_values() {
-        let tp = secured();
-        let cfg = collector_config(&tp).unwrap();
-        assert_eq!(
-            cfg.clickhouse.tls,
-            ClickHouseTlsConfig {
-                ca_file: Some(format!("{CLICKHOUSE_CA_DIR}/ca.crt").into()),
-                client_cert_file: Some(format!("{CLICKHOUSE_CLIENT_CERT_DIR}/tls.crt").into()),
-                client_key_file: Some(format!("{CLICKHOUSE_CLIENT_CERT_DIR}/tls.key").into()),
-                insecure_skip_verify: false,
-            }
-        );
-        let d = desired(&tp, 2).unwrap();
-        let pod = d.deployment.spec.unwrap().template.spec.unwrap();
-        let volumes: Vec<(String, String)> = pod
-            .volumes
-            .unwrap()
-            .into_iter()
-            .filter_map(|v| Some((v.name, v.secret?.secret_name?)))
-            .collect();
-        assert!(volumes.contains(&("clickhouse-ca".into(), "clickhouse-ca".into())));
-        assert!(volumes.contains(&("clickhouse-client-cert".into(), "clickhouse-client".into())));
-        assert_eq!(clickhouse_tls_files(None), ClickHouseTlsConfig::default());
     }
 
     /// Strimzi's KafkaUser Secrets as they are: a SCRAM user's holds only `password` (the

@@ -10,10 +10,12 @@
 //!   type and checked with its own `validate()` (the operator can never write a file the
 //!   collector refuses), and its hash;
 //! - [`kafka_security`]: librdkafka TLS/SASL settings implied by `spec.kafka.tls`/`sasl`;
+//! - [`clickhouse_tls`]: the collector's ClickHouse TLS files implied by `spec.clickhouse.tls`;
 //! - [`table`]: the traces table's options for the schema crate (`spec.clickhouse`);
 //! - [`gateway`]: the Kubernetes objects — the Deployment (container, env, volumes,
 //!   probes, security), the metrics Service and the PodDisruptionBudget.
 
+mod clickhouse_tls;
 mod config;
 mod gateway;
 mod kafka_security;

@@ -185,17 +185,29 @@ pub async fn ttl_status(
         .iter()
         .find(|(n, _)| n == &opts.table)
         .and_then(|(_, q)| retention::current_ttl(q));
-    Ok((
-        current,
-        retention::change_statements(opts, &tables, &existing),
-    ))
+    let adopted = ledger::read(server, opts)
+        .await?
+        .iter()
+        .any(|r| r.version == 1 && r.mode == Mode::Adopted.as_str());
+    let changes = if retention::keeps_own_ttl(opts, adopted) {
+        Vec::new()
+    } else {
+        retention::change_statements(opts, &tables, &existing)
+    };
+    Ok((current, changes))
 }
 
 /// A recorded migration whose text differs from ours only in a window number.
 /// Or only in its TTL clause (retention is desired state too, see [`crate::retention`]).
+/// Only an intact ledger row qualifies: its checksum must still be that of its own statements,
+/// so a tampered checksum is refused even when the statements match.
 fn same_but_window(recorded: &AppliedRecord, m: &Rendered) -> bool {
     let normal = |s: &str| retention::without_ttl(&dedup_window::without_window_values(s));
-    !m.statements.is_empty() && normal(&recorded.statements) == normal(&m.statements.join(";\n"))
+    let intact =
+        migrations::checksum(std::slice::from_ref(&recorded.statements)) == recorded.checksum;
+    intact
+        && !m.statements.is_empty()
+        && normal(&recorded.statements) == normal(&m.statements.join(";\n"))
 }
 
 #[derive(Debug, clickhouse::Row, serde::Deserialize)]

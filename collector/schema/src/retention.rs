@@ -23,6 +23,14 @@ pub fn desired_ttl(opts: &TableOptions, time_column: &str) -> Option<String> {
         .map(|ttl| format!("toDateTime({time_column}) + {}", ttl.interval_sql()))
 }
 
+/// Whether the tables keep whatever TTL they have: a traces table adopted from another
+/// writer (the OpenTelemetry exporter's, say) keeps the retention it came with while the
+/// options ask for none. Adopting must not silently turn a table's expiry off; asking for a
+/// TTL still changes it.
+pub fn keeps_own_ttl(opts: &TableOptions, traces_table_adopted: bool) -> bool {
+    traces_table_adopted && opts.ttl.is_none()
+}
+
 /// The TTL expression in a `create_table_query`, if it has one.
 pub fn current_ttl(create_query: &str) -> Option<String> {
     let at = create_query.find(" TTL ")? + " TTL ".len();
@@ -135,5 +143,12 @@ mod tests {
         let a = "CREATE TABLE t\n(\n  x UInt8\n)\nENGINE = MergeTree\nTTL toDateTime(Timestamp) + toIntervalDay(30)\nSETTINGS a = 1";
         let b = "CREATE TABLE t\n(\n  x UInt8\n)\nENGINE = MergeTree\nSETTINGS a = 1";
         assert_eq!(without_ttl(a), without_ttl(b));
+    }
+
+    #[test]
+    fn an_adopted_table_keeps_its_ttl_unless_one_is_asked() {
+        assert!(keeps_own_ttl(&opts(None), true));
+        assert!(!keeps_own_ttl(&opts(None), false), "ours: none means none");
+        assert!(!keeps_own_ttl(&opts(Some("7d")), true), "asked: changed");
     }
 }

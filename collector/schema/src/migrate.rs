@@ -161,7 +161,7 @@ pub async fn status(server: &Server, opts: &TableOptions) -> Result<Status, Erro
         });
     }
     let known = migrations::MIGRATIONS.len() as u32;
-    let (ttl, ttl_changes) = ttl_status(server, opts).await?;
+    let (ttl, ttl_changes) = ttl_status(server, opts, traces_table_adopted(&records)).await?;
     Ok(Status {
         migrations: out,
         unknown: records.into_iter().filter(|r| r.version > known).collect(),
@@ -172,11 +172,20 @@ pub async fn status(server: &Server, opts: &TableOptions) -> Result<Status, Erro
     })
 }
 
-/// The traces table's TTL now, and the statements that bring every table's to the options'.
+/// Whether the ledger records the traces table (migration 1) as adopted from another writer.
+fn traces_table_adopted(records: &[AppliedRecord]) -> bool {
+    records
+        .iter()
+        .any(|r| r.version == 1 && r.mode == Mode::Adopted.as_str())
+}
+
+/// The traces table's TTL now, and the statements that bring every table's to the options'
+/// (none while an `adopted` table keeps its own, see [`retention::keeps_own_ttl`]).
 /// Read-only.
 pub async fn ttl_status(
     server: &Server,
     opts: &TableOptions,
+    adopted: bool,
 ) -> Result<(Option<String>, Vec<String>), Error> {
     let tables = retention::tables(opts)?;
     let names: Vec<Ident> = tables.iter().map(|(n, _)| n.clone()).collect();
@@ -185,10 +194,6 @@ pub async fn ttl_status(
         .iter()
         .find(|(n, _)| n == &opts.table)
         .and_then(|(_, q)| retention::current_ttl(q));
-    let adopted = ledger::read(server, opts)
-        .await?
-        .iter()
-        .any(|r| r.version == 1 && r.mode == Mode::Adopted.as_str());
     let changes = if retention::keeps_own_ttl(opts, adopted) {
         Vec::new()
     } else {
@@ -465,7 +470,8 @@ async fn set_ttl(
     options: &ApplyOptions,
     lock: &mut SchemaLock,
 ) -> Result<Option<Applied>, Error> {
-    let (before, changes) = ttl_status(server, opts).await?;
+    let adopted = traces_table_adopted(&ledger::read(server, opts).await?);
+    let (before, changes) = ttl_status(server, opts, adopted).await?;
     if changes.is_empty() {
         return Ok(None);
     }

@@ -312,8 +312,7 @@ impl Decider<'_> {
         match up {
             Some((_, reason)) if self.current >= ladder.highest() => Err(Hold::AtMaximum {
                 replicas: self.current,
-                wanted: reason.reason(),
-                because: reason.to_string(),
+                wanted: Box::new(reason),
             }),
             Some((want, reason)) => {
                 let max_step = non_negative(self.spec.max_step);

@@ -335,9 +335,8 @@ fn lagging_at_the_maximum_holds_and_says_so() {
             &last.reason,
             Reason::Hold(Hold::AtMaximum {
                 replicas: 2,
-                wanted: "LagAboveTarget",
-                because,
-            }) if because.starts_with("lag ")
+                wanted,
+            }) if wanted.reason() == "LagAboveTarget" && wanted.to_string().starts_with("lag ")
         ),
         "{:?}",
         last.reason
@@ -447,8 +446,13 @@ fn reasons_are_stable_identifiers() {
         }),
         Reason::Hold(Hold::AtMaximum {
             replicas: 8,
-            wanted: "MemoryPressure",
-            because: "pod p resident memory 450 MiB".to_owned(),
+            wanted: Box::new(Reason::MemoryPressure {
+                pod: "p".to_owned(),
+                kind: MemoryKind::Resident,
+                used_bytes: 450 << 20,
+                limit_bytes: 512 << 20,
+                high_water_percent: 80,
+            }),
         }),
         Reason::Hold(Hold::CapacityUnknown),
         Reason::Idle {

@@ -42,13 +42,9 @@ pub enum Hold {
     /// Fewer replicas might do, but a replica's capacity was never measured (the gateway has
     /// not had a backlog to measure it against).
     CapacityUnknown,
-    /// More replicas are wanted, but the count is at `max` or the partition count: `wanted`
-    /// names the reason, `because` says it with its numbers.
-    AtMaximum {
-        replicas: u32,
-        wanted: &'static str,
-        because: String,
-    },
+    /// More replicas are wanted (`wanted`, with its numbers), but the count is at `max` or
+    /// the partition count.
+    AtMaximum { replicas: u32, wanted: Box<Reason> },
     /// `spec.replicas.count` is set: the scale subresource (kubectl scale, an HPA, KEDA)
     /// owns the count, and the autoscaler only reports what it measures.
     ScaleSubresource { replicas: u32 },
@@ -233,9 +229,9 @@ impl fmt::Display for Reason {
                 Hold::CapacityUnknown => f.write_str(
                     "a replica's capacity has not been measured yet (no backlog seen): holding",
                 ),
-                Hold::AtMaximum {
-                    replicas, because, ..
-                } => write!(f, "{because}; but {replicas} is the most allowed"),
+                Hold::AtMaximum { replicas, wanted } => {
+                    write!(f, "{wanted}; but {replicas} is the most allowed")
+                }
                 Hold::ScaleSubresource { replicas } => write!(
                     f,
                     "spec.replicas.count sets {replicas} replicas (the scale subresource owns \

@@ -9,12 +9,9 @@
 //!
 //! So a reconcile that finds nothing to change sends no write at all.
 
-use std::fmt::Debug;
-
-use kube::api::{Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, TypeMeta};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -125,22 +122,48 @@ fn hash_of(value: &Value) -> String {
     digest[..12].iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// One desired object of any kind, as [`ensure`] applies it: its API resource and its body.
+/// The reconciler applies a list of them in order (`builders::Desired::objects`).
+#[derive(Debug, Clone)]
+pub struct Owned {
+    /// The kind, for logs and the write counter.
+    pub kind: &'static str,
+    pub resource: ApiResource,
+    pub object: DynamicObject,
+}
+
+impl Owned {
+    /// `typed` as an [`Owned`]; its JSON (and so its [`APPLIED_ANNOTATION`] hash) is the
+    /// typed object's own.
+    pub fn of<K>(typed: &K) -> Result<Self, serde_json::Error>
+    where
+        K: k8s_openapi::Resource + Resource<DynamicType = ()> + Serialize,
+    {
+        let mut object: DynamicObject = serde_json::from_value(serde_json::to_value(typed)?)?;
+        // Required in an apply body; typed objects may leave them out.
+        object.types = Some(TypeMeta {
+            api_version: K::API_VERSION.to_owned(),
+            kind: K::KIND.to_owned(),
+        });
+        Ok(Self {
+            kind: K::KIND,
+            resource: ApiResource::erase::<K>(&()),
+            object,
+        })
+    }
+}
+
 /// Applies `desired` unless the live object already matches it; returns the live object.
-pub async fn ensure<K>(client: &Client, desired: &K) -> Result<(K, Change), Error>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned,
-{
-    let name = desired.name_any();
-    let namespace = desired.namespace().unwrap_or_default();
-    let api: Api<K> = Api::namespaced(client.clone(), &namespace);
-    let mut desired_value = serde_json::to_value(desired).map_err(|source| Error::Serialize {
-        what: "an owned object",
-        source,
-    })?;
+pub async fn ensure(client: &Client, desired: &Owned) -> Result<(DynamicObject, Change), Error> {
+    let name = desired.object.name_any();
+    let namespace = desired.object.namespace().unwrap_or_default();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &namespace, &desired.resource);
+    let mut desired_value =
+        serde_json::to_value(&desired.object).map_err(|source| Error::Serialize {
+            what: "an owned object",
+            source,
+        })?;
     let hash = hash_of(&desired_value);
     desired_value["metadata"]["annotations"][APPLIED_ANNOTATION] = Value::String(hash.clone());
     let live = api.get_opt(&name).await?;
@@ -154,9 +177,6 @@ where
             return Ok((live.clone(), Change::Unchanged));
         }
     }
-    // `apiVersion`/`kind` are required in an apply body; typed objects leave them out.
-    desired_value["apiVersion"] = Value::String(K::api_version(&()).into_owned());
-    desired_value["kind"] = Value::String(K::kind(&()).into_owned());
     let applied = api
         .patch(
             &name,
@@ -165,7 +185,7 @@ where
         )
         .await?;
     tracing::info!(
-        kind = %K::kind(&()),
+        kind = desired.kind,
         namespace = %namespace,
         name = %name,
         created = live.is_none(),
@@ -248,6 +268,28 @@ mod tests {
         assert_ne!(hash_of(&with), hash_of(&without));
         // A field dropped from the desired object still "contains": only the hash tells.
         assert!(contains(&with, &without));
+    }
+
+    #[test]
+    fn an_owned_object_hashes_as_its_typed_self() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let typed = ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some("gw".into()),
+                namespace: Some("ns".into()),
+                labels: Some([("a".to_owned(), "1".to_owned())].into()),
+                ..Default::default()
+            },
+            data: Some([("k".to_owned(), "v".to_owned())].into()),
+            ..Default::default()
+        };
+        let owned = Owned::of(&typed).unwrap();
+        assert_eq!(owned.kind, "ConfigMap");
+        assert_eq!(owned.resource.plural, "configmaps");
+        // The hash on every live object stays valid across the move to one apply loop.
+        let typed_value = serde_json::to_value(&typed).unwrap();
+        assert_eq!(typed_value["kind"], "ConfigMap");
+        assert_eq!(serde_json::to_value(&owned.object).unwrap(), typed_value);
     }
 
     #[test]

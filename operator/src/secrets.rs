@@ -1,5 +1,6 @@
 //! Reading the Secrets a pipeline references: the operator itself needs the credentials to
-//! run migrations and read Kafka metadata. Values are held only for the call and never
+//! run migrations and read Kafka metadata ([`Secrets::kafka_access`],
+//! [`Secrets::clickhouse_connection`]). Values are held only for the call and never
 //! logged, written to status, or copied into another object — except as a one-way
 //! fingerprint ([`fingerprint_of`]) on the pod template, so a changed Secret rolls the pods.
 
@@ -10,9 +11,13 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 
 use sha2::{Digest, Sha256};
-use tracehouse_schema::{ClientIdentity, TlsConfig};
+use tracehouse_schema::{ClientIdentity, ConnectionConfig, TlsConfig};
 
-use crate::crd::{CredentialsSecretRef, SecretKeyRef, TlsSpec, TracePipeline};
+use crate::builders;
+use crate::crd::{
+    ClickHouseSpec, CredentialsSecretRef, KafkaSpec, SecretKeyRef, TlsSpec, TracePipeline,
+};
+use crate::kafka::KafkaAccess;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
@@ -150,6 +155,61 @@ impl Secrets {
             ca_pem,
             client,
             insecure_skip_verify: tls.insecure_skip_verify,
+        })
+    }
+
+    /// How the operator itself reaches the brokers: the spec's properties plus its security
+    /// settings with the Secrets' contents inline (the pods get files; the operator values).
+    pub async fn kafka_access(&self, spec: &KafkaSpec) -> Result<KafkaAccess, SecretError> {
+        let mut properties = spec.properties.clone();
+        for (k, v) in builders::kafka_security_properties(spec.tls.as_ref(), spec.sasl.as_ref()) {
+            if !k.ends_with(".location") {
+                properties.insert(k, v);
+            }
+        }
+        if let Some(tls) = &spec.tls {
+            if let Some(ca) = &tls.ca {
+                properties.insert("ssl.ca.pem".into(), self.key(ca).await?);
+            }
+            if let Some(name) = &tls.client_cert_secret_name {
+                let (cert_key, key_key) = tls.client_keys();
+                properties.insert(
+                    "ssl.certificate.pem".into(),
+                    self.value(name, cert_key).await?,
+                );
+                properties.insert("ssl.key.pem".into(), self.value(name, key_key).await?);
+            }
+        }
+        if let Some(sasl) = &spec.sasl {
+            let c = self.credentials(&sasl.credentials).await?;
+            properties.insert("sasl.username".into(), c.username);
+            properties.insert("sasl.password".into(), c.password);
+        }
+        Ok(KafkaAccess {
+            brokers: spec.bootstrap_servers.clone(),
+            properties,
+        })
+    }
+
+    /// How the operator itself reaches ClickHouse as `credentials` (none: the server's
+    /// default user), with `spec.tls`'s PEMs inline.
+    pub async fn clickhouse_connection(
+        &self,
+        spec: &ClickHouseSpec,
+        credentials: Option<&CredentialsSecretRef>,
+    ) -> Result<ConnectionConfig, SecretError> {
+        let (user, password) = match credentials {
+            Some(r) => {
+                let c = self.credentials(r).await?;
+                (Some(c.username), Some(c.password))
+            }
+            None => (None, None),
+        };
+        Ok(ConnectionConfig {
+            url: spec.endpoint.clone(),
+            user,
+            password,
+            tls: self.clickhouse_tls(spec.tls.as_ref()).await?,
         })
     }
 

@@ -32,6 +32,7 @@ use tracehouse_contract::yaml;
 
 use crate::crd::{ReplicasSpec, TracePipeline};
 use crate::defaults::{self, CollectorDefaults};
+use crate::objects::Owned;
 
 pub use config::{collector_config, config_hash};
 pub use kafka_security::kafka_security_properties;
@@ -219,6 +220,17 @@ pub fn desired_with(
 }
 
 impl Desired {
+    /// The objects to apply, in the order they must be applied: the Deployment last, so its
+    /// pods find their ConfigMap (and Service, and budget) in place.
+    pub fn objects(&self) -> Result<Vec<Owned>, serde_json::Error> {
+        Ok(vec![
+            Owned::of(&self.config_map)?,
+            Owned::of(&self.service)?,
+            Owned::of(&self.pdb)?,
+            Owned::of(&self.deployment)?,
+        ])
+    }
+
     /// The same gateway at `replicas` (another owner of the count decided it, see
     /// `crate::autoscale::owner`); the partitions still cap it.
     pub fn with_replicas(mut self, replicas: i32) -> Self {

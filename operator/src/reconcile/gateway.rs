@@ -1,0 +1,98 @@
+//! Looking at the gateway without changing it: its Deployment (paused pipelines) and why
+//! its pods fail, if they do (`crate::health` decides; this reads the pods and the
+//! scheduler's Events). Best effort: what the API refuses reads as "nothing known".
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+
+use super::Context;
+use crate::builders::{self, Names};
+use crate::crd::TracePipeline;
+use crate::error::Error;
+use crate::health::{self, PodFacts};
+use crate::status::{Gateway, Observation};
+
+/// Reads the gateway Deployment without changing anything (paused pipelines).
+pub(super) async fn observe(
+    tp: &TracePipeline,
+    ctx: &Context,
+    obs: &mut Observation,
+) -> Result<(), Error> {
+    let api: Api<Deployment> =
+        Api::namespaced(ctx.client.clone(), &tp.namespace().unwrap_or_default());
+    let deployment = api.get_opt(&Names::of(&tp.name_any()).deployment).await?;
+    obs.gateway = deployment.as_ref().map(Gateway::of);
+    if deployment.is_some() {
+        obs.gateway_failure = diagnose(tp, ctx, deployment.as_ref()).await;
+    }
+    Ok(())
+}
+
+/// Why the gateway's pods fail, if they do. A pod list the API refuses is logged and reads
+/// as "nothing known", never fails the reconcile.
+pub(super) async fn diagnose(
+    tp: &TracePipeline,
+    ctx: &Context,
+    deployment: Option<&Deployment>,
+) -> Option<health::Diagnosis> {
+    let ns = tp.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let selector = builders::selector_string(tp);
+    let list = match pods.list(&ListParams::default().labels(&selector)).await {
+        Ok(l) => l.items,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the gateway pods");
+            return None;
+        }
+    };
+    let now = Time(Timestamp::now());
+    let mut notes = Vec::with_capacity(list.len());
+    for pod in &list {
+        let unscheduled = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_none_or(str::is_empty);
+        // Only unscheduled pods: a scheduler's reason is in an Event when it left no condition.
+        notes.push(if unscheduled {
+            scheduling_note(ctx, &ns, &pod.name_any()).await
+        } else {
+            None
+        });
+    }
+    let facts: Vec<PodFacts<'_>> = list
+        .iter()
+        .zip(notes)
+        .map(|(pod, scheduling_note)| PodFacts {
+            pod,
+            scheduling_note,
+        })
+        .collect();
+    health::diagnose(&facts, deployment, &now)
+}
+
+/// The newest `FailedScheduling` Event's note for pod `name`.
+async fn scheduling_note(ctx: &Context, ns: &str, name: &str) -> Option<String> {
+    let events: Api<CoreEvent> = Api::namespaced(ctx.client.clone(), ns);
+    let fields =
+        format!("involvedObject.kind=Pod,involvedObject.name={name},reason=FailedScheduling");
+    let list = events
+        .list(&ListParams::default().fields(&fields))
+        .await
+        .inspect_err(|e| tracing::debug!(pod = name, error = %e, "cannot list scheduling Events"))
+        .ok()?;
+    list.items
+        .into_iter()
+        .max_by_key(|e| {
+            e.last_timestamp
+                .as_ref()
+                .or(e.first_timestamp.as_ref())
+                .map(|t| t.0)
+                .or_else(|| e.event_time.as_ref().map(|t| t.0))
+        })
+        .and_then(|e| e.message)
+}

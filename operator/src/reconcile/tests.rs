@@ -1,0 +1,207 @@
+//! The reconcile against a fake API server and fake brokers and ClickHouse
+//! (`fake_api.rs`): the order of its steps and writes, nothing written when nothing
+//! changed, and failures named in the status — in milliseconds, without a stack.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+
+use super::fake_api::World;
+use super::{Context, Settings, backoff, error_policy, reconcile};
+use crate::crd::TracePipeline;
+use crate::kafka::KafkaError;
+use crate::metrics::Metrics;
+
+const PIPELINE: &str = "/apis/tracehouse.dev/v1alpha1/namespaces/shop/tracepipelines/orders";
+
+fn spec(clickhouse: Value) -> Value {
+    json!({
+        "kafka": { "bootstrapServers": "kafka:9092", "topics": ["otlp_spans"] },
+        "clickhouse": clickhouse,
+        "collector": { "image": "ghcr.io/tracehouse/collector:0.1.0" }
+    })
+}
+
+/// A world holding pipeline `shop/orders` with `spec`, and a context over it.
+fn world_with(spec: Value) -> (Arc<World>, Arc<Context>) {
+    let world = World::new();
+    world.put(
+        PIPELINE,
+        json!({
+            "apiVersion": "tracehouse.dev/v1alpha1", "kind": "TracePipeline",
+            "metadata": {
+                "name": "orders", "namespace": "shop", "generation": 1,
+                "uid": "0b7c0c3e-3c1d-4a8e-9a57-1f5f2f4c6d10", "resourceVersion": "1"
+            },
+            "spec": spec
+        }),
+    );
+    let metrics = Arc::new(Metrics::new(&mut Registry::default()));
+    let ctx = Context::with_backends(world.client(), metrics, Settings::default(), world.clone())
+        .unwrap();
+    (world, Arc::new(ctx))
+}
+
+/// The pipeline as the controller's cache would hand it over now.
+fn cached(world: &World) -> Arc<TracePipeline> {
+    Arc::new(serde_json::from_value(world.get(PIPELINE).unwrap()).unwrap())
+}
+
+/// The journal's writes (and backend calls), reads left out.
+fn writes(journal: &[String]) -> Vec<&str> {
+    journal
+        .iter()
+        .map(String::as_str)
+        .filter(|e| !e.starts_with("GET "))
+        .collect()
+}
+
+fn condition(world: &World, type_: &str) -> Value {
+    let status = &world.get(PIPELINE).unwrap()["status"];
+    status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {type_} condition in {status}"))
+}
+
+#[tokio::test]
+async fn a_new_pipeline_gets_its_schema_then_its_objects_deployment_last_then_its_status() {
+    let (world, ctx) = world_with(spec(json!({ "endpoint": "http://clickhouse:8123" })));
+    reconcile(cached(&world), ctx).await.unwrap();
+    let journal = world.take_journal();
+    let ns = "namespaces/shop";
+    let expected = [
+        "kafka partitions otlp_spans".to_owned(),
+        "kafka lag tracehouse.shop.orders".to_owned(),
+        "clickhouse schema `otel`.`otel_traces` verify_only=false".to_owned(),
+        format!("PATCH /api/v1/{ns}/configmaps/orders-collector"),
+        format!("PATCH /api/v1/{ns}/services/orders-collector-metrics"),
+        format!("PATCH /apis/policy/v1/{ns}/poddisruptionbudgets/orders-collector"),
+        format!("PATCH /apis/apps/v1/{ns}/deployments/orders-collector"),
+        format!("PATCH {PIPELINE}/status"),
+    ];
+    let writes = writes(&journal);
+    let (steps, events) = writes.split_at(expected.len().min(writes.len()));
+    assert_eq!(steps, expected, "{journal:#?}");
+    // Then one Event per change, after the status that tells it.
+    assert!(!events.is_empty(), "no Event: {journal:#?}");
+    assert!(
+        events
+            .iter()
+            .all(|e| e.starts_with("POST /apis/events.k8s.io/v1/namespaces/shop/events")),
+        "{journal:#?}"
+    );
+    let status = &world.get(PIPELINE).unwrap()["status"];
+    assert_eq!(status["partitions"], 4, "{status}");
+    assert_eq!(status["schemaVersion"], 7, "{status}");
+    assert_eq!(condition(&world, "KafkaReachable")["status"], "True");
+}
+
+#[tokio::test]
+async fn a_reconcile_that_finds_everything_in_place_writes_nothing() {
+    let (world, ctx) = world_with(spec(json!({ "endpoint": "http://clickhouse:8123" })));
+    reconcile(cached(&world), ctx.clone()).await.unwrap();
+    let first = world.take_journal();
+    assert!(first.iter().any(|e| e.starts_with("PATCH")), "{first:#?}");
+    // The next reconcile sees the objects and the status it wrote (a requeue).
+    reconcile(cached(&world), ctx).await.unwrap();
+    let second = world.take_journal();
+    let api_writes: Vec<&str> = writes(&second)
+        .into_iter()
+        .filter(|e| !e.starts_with("kafka ") && !e.starts_with("clickhouse "))
+        .collect();
+    assert!(api_writes.is_empty(), "{second:#?}");
+    // It still looked: brokers, schema, every object.
+    assert!(second.iter().any(|e| e.starts_with("clickhouse schema")));
+    assert_eq!(
+        second.iter().filter(|e| e.starts_with("GET /api")).count(),
+        5,
+        "{second:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_secret_is_named_in_the_status_before_clickhouse_or_the_objects() {
+    let (world, ctx) = world_with(spec(json!({
+        "endpoint": "http://clickhouse:8123",
+        "credentials": { "name": "clickhouse-writer" }
+    })));
+    let tp = cached(&world);
+    let error = reconcile(tp.clone(), ctx.clone()).await.unwrap_err();
+    assert_eq!(error.reason(), "SecretNotFound");
+    let journal = world.take_journal();
+    assert!(
+        journal.contains(&"GET /api/v1/namespaces/shop/secrets/clickhouse-writer".to_owned()),
+        "{journal:#?}"
+    );
+    assert!(
+        !journal.iter().any(|e| e.starts_with("clickhouse ")
+            || e.contains("/configmaps/")
+            || e.contains("/deployments/")),
+        "went on past the missing Secret: {journal:#?}"
+    );
+    let ready = condition(&world, "Ready");
+    assert_eq!(ready["status"], "False");
+    assert_eq!(ready["reason"], "SecretNotFound");
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("shop/clickhouse-writer"),
+        "{ready}"
+    );
+    // A Warning Event says it; the retry backs off.
+    let events = world.events();
+    assert!(
+        events.contains(&("Warning".to_owned(), "ReconcileFailed".to_owned())),
+        "{events:?}"
+    );
+    assert_eq!(
+        error_policy(tp.clone(), &error, ctx.clone()),
+        kube::runtime::controller::Action::requeue(Duration::from_secs(1))
+    );
+    assert_eq!(
+        error_policy(tp, &error, ctx),
+        kube::runtime::controller::Action::requeue(Duration::from_secs(2))
+    );
+}
+
+#[tokio::test]
+async fn a_missing_topic_fails_the_kafka_step_and_nothing_after_it_runs() {
+    let (world, ctx) = world_with(spec(json!({ "endpoint": "http://clickhouse:8123" })));
+    *world.kafka_failure.lock().unwrap() = Some(|| KafkaError::TopicNotFound {
+        topic: "otlp_spans".into(),
+        brokers: "kafka:9092".into(),
+    });
+    let error = reconcile(cached(&world), ctx).await.unwrap_err();
+    assert_eq!(error.reason(), "TopicNotFound");
+    let journal = world.take_journal();
+    assert_eq!(
+        writes(&journal)
+            .into_iter()
+            .filter(|e| !e.starts_with("POST /apis/events.k8s.io/"))
+            .collect::<Vec<_>>(),
+        [
+            "kafka partitions otlp_spans".to_owned(),
+            format!("PATCH {PIPELINE}/status")
+        ],
+        "{journal:#?}"
+    );
+    let kafka = condition(&world, "KafkaReachable");
+    assert_eq!(kafka["status"], "False");
+    assert_eq!(kafka["reason"], "TopicNotFound");
+    assert!(kafka["message"].as_str().unwrap().contains("otlp_spans"));
+}
+
+#[test]
+fn backoff_doubles_from_one_second_up_to_the_cap() {
+    let max = Duration::from_secs(300);
+    let delays: Vec<u64> = (1..=11).map(|a| backoff(a, max).as_secs()).collect();
+    assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+    assert_eq!(backoff(u32::MAX, max), max);
+}

@@ -6,6 +6,12 @@
 //! nothing runs. Otherwise nothing is changed and the differences are reported: an
 //! existing table is never altered blindly. The comparison is pure
 //! ([`check_traces_table`] and friends); only fetching the shape does IO.
+//!
+//! What is compared: engine, column names and types (codecs and extra defaulted columns
+//! only noted). What is not: skip indexes (bloom filters or the text indexes of
+//! opentelemetry-collector-contrib PR #50878 serve readers, not inserts), the sorting and
+//! partition keys, and column or table comments (`system.columns.type` never carries the
+//! comment; the create-query parsers take comments out first, see [`crate::create_query`]).
 
 use serde::Deserialize;
 
@@ -17,7 +23,8 @@ use crate::model::{self, Attributes, Engine, SpanColumn, TableOptions};
 use crate::types::ClickHouseType;
 use crate::version::V_CREATE_TRACES_TABLE;
 
-/// A column as `system.columns` describes it.
+/// A column as `system.columns` describes it (its `comment` is not read: see the module
+/// header).
 #[derive(Debug, Clone, PartialEq, Eq, clickhouse::Row, Deserialize)]
 pub struct ExistingColumn {
     pub name: String,

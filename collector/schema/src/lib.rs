@@ -26,6 +26,8 @@
 //!   (the arithmetic is in its header), and the statements that change it; `apply` keeps
 //!   the tables at [`TableOptions::dedup_window`].
 //! - [`table_check`]: the collector's start-up check of the table's shape and window.
+//! - [`create_query`]: an existing table's `create_table_query` as the TTL and window
+//!   parsers read it (comments taken out).
 //!
 //! - [`client`]: the HTTP connection to ClickHouse (URL, credentials from the environment,
 //!   statements sent verbatim), with TLS failures named; [`tls`]: TLS to ClickHouse (CA
@@ -36,6 +38,7 @@
 
 pub mod adopt;
 pub mod client;
+pub mod create_query;
 pub mod ddl;
 pub mod dedup_window;
 pub mod error;

@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use crate::adopt::{self, Verdict};
 use crate::client::Server;
+use crate::create_query;
 use crate::ddl;
 use crate::dedup_window;
 use crate::error::Error;
@@ -221,7 +222,9 @@ struct CreateRow {
     create_table_query: String,
 }
 
-/// `(name, create_table_query)` of those of `names` that exist in the database.
+/// `(name, create_table_query)` of those of `names` that exist in the database, their
+/// comments taken out ([`create_query::without_comments`]): what the TTL and window
+/// parsers read.
 pub(crate) async fn create_queries(
     server: &Server,
     database: &Ident,
@@ -245,9 +248,12 @@ pub(crate) async fn create_queries(
     Ok(names
         .iter()
         .filter_map(|n| {
-            rows.iter()
-                .find(|r| r.name == n.as_str())
-                .map(|r| (n.clone(), r.create_table_query.clone()))
+            rows.iter().find(|r| r.name == n.as_str()).map(|r| {
+                (
+                    n.clone(),
+                    create_query::without_comments(&r.create_table_query),
+                )
+            })
         })
         .collect())
 }

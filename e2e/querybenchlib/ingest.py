@@ -69,52 +69,65 @@ def _cpu(pid):
         return None
 
 
-def _config(env, topic, group, db, layout, mport):
+def _config(env, topic, group, db, attributes, mport):
     return (f"kafka:\n  brokers: \"{env['KAFKA_BROKERS']}\"\n  topics: [\"{topic}\"]\n"
             f"  group_id: \"{group}\"\n  encoding: otlp_proto\n"
             f"clickhouse:\n  url: \"{env['CLICKHOUSE_URL']}\"\n  database: \"{db}\"\n"
-            f"  table: otel_traces\n  attributes: {layout.attributes}\n"
+            f"  table: otel_traces\n  attributes: {attributes}\n"
             f"metrics_addr: \"127.0.0.1:{mport}\"\n")
 
 
-def load(collector, env, ch, layout, db, topic, spans, out_dir, timeout):
-    """Create, fill and merge one layout's table; its ingest figures."""
-    run([str(collector), "schema", "apply", "--database", db, "--engine", "merge-tree",
-         "--attributes", layout.attributes, "--clickhouse-url", env["CLICKHOUSE_URL"],
-         "--user", env["CLICKHOUSE_USER"]], timeout=300, env={**os.environ, **env},
-        log=out_dir / f"{layout.name}-schema.log")
-    for sql in layout.ddl(db):
-        ch.execute(sql)
-    group = f"{db}-group"
-    cfg = out_dir / f"{layout.name}-collector.yaml"
-    cfg.write_text(_config(env, topic, group, db, layout, free_port()))
-    ch_pid = _stack_pid("clickhouse")
-    ch0 = _cpu(ch_pid)
+def apply_schema(collector, env, attributes, db, log, up_to=None):
+    """`tracehouse-collector schema apply` (the library the operator calls): the database and
+    the table with `attributes`, every migration or those up to version `up_to`."""
+    cmd = [str(collector), "schema", "apply", "--database", db, "--engine", "merge-tree",
+           "--attributes", attributes, "--clickhouse-url", env["CLICKHOUSE_URL"],
+           "--user", env["CLICKHOUSE_USER"]]
+    if up_to is not None:
+        cmd += ["--up-to", str(up_to)]
+    run(cmd, timeout=300, env={**os.environ, **env}, log=log)
+
+
+def fill(collector, env, ch, name, attributes, db, topic, spans, out_dir, timeout):
+    """`tracehouse-collector run` on the topic (a fresh consumer group) into `db` until the
+    table holds `spans` rows; (rows, wall seconds, collector CPU-seconds). Logs:
+    `<name>-collector.*` in out_dir."""
+    cfg = out_dir / f"{name}-collector.yaml"
+    cfg.write_text(_config(env, topic, f"{db}-group", db, attributes, free_port()))
+    log = out_dir / f"{name}-collector.log"
     t0 = time.monotonic()
-    p = spawn([str(collector), "run", "--config", str(cfg)], out_dir / f"{layout.name}-collector.log",
-              env={**os.environ, **env})
-    rows, cpu = 0, None
+    p = spawn([str(collector), "run", "--config", str(cfg)], log, env={**os.environ, **env})
+    rows = 0
     try:
         deadline = t0 + timeout
         next_note = t0 + 10
         while True:
             if p.poll() is not None:
-                raise BenchError(f"{layout.name}: the collector exited with {p.returncode} "
-                                 f"(log: {out_dir / (layout.name + '-collector.log')})")
+                raise BenchError(f"{name}: the collector exited with {p.returncode} (log: {log})")
             rows = int(ch.rows(f"SELECT count() FROM `{db}`.`otel_traces`")[0][0])
             if rows >= spans:
                 break
             now = time.monotonic()
             if now > deadline:
-                raise BenchError(f"{layout.name}: {rows}/{spans} rows after {timeout}s")
+                raise BenchError(f"{name}: {rows}/{spans} rows after {timeout}s (log: {log})")
             if now > next_note:
-                say(f"{layout.name}: {rows}/{spans} rows after {now - t0:.0f}s")
+                say(f"{name}: {rows}/{spans} rows after {now - t0:.0f}s")
                 next_note = now + 10
             time.sleep(0.25)
-        wall = time.monotonic() - t0
-        cpu = proc_cpu_seconds(p.pid)
+        return rows, time.monotonic() - t0, proc_cpu_seconds(p.pid)
     finally:
         stop(p)
+
+
+def load(collector, env, ch, layout, db, topic, spans, out_dir, timeout):
+    """Create, fill and merge one layout's table; its ingest figures."""
+    apply_schema(collector, env, layout.attributes, db, out_dir / f"{layout.name}-schema.log")
+    for sql in layout.ddl(db):
+        ch.execute(sql)
+    ch_pid = _stack_pid("clickhouse")
+    ch0 = _cpu(ch_pid)
+    rows, wall, cpu = fill(collector, env, ch, layout.name, layout.attributes, db, topic, spans,
+                           out_dir, timeout)
     ch1 = _cpu(ch_pid)
     ingest_ch = ch1 - ch0 if ch0 is not None and ch1 is not None else None
 

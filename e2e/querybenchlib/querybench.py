@@ -45,14 +45,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchlib"))
 
 from procs import BenchError, loadavg, machine, on_signal, run, say, stop_all  # noqa: E402
-from stack import (E2E, REPO, git_revision, kafka_and_clickhouse_running, kafka_java,  # noqa: E402
+from stack import (REPO, git_revision, kafka_and_clickhouse_running, kafka_java,  # noqa: E402
                    new_run, stack_env)
 
+from catalog import read_catalog  # noqa: E402
 from client import TimedClient  # noqa: E402
 from ingest import DATA_HOURS, SERVICES, SPANS_PER_TRACE, load, produce  # noqa: E402
 from layouts import LAYOUTS, parse_layouts  # noqa: E402
-from queries import QUERIES, draw_all, tokens  # noqa: E402
-from readers import reader_queries  # noqa: E402
+from queries import QUERIES, draw_all  # noqa: E402
+from readers import judge, reader_queries  # noqa: E402
 from qreport import markdown, plot  # noqa: E402
 from stats import summarize  # noqa: E402
 
@@ -130,47 +131,21 @@ class QueryBench:
 
     def catalog(self, layout, db):
         """What parameters are drawn from, read from the loaded data."""
-        t = f"`{db}`.`otel_traces`"
-        tmin, tmax = self.ch.rows(f"SELECT toUnixTimestamp64Milli(min(Timestamp)), "
-                                  f"toUnixTimestamp64Milli(max(Timestamp)) FROM {t}")[0]
-        traces = self.ch.rows(
-            "SELECT TraceId, toUnixTimestamp(min(Start)) * 1000 FROM "
-            f"`{db}`.`otel_traces_trace_id_ts` GROUP BY TraceId ORDER BY cityHash64(TraceId) "
-            "LIMIT 500")
-        digests = [r[0] for r in self.ch.rows(
-            f"SELECT {layout.attr('app.request.digest')} FROM {t} ORDER BY cityHash64(SpanId) "
-            "LIMIT 500")]
-        services = [r[0] for r in self.ch.rows(f"SELECT DISTINCT ServiceName FROM {t} ORDER BY 1")]
-        names = [r[0] for r in self.ch.rows(f"SELECT DISTINCT SpanName FROM {t} ORDER BY 1")]
-        words = sorted({w for n in names for w in tokens(n)})
-        # The reader check's anchor: an error span, not a root, of a trace that crosses services.
-        anchor = self.ch.rows(
-            f"SELECT TraceId, toUnixTimestamp64Milli(Timestamp), ServiceName, SpanName, "
-            f"{layout.attr('app.request.digest')}, {layout.attr('http.response.status_code')} "
-            f"FROM {t} WHERE StatusCode = 'Error' AND ParentSpanId != '' AND TraceId IN "
-            f"(SELECT TraceId FROM {t} GROUP BY TraceId HAVING uniq(ServiceName) > 1) "
-            "ORDER BY cityHash64(SpanId) LIMIT 1")[0]
-        root = self.ch.rows(f"SELECT ServiceName FROM {t} WHERE TraceId = '{anchor[0]}' "
-                            "AND ParentSpanId = '' LIMIT 1")
-        return {"tmin_ms": int(tmin), "tmax_ms": int(tmax),
-                "anchor": {"trace_id": anchor[0], "ts_ms": int(anchor[1]), "service": anchor[2],
-                           "span_name": anchor[3], "digest": anchor[4], "status": anchor[5],
-                           "root_service": root[0][0] if root else anchor[2]},
-                "traces": [(r[0], int(r[1])) for r in traces], "digests": digests,
-                "services": services, "span_names": names, "tokens": words}
+        return read_catalog(self.ch, layout, db)
 
     def readers(self, layout, db, catalog):
         """Every reader's query shape once; the ones that errored or returned no rows."""
         shapes = reader_queries(layout, db, catalog, QUERIES)
         failures = []
         for reader, name, sqls in shapes:
+            rows, error = 0, None
             try:
                 rows = sum(self.ch.timed(sql)["rows"] for sql in sqls)
             except BenchError as e:
-                failures.append({"reader": reader, "query": name, "error": str(e)})
-                continue
-            if rows == 0:
-                failures.append({"reader": reader, "query": name, "error": "no rows"})
+                error = str(e)
+            # Every layout here is at the latest version: its lookup table is there.
+            if judge(sqls, rows, error, lookup_ready=True) != "ok":
+                failures.append({"reader": reader, "query": name, "error": error or "no rows"})
         return {"checked": len(shapes), "failures": failures}
 
     def run_query(self, q, layout, db, params):

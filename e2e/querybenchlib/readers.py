@@ -11,6 +11,12 @@ Three sources, each pure here (the runner executes them):
   json>.json, panels and the `service` variable), with the datasource's macros expanded the way
   the plugin's backend expands them (the same rules as e2e/src/grafana.rs) and the variables
   set to the database, table, every service and a drawn trace id.
+
+And how an answer is judged (`judge`): a reader works when its statements run and return
+rows. A shape that reads the trace-id lookup table (`<table>_trace_id_ts`, found in its SQL)
+can only work where that table exists and its view filled it while the rows arrived; where it
+does not (schema versions below 3), an error of an unknown table or an empty answer is "not
+applicable", any other error still a failure. The runners say which tables have it.
 """
 
 import json
@@ -115,3 +121,23 @@ def reader_queries(layout, db, catalog, queries):
         sql = expand_macros(interpolate(raw, variables), from_ms, to_ms, 60_000)
         out.append((f"dashboard {name}", title, [sql]))
     return out
+
+
+LOOKUP_SUFFIX = "_trace_id_ts"
+UNKNOWN_TABLE = "Code: 60."
+
+
+def needs_lookup(sqls):
+    """Whether a shape reads the trace-id lookup table."""
+    return any(f"{LOOKUP_SUFFIX}`" in sql or f'{LOOKUP_SUFFIX}"' in sql for sql in sqls)
+
+
+def judge(sqls, rows, error, lookup_ready):
+    """"ok", "n/a" or "fail" for one shape's answer: `rows` returned, or the server's `error`;
+    `lookup_ready` whether the table has a lookup table filled by its view."""
+    if error is None and rows > 0:
+        return "ok"
+    if needs_lookup(sqls) and not lookup_ready and (
+            error is None or UNKNOWN_TABLE in error):
+        return "n/a"
+    return "fail"

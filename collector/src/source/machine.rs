@@ -36,6 +36,12 @@
 //! Memory: every open batch holds its bytes against the [`Budget`] through a permit that
 //! the batch carries; the machine pauses all partitions when the budget is spent (but for
 //! rule 5) and resumes them below [`RESUME_FRACTION`].
+//!
+//! Why one file of ~630 lines: every handler below reads and changes the same private
+//! partition table under the numbered rules above, and they are checked against each other
+//! when read together; what could leave did (bundling: `machine_bundles.rs`; the
+//! acknowledgement ledger: `unsent.rs`; the tests: `machine_tests.rs`,
+//! `machine_bundle_tests.rs`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;

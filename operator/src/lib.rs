@@ -7,10 +7,12 @@
 //!   partition ladder, window of samples → replicas and reason) inside its IO shell (the
 //!   sampler of Kafka offsets and pod /metrics, and the reconcile's sizing step: the window
 //!   per pipeline, `status.autoscaling`, the scaling Events);
-//! - [`builders`]: pure desired state (ConfigMap, Deployment, Service, PDB, replica math);
+//! - [`builders`]: pure desired state (ConfigMap, Deployment, Service, PDB, replica math),
+//!   with [`defaults`]: the chart's collector defaults under each pipeline's own settings;
 //! - [`status`]: pure status and Event derivation; [`health`]: why a gateway fails, from its
 //!   pods and Deployment;
-//! - [`reconcile`]: the controller — thin IO around the pure parts, through [`kafka`]
+//! - [`reconcile`]: the controller — a span per reconcile, one sequence of steps
+//!   (`converge`) and one report (`report`), thin IO around the pure parts, through [`kafka`]
 //!   (partition counts; [`lag`], how far the group is behind), [`migrations`] (the schema crate), [`secrets`] and [`objects`]
 //!   (server-side apply that skips what is already in place);
 //! - [`error`]: the reconciler's errors, each with a metric label and a condition reason;

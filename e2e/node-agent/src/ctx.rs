@@ -34,6 +34,9 @@ pub struct Ctx {
     pub client: Client,
     pub node_name: String,
     pub kubelet_version: String,
+    /// Port of the kubelet HTTPS server (`streaming`), reported as the Node's
+    /// `daemonEndpoints.kubeletEndpoint.port`; `None` when it is not served.
+    pub kubelet_port: Option<u16>,
     /// The node's address (`status.hostIP` of its pods).
     pub host_ip: Ipv4Addr,
     pub images: ImageStore,

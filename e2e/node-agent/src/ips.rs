@@ -85,6 +85,11 @@ impl IpPool {
         Ok(ip)
     }
 
+    /// The address `owner` holds, if any.
+    pub fn address_of(&self, owner: &str) -> Option<Ipv4Addr> {
+        self.by_owner.get(owner).copied()
+    }
+
     pub fn release(&mut self, owner: &str) {
         self.by_owner.remove(owner);
     }
@@ -113,6 +118,8 @@ mod tests {
         assert_eq!(pool.allocate("c", None).unwrap(), ip("127.0.0.4"));
         assert_eq!(pool.allocate("d", None).unwrap(), ip("127.0.0.2"));
         assert_eq!(pool.allocate("e", None), Err(IpError::Exhausted(3)));
+        assert_eq!(pool.address_of("d"), Some(ip("127.0.0.2")));
+        assert_eq!(pool.address_of("a"), None);
     }
 
     #[test]

@@ -17,7 +17,9 @@ mod process;
 mod runspec;
 mod sandbox;
 mod sources;
+mod spdy;
 mod status;
+mod streaming;
 mod volumes;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -74,6 +76,19 @@ struct Args {
     /// Reported as the Node's kubeletVersion.
     #[arg(long, default_value = "v1.36.3")]
     kubelet_version: String,
+    /// Port of the kubelet HTTPS server on the node's address (port-forward), reported as
+    /// the Node's kubelet endpoint. Needs the three TLS flags below.
+    #[arg(long, requires_all = ["tls_cert_file", "tls_private_key_file", "client_ca_file"])]
+    kubelet_port: Option<u16>,
+    /// Serving certificate of the kubelet port (PEM, chain first).
+    #[arg(long)]
+    tls_cert_file: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long)]
+    tls_private_key_file: Option<PathBuf>,
+    /// CA that client certificates (the API server's kubelet client) must chain to.
+    #[arg(long)]
+    client_ca_file: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -94,6 +109,22 @@ async fn agent() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
+    let kubelet_tls = match (
+        args.kubelet_port,
+        &args.tls_cert_file,
+        &args.tls_private_key_file,
+        &args.client_ca_file,
+    ) {
+        (Some(port), Some(cert), Some(key), Some(ca)) => {
+            let files = streaming::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: ca.clone(),
+            };
+            Some((port, streaming::tls_config(&files)?))
+        }
+        _ => None,
+    };
 
     let config = match &args.kubeconfig {
         Some(path) => {
@@ -133,6 +164,7 @@ async fn agent() -> anyhow::Result<()> {
         client,
         node_name: args.node_name.clone(),
         kubelet_version: args.kubelet_version.clone(),
+        kubelet_port: kubelet_tls.as_ref().map(|(port, _)| *port),
         host_ip: Ipv4Addr::LOCALHOST,
         images,
         agent_exe: PathBuf::from(format!("/proc/{}/exe", std::process::id())),
@@ -148,10 +180,14 @@ async fn agent() -> anyhow::Result<()> {
         },
         shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
     });
-    run(ctx, args.health_addr).await
+    run(ctx, args.health_addr, kubelet_tls).await
 }
 
-async fn run(ctx: Arc<Ctx>, health_addr: SocketAddr) -> anyhow::Result<()> {
+async fn run(
+    ctx: Arc<Ctx>,
+    health_addr: SocketAddr,
+    kubelet_tls: Option<(u16, Arc<rustls::ServerConfig>)>,
+) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
@@ -168,6 +204,22 @@ async fn run(ctx: Arc<Ctx>, health_addr: SocketAddr) -> anyhow::Result<()> {
 
     let health = Arc::new(NodeHealth::default());
     let server = tokio::spawn(health::serve(health_addr, health.clone(), shutdown.clone()));
+    // Bound before the Node is registered, so its kubelet endpoint answers once it is there.
+    let kubelet = match kubelet_tls {
+        Some((port, tls)) => {
+            let addr = SocketAddr::new(ctx.host_ip.into(), port);
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the kubelet port {addr}"))?;
+            Some(tokio::spawn(streaming::serve(
+                listener,
+                tls,
+                ctx.clone(),
+                shutdown.clone(),
+            )))
+        }
+        None => None,
+    };
 
     // The API server may still be starting: retry registration until it works.
     let mut attempt = 0;
@@ -207,6 +259,9 @@ async fn run(ctx: Arc<Ctx>, health_addr: SocketAddr) -> anyhow::Result<()> {
     let _ = heartbeat.await;
     let _ = binder.await;
     node::mark_not_ready(&ctx).await;
+    if let Some(kubelet) = kubelet {
+        let _ = kubelet.await;
+    }
     match server.await {
         Ok(Err(e)) => tracing::warn!(error = %e, "health endpoint failed"),
         Err(e) => tracing::warn!(error = %e, "health endpoint task failed"),

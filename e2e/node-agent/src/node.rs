@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo};
+use k8s_openapi::api::core::v1::{
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus,
+    NodeSystemInfo,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -302,6 +305,11 @@ fn node_status(
                 address: ctx.node_name.clone(),
             },
         ]),
+        daemon_endpoints: ctx.kubelet_port.map(|port| NodeDaemonEndpoints {
+            kubelet_endpoint: Some(DaemonEndpoint {
+                port: i32::from(port),
+            }),
+        }),
         capacity: Some(resources.clone()),
         allocatable: Some(resources),
         node_info: Some(NodeSystemInfo {

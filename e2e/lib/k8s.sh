@@ -19,6 +19,9 @@ ETCD_PEER_PORT="${TRACEHOUSE_ETCD_PEER_PORT:-12380}"
 APISERVER_PORT="${TRACEHOUSE_APISERVER_PORT:-16443}"
 KCM_PORT="${TRACEHOUSE_KCM_PORT:-16444}"
 NODE_AGENT_PORT="${TRACEHOUSE_NODE_AGENT_PORT:-16445}"
+# The node agent's kubelet port (HTTPS: what the API server calls for `kubectl port-forward`),
+# published in the Node's status.daemonEndpoints.kubeletEndpoint.
+KUBELET_PORT="${TRACEHOUSE_KUBELET_PORT:-16446}"
 # The Service network exists only as API objects: nothing routes it on this machine.
 K8S_SERVICE_CIDR="${TRACEHOUSE_SERVICE_CIDR:-10.96.0.0/16}"
 # Where `cargo build` leaves the node agent (and the binaries the images are built from).
@@ -129,6 +132,28 @@ k8s_pki() {
       rm -f apiserver.csr apiserver.ext
     ) >"$log" 2>&1 || die "k8s: certificate generation failed; log: $log"
   fi
+  # The kubelet port, wired as in a cluster: the node agent serves with a certificate of our CA
+  # for the node's address, and the API server calls it with its kubelet client certificate,
+  # which the agent requires (and which has no other use). ECDSA P-256: quick to make.
+  if [[ ! -s "$K8S_PKI/kubelet.crt" || ! -s "$K8S_PKI/apiserver-kubelet-client.crt" ]]; then
+    say "k8s: generating the node agent's kubelet serving and the API server's kubelet client certificates"
+    (
+      set -e; cd "$K8S_PKI"; umask 077
+      k8s_sign() { # NAME SUBJECT EXTENSIONS...
+        local name="$1" subj="$2"; shift 2
+        openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+          -keyout "$name.key" -out "$name.csr" -subj "$subj"
+        printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature" "$@" >"$name.ext"
+        openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+          -extfile "$name.ext" -out "$name.crt"
+        rm -f "$name.csr" "$name.ext"
+      }
+      k8s_sign kubelet "/O=system:nodes/CN=system:node:$K8S_NODE_NAME" \
+        "extendedKeyUsage=serverAuth" "subjectAltName=IP:127.0.0.1,DNS:$K8S_NODE_NAME,DNS:localhost"
+      k8s_sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+        "extendedKeyUsage=clientAuth"
+    ) >>"$log" 2>&1 || die "k8s: certificate generation failed; log: $log"
+  fi
   # Static tokens: the admin (tests, the KUBECONFIG of `e2e/stack env`), the controller-manager
   # (its own RBAC role, not an admin), and the node agent (kubelet and scheduler in one: admin).
   local admin kcm agent
@@ -171,30 +196,9 @@ k8s_up() {
   fi
   wait_until etcd 60 k8s_etcd_ready
 
-  if ! pid_alive kube-apiserver; then
-    # --endpoint-reconciler-type=none: the `kubernetes` Endpoints would point at 127.0.0.1,
-    # which Endpoints validation rejects; nothing here routes Service IPs anyway.
-    # --requestheader-*: the controller-manager's delegated authentication reads this CA from the
-    # extension-apiserver-authentication ConfigMap and logs errors without it. No front-proxy
-    # client certificate is ever issued, so the header path is closed in practice.
-    start_bg kube-apiserver "$APISERVER_PORT" "$bin/kube-apiserver" \
-      --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-      --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
-      --tls-cert-file "$K8S_PKI/apiserver.crt" --tls-private-key-file "$K8S_PKI/apiserver.key" \
-      --client-ca-file "$K8S_PKI/ca.crt" \
-      --requestheader-client-ca-file "$K8S_PKI/ca.crt" --requestheader-allowed-names front-proxy-client \
-      --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
-      --requestheader-extra-headers-prefix X-Remote-Extra- \
-      --token-auth-file "$K8S_PKI/tokens.csv" \
-      --service-account-issuer https://kubernetes.default.svc.cluster.local \
-      --service-account-key-file "$K8S_PKI/sa.pub" \
-      --service-account-signing-key-file "$K8S_PKI/sa.key" \
-      --authorization-mode Node,RBAC \
-      --service-cluster-ip-range "$K8S_SERVICE_CIDR" \
-      --endpoint-reconciler-type none \
-      --allow-privileged=true --profiling=false
-  fi
-  wait_until kube-apiserver 120 k8s_api_ready
+  # Processes started by an older k8s.sh, without the kubelet-port wiring, are restarted.
+  k8s_restart_if_without kube-apiserver --kubelet-client-certificate 30
+  k8s_apiserver_up "$bin"
 
   if ! pid_alive kube-controller-manager; then
     local kc="$K8S_DATA/controller-manager.kubeconfig"
@@ -213,16 +217,73 @@ k8s_up() {
   fi
   wait_until kube-controller-manager 60 k8s_kcm_ready
 
+  k8s_restart_if_without node-agent --kubelet-port 40
+  k8s_agent_up
+  k8s_operator_up
+}
+
+# k8s_apiserver_up BIN_DIR: kube-apiserver, unless it runs.
+k8s_apiserver_up() {
+  local bin="$1"
+  if ! pid_alive kube-apiserver; then
+    # --kubelet-*: the API server reaches the node agent's kubelet port (port-forward) at the
+    # Node's InternalIP (its Hostname does not resolve), verifying its serving certificate.
+    # --endpoint-reconciler-type=none: the `kubernetes` Endpoints would point at 127.0.0.1,
+    # which Endpoints validation rejects; nothing here routes Service IPs anyway.
+    # --requestheader-*: the controller-manager's delegated authentication reads this CA from the
+    # extension-apiserver-authentication ConfigMap and logs errors without it. No front-proxy
+    # client certificate is ever issued, so the header path is closed in practice.
+    start_bg kube-apiserver "$APISERVER_PORT" "$bin/kube-apiserver" \
+      --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+      --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+      --tls-cert-file "$K8S_PKI/apiserver.crt" --tls-private-key-file "$K8S_PKI/apiserver.key" \
+      --client-ca-file "$K8S_PKI/ca.crt" \
+      --requestheader-client-ca-file "$K8S_PKI/ca.crt" --requestheader-allowed-names front-proxy-client \
+      --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+      --requestheader-extra-headers-prefix X-Remote-Extra- \
+      --token-auth-file "$K8S_PKI/tokens.csv" \
+      --service-account-issuer https://kubernetes.default.svc.cluster.local \
+      --service-account-key-file "$K8S_PKI/sa.pub" \
+      --service-account-signing-key-file "$K8S_PKI/sa.key" \
+      --authorization-mode Node,RBAC \
+      --kubelet-client-certificate "$K8S_PKI/apiserver-kubelet-client.crt" \
+      --kubelet-client-key "$K8S_PKI/apiserver-kubelet-client.key" \
+      --kubelet-certificate-authority "$K8S_PKI/ca.crt" \
+      --kubelet-preferred-address-types InternalIP \
+      --service-cluster-ip-range "$K8S_SERVICE_CIDR" \
+      --endpoint-reconciler-type none \
+      --allow-privileged=true --profiling=false
+  fi
+  wait_until kube-apiserver 120 k8s_api_ready
+}
+
+# The node agent (kubelet port: HTTPS with the stack's CA, client certificates required).
+k8s_agent_up() {
   if ! pid_alive node-agent; then
+    port_taken "$KUBELET_PORT" \
+      && die "node-agent: kubelet port $KUBELET_PORT is taken (TRACEHOUSE_KUBELET_PORT overrides it)"
     start_bg node-agent "$NODE_AGENT_PORT" "$CARGO_BIN_DIR/tracehouse-node-agent" \
       --kubeconfig "$K8S_DATA/node-agent.kubeconfig" \
       --node-name "$K8S_NODE_NAME" \
       --state-dir "$K8S_DATA/node" --log-dir "$LOG_DIR/pods" \
       --image-store "$IMAGES_STORE" \
-      --health-addr "127.0.0.1:$NODE_AGENT_PORT"
+      --health-addr "127.0.0.1:$NODE_AGENT_PORT" \
+      --kubelet-port "$KUBELET_PORT" \
+      --tls-cert-file "$K8S_PKI/kubelet.crt" --tls-private-key-file "$K8S_PKI/kubelet.key" \
+      --client-ca-file "$K8S_PKI/ca.crt"
   fi
   wait_until node-agent 60 k8s_agent_ready
-  k8s_operator_up
+}
+
+# k8s_restart_if_without NAME FLAG GRACE: stop NAME when it runs without FLAG on its command
+# line (started by an older k8s.sh); the caller starts it again.
+k8s_restart_if_without() {
+  pid_alive "$1" || return 0
+  local pid; pid="$(cat "$PID_DIR/$1.pid")"
+  if ! tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qx -- "$2"; then
+    say "k8s: restarting $1 (started without $2)"
+    stop_bg "$1" "$3"
+  fi
 }
 
 # The tracehouse operator, as users install it: `helm upgrade --install` of charts/tracehouse

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -25,6 +25,9 @@ const PORT: &str = "port";
 const STREAM_TYPE: &str = "streamType";
 const REQUEST_ID: &str = "requestID";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the first stream of a pair waits for the second (the kubelet's stream creation
+/// timeout).
+const PAIR_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The pod the connection forwards to.
 #[derive(Debug, Clone)]
@@ -63,10 +66,20 @@ fn request_id(s: &Stream) -> String {
     }
 }
 
-#[derive(Default)]
 struct Pair {
     data: Option<Stream>,
     error: Option<Stream>,
+    since: Instant,
+}
+
+impl Default for Pair {
+    fn default() -> Self {
+        Self {
+            data: None,
+            error: None,
+            since: Instant::now(),
+        }
+    }
 }
 
 /// Serves one upgraded connection until the client closes it.
@@ -78,7 +91,18 @@ where
     let (tx, mut streams) = mpsc::channel(16);
     let connection = tokio::spawn(conn::serve(io, check_stream, tx));
     let mut pairs: HashMap<String, Pair> = HashMap::new();
-    while let Some(stream) = streams.recv().await {
+    let mut sweep = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        let stream = tokio::select! {
+            s = streams.recv() => match s {
+                Some(s) => s,
+                None => break,
+            },
+            _ = sweep.tick() => {
+                expire(&mut pairs, PAIR_TIMEOUT).await;
+                continue;
+            }
+        };
         let id = request_id(&stream);
         let pair = pairs.entry(id.clone()).or_default();
         let data = stream.headers.get(STREAM_TYPE) == Some("data");
@@ -111,6 +135,30 @@ where
         }
         Err(e) => tracing::warn!(error = %e, "port-forward connection task failed"),
         Ok(Ok(())) => tracing::debug!(pod = %target.pod, "port-forward connection closed"),
+    }
+}
+
+/// Drops pairs whose second stream did not come within `timeout`, saying so on the error
+/// stream when that is the one that came.
+async fn expire(pairs: &mut HashMap<String, Pair>, timeout: Duration) {
+    let expired: Vec<String> = pairs
+        .iter()
+        .filter(|(_, p)| p.since.elapsed() >= timeout)
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in expired {
+        let Some(pair) = pairs.remove(&id) else {
+            continue;
+        };
+        let msg = format!("(request={id}) timed out waiting for streams");
+        tracing::warn!(%msg, "port-forward");
+        if let Some(error) = pair.error {
+            let _ = error.writer.write(msg.as_bytes()).await;
+            let _ = error.writer.close().await;
+        }
+        if let Some(data) = pair.data {
+            let _ = data.writer.close().await;
+        }
     }
 }
 
@@ -312,6 +360,31 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_pair_missing_its_data_stream_times_out_on_its_error_stream() {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let (tx, mut rx) = mpsc::channel(4);
+        tokio::spawn(conn::serve(b, check_stream, tx));
+        let mut c = Client::new(a);
+        c.send(Client::syn_with(1, pf_headers("error", 80, "4")))
+            .await;
+        let mut pairs = HashMap::new();
+        pairs.insert(
+            "4".to_owned(),
+            Pair {
+                error: rx.recv().await,
+                ..Pair::default()
+            },
+        );
+        expire(&mut pairs, Duration::from_secs(60)).await;
+        assert_eq!(pairs.len(), 1, "not yet");
+        expire(&mut pairs, Duration::ZERO).await;
+        assert!(pairs.is_empty());
+        let mut other = Vec::new();
+        let msg = read_until_fin(&mut c, 1, &mut other).await;
+        assert_eq!(msg, b"(request=4) timed out waiting for streams");
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub enum Mode {
     Adopted,
     /// It has nothing to do for these options (e.g. indexes on a `Null` table).
     NoOp,
+    /// An opt-in layout these options did not ask for ([`crate::layouts`]); asking for it
+    /// later runs it and records it again, `applied`.
+    Skipped,
 }
 
 impl Mode {
@@ -42,6 +45,7 @@ impl Mode {
             Self::Applied => "applied",
             Self::Adopted => "adopted",
             Self::NoOp => "noop",
+            Self::Skipped => "skipped",
         }
     }
 }
@@ -80,13 +84,17 @@ pub fn create_ledger_table(opts: &TableOptions) -> String {
 /// The `SELECT` that reads the ledger for `opts.table`, one row per version.
 pub fn read_ledger_sql(opts: &TableOptions) -> String {
     // The inner query renames `applied_at`, so the outer alias of the same name does
-    // not shadow the column inside the aggregates.
+    // not shadow the column inside the aggregates (`md` likewise for `mode`). The earliest row counts, except that a
+    // `skipped` opt-in migration applied later counts as applied (`k` orders the other
+    // modes first; `records` counts the rows of the kind that counts).
     format!(
-        "SELECT version, argMin(name, ts) AS name, argMin(checksum, ts) AS checksum, \
-         argMin(mode, ts) AS mode, toString(min(ts)) AS applied_at, \
-         argMin(applied_by, ts) AS applied_by, count() AS records, \
-         argMin(statements, ts) AS statements \
-         FROM (SELECT version, name, checksum, mode, applied_by, statements, applied_at AS ts \
+        "SELECT version, argMin(name, k) AS name, argMin(checksum, k) AS checksum, \
+         argMin(md, k) AS mode, toString(argMin(ts, k)) AS applied_at, \
+         argMin(applied_by, k) AS applied_by, \
+         if(countIf(md != 'skipped') = 0, count(), countIf(md != 'skipped')) AS records, \
+         argMin(statements, k) AS statements \
+         FROM (SELECT version, name, checksum, mode AS md, applied_by, statements, \
+         applied_at AS ts, (mode = 'skipped', applied_at) AS k \
          FROM {}.{} WHERE target = {} AND version != {SETTINGS_VERSION}) \
          GROUP BY version ORDER BY version",
         opts.database,

@@ -25,6 +25,9 @@
 //! - [`dedup_window`]: how large the insert-deduplication window must be for a pipeline
 //!   (the arithmetic is in its header), and the statements that change it; `apply` keeps
 //!   the tables at [`TableOptions::dedup_window`].
+//! - [`layouts`]: the opt-in layouts of the Map table (item ALIAS columns with text indexes,
+//!   bucketed Map serialization), their migrations, how an opt-in migration lives in the
+//!   append-only list, and the server-version gate.
 //! - [`table_check`]: the collector's start-up check of the table's shape and window.
 //! - [`create_query`]: an existing table's `create_table_query` as the TTL and window
 //!   parsers read it (comments taken out).
@@ -43,6 +46,7 @@ pub mod ddl;
 pub mod dedup_window;
 pub mod error;
 pub mod ident;
+pub mod layouts;
 pub mod ledger;
 pub mod lock;
 pub mod lock_decide;
@@ -62,14 +66,15 @@ pub use client::{ConnectionConfig, Server};
 pub use ddl::{InsertFormat, insert_into, insert_sql};
 pub use error::Error;
 pub use ident::Ident;
+pub use layouts::Layout;
 pub use ledger::{AppliedRecord, Mode};
 pub use lock::LockConfig;
 pub use migrate::{
     Action, ApplyOptions, ApplyReport, State, Status, WindowStatus, apply, plan, status,
 };
 pub use model::{
-    Attributes, Column, Engine, EngineKind, Replication, SpanColumn, TableOptions, Ttl, columns,
-    indexes, insert_columns,
+    Attributes, Column, Engine, EngineKind, Layouts, MapSerialization, Replication, SpanColumn,
+    TableOptions, Ttl, columns, indexes, insert_columns,
 };
 pub use settings::{Setting, SettingError, TableSettings};
 pub use table_check::{TableCheck, TableProblem, check_table};

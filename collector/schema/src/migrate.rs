@@ -23,6 +23,7 @@ use crate::ddl;
 use crate::dedup_window;
 use crate::error::Error;
 use crate::ident::{Ident, quote_str};
+use crate::layouts::{self, Layout, OptInState};
 use crate::ledger::{self, AppliedRecord, Mode, RecordContext};
 use crate::lock::{self, LockConfig, SchemaLock};
 use crate::migrations::{self, Rendered};
@@ -70,6 +71,9 @@ pub struct Status {
     pub ttl_changes: Vec<String>,
     /// The traces table's TTL expression now (`None`: keeps everything, or no table yet).
     pub ttl: Option<String>,
+    /// Opt-in layouts applied to the table that the options no longer ask for: kept, never
+    /// dropped ([`crate::layouts`]).
+    pub kept_layouts: Vec<Layout>,
     target: String,
 }
 
@@ -149,12 +153,18 @@ pub async fn status(server: &Server, opts: &TableOptions) -> Result<Status, Erro
     let records = ledger::read(server, opts).await?;
     let mut out = Vec::with_capacity(rendered.len());
     for m in rendered {
-        let state = match records.iter().find(|r| r.version == m.version) {
-            Some(r) if r.checksum == m.checksum || same_but_window(r, &m) => {
+        let record = records.iter().find(|r| r.version == m.version);
+        let opt_in = m.opt_in.map(|o| layouts::opt_in_state(o, record));
+        let state = match (opt_in, record) {
+            (Some(OptInState::Recorded), Some(r)) => State::Applied(r.clone()),
+            (Some(OptInState::Run), _) => State::Pending(Action::Run),
+            // Recorded `skipped` by `apply` (see `apply_locked`).
+            (Some(OptInState::Skip), _) => State::Pending(Action::NoOp),
+            (_, Some(r)) if r.checksum == m.checksum || same_but_window(r, &m) => {
                 State::Applied(r.clone())
             }
-            Some(r) => State::ChecksumMismatch(r.clone()),
-            None => State::Pending(pending_action(server, opts, &m).await?),
+            (_, Some(r)) => State::ChecksumMismatch(r.clone()),
+            (_, None) => State::Pending(pending_action(server, opts, &m).await?),
         };
         out.push(MigrationStatus {
             migration: m,
@@ -165,6 +175,7 @@ pub async fn status(server: &Server, opts: &TableOptions) -> Result<Status, Erro
     let (ttl, ttl_changes) = ttl_status(server, opts, traces_table_adopted(&records)).await?;
     Ok(Status {
         migrations: out,
+        kept_layouts: layouts::kept(opts, &records),
         unknown: records.into_iter().filter(|r| r.version > known).collect(),
         window: window_status(server, opts).await?,
         ttl_changes,
@@ -367,6 +378,7 @@ pub async fn apply(
     options: &ApplyOptions,
 ) -> Result<ApplyReport, Error> {
     opts.validate()?;
+    gate(server, opts).await?;
     bootstrap(server, opts).await?;
     let mut lock = SchemaLock::acquire(server, opts, &options.applied_by, &options.lock).await?;
     let result = apply_locked(server, opts, options, &mut lock).await;
@@ -379,6 +391,27 @@ pub async fn apply(
         applied,
         status: status(server, opts).await?,
     })
+}
+
+/// Refuses layouts the server is too old for before anything runs: `version()` is read once,
+/// only when the options ask for a layout ([`layouts::gate`]).
+async fn gate(server: &Server, opts: &TableOptions) -> Result<(), Error> {
+    if opts.layouts.is_default() {
+        return Ok(());
+    }
+    #[derive(clickhouse::Row, serde::Deserialize)]
+    struct VersionRow {
+        version: String,
+    }
+    let rows: Vec<VersionRow> = server
+        .fetch_all("read the server version", "SELECT version() AS version")
+        .await?;
+    let version = rows
+        .into_iter()
+        .next()
+        .map(|r| r.version)
+        .unwrap_or_default();
+    layouts::gate(opts, &version)
 }
 
 /// The database and the bookkeeping tables. `IF NOT EXISTS` makes these safe to
@@ -431,6 +464,7 @@ async fn apply_locked(
                 (Mode::Applied, Vec::new())
             }
             Action::Adopt { notes } => (Mode::Adopted, notes.clone()),
+            Action::NoOp if m.opt_in.is_some() => (Mode::Skipped, Vec::new()),
             Action::NoOp => (Mode::NoOp, Vec::new()),
             // `check()` above already refused these; never record one as done.
             Action::Conflict { differences } => {
@@ -492,6 +526,7 @@ async fn set_ttl(
         checksum: migrations::checksum(&changes),
         statements: changes.clone(),
         creates: None,
+        opt_in: None,
     };
     record(server, opts, options, lock, started, &change, Mode::Applied).await?;
     let note = format!(
@@ -567,6 +602,7 @@ async fn set_window(
         checksum: migrations::checksum(&window.changes),
         statements: window.changes.clone(),
         creates: None,
+        opt_in: None,
     };
     record(server, opts, options, lock, started, &change, Mode::Applied).await?;
     let note = format!(

@@ -9,6 +9,9 @@
 //! - A migration with several statements must have only idempotent ones, so a crash
 //!   half way is repaired by running it again. A `CREATE` stands alone: if the applier
 //!   died after it, the object exists without a ledger row and is adopted next time.
+//! - An opt-in migration (`opt_in: Some(layout)`) runs only for options that ask for its
+//!   layout; others record it `skipped`. It depends on migration 1 alone, since it may run
+//!   after later versions. How that keeps the list append-only: [`crate::layouts`].
 
 use std::fmt::Write as _;
 
@@ -17,11 +20,12 @@ use sha2::{Digest, Sha256};
 use crate::ddl;
 use crate::error::Error;
 use crate::ident::Ident;
+use crate::layouts::{Layout, OptIn};
 use crate::model::TableOptions;
 pub use crate::version::LATEST_VERSION;
 use crate::version::{
-    V_CREATE_LOOKUP_TABLE, V_CREATE_LOOKUP_VIEW, V_CREATE_TRACES_TABLE, V_INSERT_DEDUPLICATION,
-    V_SPAN_NAME_INDEX,
+    V_ATTRIBUTE_ITEMS, V_CREATE_LOOKUP_TABLE, V_CREATE_LOOKUP_VIEW, V_CREATE_TRACES_TABLE,
+    V_INSERT_DEDUPLICATION, V_MAP_BUCKETS, V_SPAN_NAME_INDEX,
 };
 
 /// What a migration does; rendered against the options at plan time.
@@ -32,6 +36,8 @@ enum Step {
     CreateLookupView,
     AddIndexes,
     EnableInsertDeduplication,
+    /// An opt-in layout ([`crate::layouts`]).
+    Layout(Layout),
 }
 
 /// One entry of the list.
@@ -40,6 +46,16 @@ pub struct Migration {
     pub version: u32,
     pub name: &'static str,
     step: Step,
+}
+
+impl Migration {
+    /// The layout an opt-in migration adds; `None` for the migrations every table runs.
+    pub fn opt_in(&self) -> Option<Layout> {
+        match self.step {
+            Step::Layout(l) => Some(l),
+            _ => None,
+        }
+    }
 }
 
 /// All migrations, oldest first. Append only.
@@ -68,6 +84,16 @@ pub const MIGRATIONS: &[Migration] = &[
         version: V_INSERT_DEDUPLICATION,
         name: "enable_insert_deduplication",
         step: Step::EnableInsertDeduplication,
+    },
+    Migration {
+        version: V_ATTRIBUTE_ITEMS,
+        name: "add_attribute_items",
+        step: Step::Layout(Layout::AttributeItems),
+    },
+    Migration {
+        version: V_MAP_BUCKETS,
+        name: "bucketed_map_serialization",
+        step: Step::Layout(Layout::MapBuckets),
     },
 ];
 
@@ -98,6 +124,9 @@ pub struct Rendered {
     /// Hex SHA-256 of the statements; what the ledger keeps to detect edits.
     pub checksum: String,
     pub creates: Option<Creates>,
+    /// For an opt-in migration: its layout and whether these options ask for it (when not,
+    /// `statements` is empty and it is recorded `skipped`).
+    pub opt_in: Option<OptIn>,
 }
 
 impl Migration {
@@ -129,6 +158,8 @@ impl Migration {
                 ddl::enable_insert_deduplication(opts)?.unwrap_or_default(),
                 None,
             ),
+            Step::Layout(l) if l.wanted(opts) => (l.render(opts), None),
+            Step::Layout(_) => (Vec::new(), None),
         };
         Ok(Rendered {
             version: self.version,
@@ -136,6 +167,10 @@ impl Migration {
             checksum: checksum(&statements),
             statements,
             creates,
+            opt_in: self.opt_in().map(|layout| OptIn {
+                layout,
+                wanted: layout.wanted(opts),
+            }),
         })
     }
 }
@@ -172,7 +207,9 @@ pub fn script(opts: &TableOptions) -> Result<String, Error> {
     );
     for r in render_all(opts)? {
         write!(out, "\n-- {:04} {}", r.version, r.name).unwrap();
-        if r.statements.is_empty() {
+        if let Some(o) = r.opt_in.filter(|o| !o.wanted) {
+            writeln!(out, " (opt-in layout {}: not asked for)", o.layout.option()).unwrap();
+        } else if r.statements.is_empty() {
             out.push_str(" (nothing to do for this engine)\n");
         } else {
             out.push('\n');

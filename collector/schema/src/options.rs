@@ -53,6 +53,45 @@ impl fmt::Display for Attributes {
     }
 }
 
+/// How a Map attribute column is stored in merged parts: the one definition, spelled
+/// `Default` / `Buckets` in the `TracePipeline` resource (`layouts.mapSerialization`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub enum MapSerialization {
+    /// The server's default (`basic`): a part stores each Map column as one stream, so
+    /// reading one key reads the whole map.
+    #[default]
+    Default,
+    /// `map_serialization_version = 'with_buckets'`, about one bucket per key (ClickHouse
+    /// 26.3+): one key is read without the rest of the map (facets 3.9x faster in
+    /// docs/querybench.md), reading whole maps (the trace view) about 2x slower.
+    Buckets,
+}
+
+/// The opt-in layouts of the Map table that e2e/querybench showed worth offering
+/// (docs/querybench.md, "Which layout for which workload"). Each is added to an existing
+/// table by an additive migration of its own ([`crate::layouts`]); none is on by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Layouts {
+    /// `ResourceAttributeItems` / `SpanAttributeItems` ALIAS columns (`key=value` per
+    /// entry, stored nowhere) with `text(tokenizer = 'array')` indexes, as
+    /// opentelemetry-collector-contrib PR #50878 and ClickStack define them: readers asking
+    /// `has(SpanAttributeItems, 'k=v')` skip what the index rules out.
+    pub attribute_items: bool,
+    /// How Map columns are serialized in merged parts.
+    pub map_serialization: MapSerialization,
+}
+
+impl Layouts {
+    /// True when no layout is asked for (today's table).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
 /// Which table engine, without its settings: what users choose (`MergeTree`,
 /// `ReplicatedMergeTree`, `Null` in the configuration and the `TracePipeline` resource;
 /// `merge-tree`, `replicated`, `null` as the `schema` command's `--engine`). The
@@ -230,6 +269,8 @@ pub struct TableOptions {
     /// `replicated_deduplication_window` (never below its default) on replicated tables.
     /// `apply` raises (never lowers) it on existing tables too; see [`crate::dedup_window`].
     pub dedup_window: u64,
+    /// Opt-in layouts (Map variant, stored engines only); see [`crate::layouts`].
+    pub layouts: Layouts,
 }
 
 impl TableOptions {
@@ -243,13 +284,16 @@ impl TableOptions {
             engine: Engine::MergeTree,
             ttl: None,
             dedup_window: DEFAULT_DEDUP_WINDOW,
+            layouts: Layouts::default(),
         }
     }
 
-    /// Checks what the types alone cannot: the derived object names must be valid too.
+    /// Checks what the types alone cannot: the derived object names must be valid too,
+    /// and the layouts must fit the variant and engine.
     pub fn validate(&self) -> Result<(), Error> {
         self.lookup_table()?;
         self.lookup_view()?;
+        crate::layouts::check_options(self)?;
         Ok(())
     }
 

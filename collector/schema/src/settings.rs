@@ -10,7 +10,7 @@
 use crate::error::Error;
 use crate::ident::Ident;
 use crate::model::{
-    Attributes, DEFAULT_DEDUP_WINDOW, Engine, EngineKind, Replication, TableOptions, Ttl,
+    Attributes, DEFAULT_DEDUP_WINDOW, Engine, EngineKind, Layouts, Replication, TableOptions, Ttl,
 };
 
 /// The traces table's shape before it is checked: plain strings and choices.
@@ -32,6 +32,8 @@ pub struct TableSettings<'a> {
     pub ttl: Option<&'a str>,
     /// See [`TableOptions::dedup_window`].
     pub dedup_window: u64,
+    /// See [`TableOptions::layouts`].
+    pub layouts: Layouts,
 }
 
 impl<'a> TableSettings<'a> {
@@ -48,6 +50,7 @@ impl<'a> TableSettings<'a> {
             replica: Replication::DEFAULT_REPLICA,
             ttl: None,
             dedup_window: DEFAULT_DEDUP_WINDOW,
+            layouts: Layouts::default(),
         }
     }
 }
@@ -61,6 +64,8 @@ pub enum Setting {
     Table,
     Cluster,
     Ttl,
+    /// An opt-in layout the attributes or the engine cannot take.
+    Layouts,
 }
 
 /// Why [`TableSettings`] do not make a table.
@@ -113,6 +118,8 @@ impl TryFrom<&TableSettings<'_>> for TableOptions {
             .transpose()
             .map_err(invalid(Setting::Ttl))?;
         o.dedup_window = s.dedup_window;
+        o.layouts = s.layouts;
+        crate::layouts::check_options(&o).map_err(invalid(Setting::Layouts))?;
         o.validate().map_err(invalid(Setting::Table))?;
         Ok(o)
     }
@@ -186,6 +193,15 @@ mod tests {
             dedup_window: 5,
             ..TableSettings::new("db", "t")
         };
+        let layouts = Layouts {
+            attribute_items: true,
+            map_serialization: crate::model::MapSerialization::Buckets,
+        };
+        let with_layouts = TableSettings {
+            layouts,
+            ..TableSettings::new("db", "t")
+        };
+        assert_eq!(options(&with_layouts).unwrap().layouts, layouts);
         let o = options(&s).unwrap();
         assert_eq!((o.database.as_str(), o.table.as_str()), ("db", "t"));
         assert_eq!(o.attributes, Attributes::Json);
@@ -238,6 +254,17 @@ mod tests {
                 ..ok.clone()
             }),
             Some(Setting::Ttl)
+        );
+        assert_eq!(
+            setting(&TableSettings {
+                attributes: Attributes::Json,
+                layouts: Layouts {
+                    attribute_items: true,
+                    ..Layouts::default()
+                },
+                ..ok.clone()
+            }),
+            Some(Setting::Layouts)
         );
         let replicated = TableSettings {
             engine: EngineKind::ReplicatedMergeTree,

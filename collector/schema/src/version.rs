@@ -12,5 +12,10 @@ pub const V_CREATE_LOOKUP_TABLE: u32 = 2;
 pub const V_CREATE_LOOKUP_VIEW: u32 = 3;
 pub const V_SPAN_NAME_INDEX: u32 = 4;
 pub const V_INSERT_DEDUPLICATION: u32 = 5;
-/// The version a fully migrated table is at.
-pub const LATEST_VERSION: u32 = V_INSERT_DEDUPLICATION;
+/// Opt-in ([`crate::layouts`]): `*AttributeItems` ALIAS columns with text indexes.
+pub const V_ATTRIBUTE_ITEMS: u32 = 6;
+/// Opt-in ([`crate::layouts`]): bucketed Map serialization.
+pub const V_MAP_BUCKETS: u32 = 7;
+/// The version a fully migrated table is at. Opt-in versions count: a table whose options
+/// did not ask for one records it as `skipped` ([`crate::layouts`] says why).
+pub const LATEST_VERSION: u32 = V_MAP_BUCKETS;

@@ -174,12 +174,14 @@ async fn a_table_the_otel_exporter_created_is_adopted_and_keeps_its_data() {
             Mode::Adopted,
             Mode::Adopted,
             Mode::Applied,
-            Mode::Applied
+            Mode::Applied,
+            Mode::Skipped,
+            Mode::Skipped
         ]
     );
     assert_eq!(
         ledger_modes(&ch).await,
-        "1:adopted 2:adopted 3:adopted 4:applied 5:applied"
+        "1:adopted 2:adopted 3:adopted 4:applied 5:applied 6:skipped 7:skipped"
     );
     // The data, the view and the exporter's own TTL are all still there.
     assert_eq!(
@@ -260,7 +262,9 @@ async fn a_newer_exporter_shape_is_adopted_with_notes() {
             Mode::Adopted,
             Mode::Applied,
             Mode::Applied,
-            Mode::Applied
+            Mode::Applied,
+            Mode::Skipped,
+            Mode::Skipped
         ]
     );
     // The collector's insert still works on the adopted table, and feeds the view.
@@ -435,6 +439,12 @@ async fn an_applier_that_died_after_create_is_repaired_by_adoption() {
         "{:?}",
         report.applied[0].notes
     );
-    assert!(report.applied[1..].iter().all(|a| a.mode == Mode::Applied));
+    // The opt-in layouts were not asked for: recorded `skipped`.
+    assert!(report.applied[1..].iter().all(|a| a.mode
+        == if a.version > 5 {
+            Mode::Skipped
+        } else {
+            Mode::Applied
+        }));
     ch.cleanup().await;
 }

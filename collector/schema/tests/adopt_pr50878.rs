@@ -71,12 +71,14 @@ async fn apply_and_settle(ch: &Ch, opts: &TableOptions) {
             Mode::Adopted,
             Mode::Adopted,
             Mode::Applied,
-            Mode::Applied
+            Mode::Applied,
+            Mode::Skipped,
+            Mode::Skipped
         ]
     );
     assert_eq!(
         ledger_modes(ch).await,
-        "1:adopted 2:adopted 3:adopted 4:applied 5:applied"
+        "1:adopted 2:adopted 3:adopted 4:applied 5:applied 6:skipped 7:skipped"
     );
     assert!(
         report.status.is_up_to_date(),
@@ -174,6 +176,23 @@ async fn pr50878_tables_are_adopted_keep_their_indexes_and_take_the_collectors_r
         ))
         .await,
         35
+    );
+
+    // Opting in to `attribute_items` on their table: the columns and index names are
+    // theirs, so `IF NOT EXISTS` finds them; recorded `applied`, nothing added twice.
+    let mut items = opts.clone();
+    items.layouts.attribute_items = true;
+    let report = apply(&ch.server, &items, &ApplyOptions::default())
+        .await
+        .unwrap();
+    let done: Vec<_> = report.applied.iter().map(|a| (a.version, a.mode)).collect();
+    assert_eq!(done, vec![(6, Mode::Applied)]);
+    let traces = create_query(&ch, "otel_traces").await;
+    assert_eq!(traces.matches("idx_span_attr_items").count(), 1, "{traces}");
+    assert_eq!(
+        traces.matches("`SpanAttributeItems` Array").count(),
+        1,
+        "{traces}"
     );
     ch.cleanup().await;
 }

@@ -88,7 +88,13 @@ async fn apply_on_an_empty_server_creates_everything_and_a_second_apply_changes_
 
     let before = status(&ch.server, &opts).await.unwrap();
     assert_eq!(before.pending().count(), LATEST_VERSION as usize);
-    assert!(before.pending().all(|(_, a)| *a == Action::Run));
+    // The opt-in layouts (6, 7) are not asked for: recorded without running anything.
+    assert!(before.pending().all(|(m, a)| *a
+        == if m.opt_in.is_some() {
+            Action::NoOp
+        } else {
+            Action::Run
+        }));
     // status/plan are read-only: the database was not even created.
     assert_eq!(
         ch.count(&format!(
@@ -104,7 +110,7 @@ async fn apply_on_an_empty_server_creates_everything_and_a_second_apply_changes_
     assert_eq!(
         modes,
         (1..=LATEST_VERSION)
-            .map(|v| (v, Mode::Applied))
+            .map(|v| (v, if v > 5 { Mode::Skipped } else { Mode::Applied }))
             .collect::<Vec<_>>()
     );
     assert!(first.status.is_up_to_date());
@@ -196,7 +202,11 @@ async fn null_engine_table_takes_inserts_and_has_no_companions() {
     let report = apply_all(&ch, &opts).await;
     let modes: Vec<_> = report.applied.iter().map(|a| a.mode).collect();
     assert_eq!(modes[0], Mode::Applied);
-    assert!(modes[1..].iter().all(|m| *m == Mode::NoOp), "{modes:?}");
+    assert!(
+        modes[1..5].iter().all(|m| *m == Mode::NoOp)
+            && modes[5..].iter().all(|m| *m == Mode::Skipped),
+        "{modes:?}"
+    );
     assert_table_matches_model(&ch, &opts).await;
     let engine = ch
         .text(&format!(
@@ -276,7 +286,7 @@ async fn additive_migrations_on_top_of_v1_data_keep_the_data() {
 
     let rest = apply_all(&ch, &opts).await;
     let versions: Vec<_> = rest.applied.iter().map(|a| a.version).collect();
-    assert_eq!(versions, vec![4, 5]);
+    assert_eq!(versions, vec![4, 5, 6, 7], "6 and 7 recorded skipped");
     assert_eq!(
         ch.text(&snapshot_sql).await,
         before,

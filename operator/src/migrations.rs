@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use tracehouse_schema::dedup_window::{PipelineShape, effective_window};
 use tracehouse_schema::migrate::State;
-use tracehouse_schema::{ApplyOptions, ConnectionConfig, LockConfig, Server, Status, TableOptions};
+use tracehouse_schema::{
+    ApplyOptions, ConnectionConfig, Layout, LockConfig, Server, Status, TableOptions, layouts,
+};
 
 /// Where the schema stands after this step.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +30,10 @@ pub struct SchemaOutcome {
     pub missing: Vec<String>,
     /// The traces table's TTL expression now (`None`: keeps everything).
     pub retention: Option<String>,
+    /// The opt-in layouts the table has (recorded as run in its ledger).
+    pub layouts: Vec<Layout>,
+    /// Of those, the ones the spec no longer asks for: kept, never dropped.
+    pub kept_layouts: Vec<Layout>,
 }
 
 /// What a verify-only check finds missing: the pending migrations (`NNNN name`) and a window
@@ -96,6 +102,8 @@ pub async fn ensure(
             dedup_window: status.window.as_ref().and_then(|w| w.current),
             missing: missing(&status),
             retention: status.ttl.clone(),
+            layouts: layouts::applied(&status),
+            kept_layouts: status.kept_layouts.clone(),
         });
     }
     // Refuse conflicts before taking the lock; `apply` checks again under it.
@@ -137,6 +145,8 @@ pub async fn ensure(
     Ok(SchemaOutcome {
         missing: Vec::new(),
         retention: report.status.ttl.clone(),
+        layouts: layouts::applied(&report.status),
+        kept_layouts: report.status.kept_layouts.clone(),
         version: recorded_version(&report.status),
         dedup_window: report.status.window.as_ref().and_then(|w| w.current),
         applied: report

@@ -2,7 +2,7 @@
 //! (docs/querybench.md, "Which layout for which workload"), each added by a migration of its
 //! own that only the options asking for it run.
 //!
-//! | version | layout ([`Layouts`]) | statements | server |
+//! | version | layout ([`crate::model::Layouts`]) | statements | server |
 //! |---|---|---|---|
 //! | 6 `add_attribute_items` | `attribute_items` | `ADD COLUMN IF NOT EXISTS` two `Array(String)` ALIAS columns, `ADD INDEX IF NOT EXISTS` a `text(tokenizer = 'array')` index on each | 26.2+ (text index GA; 25.12–26.1 need `enable_full_text_index`) |
 //! | 7 `bucketed_map_serialization` | `map_serialization: Buckets` | `MODIFY SETTING map_serialization_version = 'with_buckets', …` on the traces table | 26.3+ (the setting is new there) |
@@ -35,19 +35,20 @@
 
 use std::fmt;
 
+use crate::client::Server;
 use crate::ddl;
 use crate::error::Error;
 use crate::ident::quote_ident;
 use crate::ledger::{AppliedRecord, Mode};
-use crate::model::{Attributes, Layouts, MapSerialization, TableOptions};
+use crate::model::{Attributes, MapSerialization, TableOptions};
 use crate::version::{V_ATTRIBUTE_ITEMS, V_MAP_BUCKETS};
 
 /// One opt-in layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Layout {
-    /// [`Layouts::attribute_items`].
+    /// [`crate::model::Layouts::attribute_items`].
     AttributeItems,
-    /// [`Layouts::map_serialization`] = [`MapSerialization::Buckets`].
+    /// [`crate::model::Layouts::map_serialization`] = [`MapSerialization::Buckets`].
     MapBuckets,
 }
 
@@ -83,6 +84,15 @@ impl Layout {
         match self {
             Self::AttributeItems => "attribute_items",
             Self::MapBuckets => "map_serialization=Buckets",
+        }
+    }
+
+    /// The field of a `TracePipeline`'s `spec.clickhouse.schema.layouts` that asks for it,
+    /// with its value: how status lines name it.
+    pub fn field(self) -> &'static str {
+        match self {
+            Self::AttributeItems => "attributeItems",
+            Self::MapBuckets => "mapSerialization=Buckets",
         }
     }
 
@@ -217,6 +227,27 @@ pub fn gate(opts: &TableOptions, server_version: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The IO shell of [`gate`]: reads `version()` once, only when `opts` ask for a layout;
+/// `apply` calls it before anything runs.
+pub(crate) async fn check_server(server: &Server, opts: &TableOptions) -> Result<(), Error> {
+    if opts.layouts.is_default() {
+        return Ok(());
+    }
+    #[derive(clickhouse::Row, serde::Deserialize)]
+    struct VersionRow {
+        version: String,
+    }
+    let rows: Vec<VersionRow> = server
+        .fetch_all("read the server version", "SELECT version() AS version")
+        .await?;
+    let version = rows
+        .into_iter()
+        .next()
+        .map(|r| r.version)
+        .unwrap_or_default();
+    gate(opts, &version)
+}
+
 /// Whether an opt-in migration is wanted by the options it was rendered for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OptIn {
@@ -262,20 +293,31 @@ pub fn kept(opts: &TableOptions, records: &[AppliedRecord]) -> Vec<Layout> {
         .collect()
 }
 
-/// The layouts as a short label (`attributeItems,mapBuckets`; `none`), for status lines.
-pub fn label(layouts: &Layouts) -> String {
-    let mut on = Vec::new();
-    if layouts.attribute_items {
-        on.push("attributeItems");
+/// The layouts the table has: recorded in the ledger as run (`applied` or `adopted`),
+/// asked for or not.
+pub fn applied(status: &crate::migrate::Status) -> Vec<Layout> {
+    status
+        .migrations
+        .iter()
+        .filter_map(|m| match (&m.state, m.migration.opt_in) {
+            (crate::migrate::State::Applied(r), Some(o)) if r.mode != Mode::Skipped.as_str() => {
+                Some(o.layout)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Layouts as status lines show them: `attributeItems,mapSerialization=Buckets`; `none`.
+pub fn label(layouts: &[Layout]) -> String {
+    if layouts.is_empty() {
+        return "none".into();
     }
-    if layouts.map_serialization == MapSerialization::Buckets {
-        on.push("mapBuckets");
-    }
-    if on.is_empty() {
-        "none".into()
-    } else {
-        on.join(",")
-    }
+    layouts
+        .iter()
+        .map(|l| l.field())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]

@@ -378,7 +378,7 @@ pub async fn apply(
     options: &ApplyOptions,
 ) -> Result<ApplyReport, Error> {
     opts.validate()?;
-    gate(server, opts).await?;
+    layouts::check_server(server, opts).await?;
     bootstrap(server, opts).await?;
     let mut lock = SchemaLock::acquire(server, opts, &options.applied_by, &options.lock).await?;
     let result = apply_locked(server, opts, options, &mut lock).await;
@@ -391,27 +391,6 @@ pub async fn apply(
         applied,
         status: status(server, opts).await?,
     })
-}
-
-/// Refuses layouts the server is too old for before anything runs: `version()` is read once,
-/// only when the options ask for a layout ([`layouts::gate`]).
-async fn gate(server: &Server, opts: &TableOptions) -> Result<(), Error> {
-    if opts.layouts.is_default() {
-        return Ok(());
-    }
-    #[derive(clickhouse::Row, serde::Deserialize)]
-    struct VersionRow {
-        version: String,
-    }
-    let rows: Vec<VersionRow> = server
-        .fetch_all("read the server version", "SELECT version() AS version")
-        .await?;
-    let version = rows
-        .into_iter()
-        .next()
-        .map(|r| r.version)
-        .unwrap_or_default();
-    layouts::gate(opts, &version)
 }
 
 /// The database and the bookkeeping tables. `IF NOT EXISTS` makes these safe to

@@ -1,7 +1,7 @@
 //! The traces table's options for the schema crate, from `spec.clickhouse`: what the
 //! operator's migrations create.
 
-use tracehouse_schema::{Setting, SettingError, TableOptions, TableSettings};
+use tracehouse_schema::{Layouts, Setting, SettingError, TableOptions, TableSettings};
 
 use super::{BuildError, invalid};
 use crate::crd;
@@ -17,6 +17,10 @@ pub fn table_options(spec: &crd::ClickHouseSpec) -> Result<TableOptions, BuildEr
         ttl: s.ttl.as_deref(),
         dedup_window: u64::try_from(s.dedup_window)
             .map_err(|_| invalid("spec.clickhouse.schema.dedupWindow", "must not be negative"))?,
+        layouts: Layouts {
+            attribute_items: s.layouts.attribute_items,
+            map_serialization: s.layouts.map_serialization,
+        },
         ..TableSettings::new(&spec.database, &spec.table)
     };
     TableOptions::try_from(&settings).map_err(|e| match e {
@@ -30,6 +34,7 @@ pub fn table_options(spec: &crd::ClickHouseSpec) -> Result<TableOptions, BuildEr
                 Setting::Table => "spec.clickhouse.table",
                 Setting::Cluster => "spec.clickhouse.schema.cluster",
                 Setting::Ttl => "spec.clickhouse.schema.ttl",
+                Setting::Layouts => "spec.clickhouse.schema.layouts",
             },
             e,
         ),
@@ -56,5 +61,26 @@ mod tests {
         tp.spec.clickhouse.schema.cluster = Some("main".into());
         let err = table_options(&tp.spec.clickhouse).unwrap_err().to_string();
         assert!(err.contains("spec.clickhouse.schema.ttl"), "{err}");
+    }
+
+    #[test]
+    fn layouts_reach_the_options_and_are_refused_on_json() {
+        let mut tp = sample();
+        assert!(
+            table_options(&tp.spec.clickhouse)
+                .unwrap()
+                .layouts
+                .is_default()
+        );
+        tp.spec.clickhouse.schema.layouts = crd::LayoutsSpec {
+            attribute_items: true,
+            map_serialization: crd::MapSerialization::Buckets,
+        };
+        let o = table_options(&tp.spec.clickhouse).unwrap();
+        assert!(o.layouts.attribute_items);
+        assert_eq!(o.layouts.map_serialization, crd::MapSerialization::Buckets);
+        tp.spec.clickhouse.schema.attributes = crd::Attributes::Json;
+        let err = table_options(&tp.spec.clickhouse).unwrap_err().to_string();
+        assert!(err.contains("spec.clickhouse.schema.layouts"), "{err}");
     }
 }

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 /// `collector.yaml` read alike): the record encoding by the collector's decoder, the
 /// attribute layout, table engine and insert format by the schema crate.
 pub use tracehouse_contract::Encoding;
-pub use tracehouse_schema::{Attributes, EngineKind, InsertFormat};
+pub use tracehouse_schema::{Attributes, EngineKind, InsertFormat, MapSerialization};
 
 mod autoscaling;
 mod bytes;
@@ -128,6 +128,13 @@ pub mod condition {
     description = "Applied schema migration version"
 ))]
 #[kube(printcolumn(
+    name = "Layouts",
+    type_ = "string",
+    priority = 1,
+    json_path = ".status.layouts",
+    description = "Opt-in layouts the traces table has"
+))]
+#[kube(printcolumn(
     name = "Ready",
     type_ = "string",
     json_path = ".status.conditions[?(@.type==\"Ready\")].status"
@@ -208,6 +215,11 @@ pub struct TracePipelineStatus {
     /// `toDateTime(Timestamp) + toIntervalDay(30)`); absent: keeps everything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<String>,
+    /// The opt-in layouts the traces table has, as its migration ledger records them
+    /// (`attributeItems`, `mapSerialization=Buckets`, comma-separated; `none`). A layout
+    /// turned off in the spec stays here: nothing is dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layouts: Option<String>,
     /// Hash of the collector configuration the gateway runs; changes roll the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_hash: Option<String>,

@@ -134,6 +134,8 @@ pub(super) async fn converge(
     obs.schema = Step::Ok(outcome.version);
     obs.dedup_window = outcome.dedup_window;
     obs.retention = Some(outcome.retention);
+    obs.layouts = Some(tracehouse_schema::layouts::label(&outcome.layouts));
+    obs.kept_layouts = outcome.kept_layouts.iter().map(|l| l.field()).collect();
 
     let objects = desired.objects().map_err(|source| Error::Serialize {
         what: "an owned object",

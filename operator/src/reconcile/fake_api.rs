@@ -204,6 +204,9 @@ impl Backends for World {
             dedup_window: Some(request.options.dedup_window),
             missing: Vec::new(),
             retention: None,
+            // As a real apply leaves it: what the options ask for.
+            layouts: tracehouse_schema::layouts::wanted(request.options),
+            kept_layouts: Vec::new(),
         }))
         .boxed()
     }

@@ -205,3 +205,32 @@ fn backoff_doubles_from_one_second_up_to_the_cap() {
     assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
     assert_eq!(backoff(u32::MAX, max), max);
 }
+
+#[tokio::test]
+async fn opting_in_to_layouts_reaches_the_schema_step_and_shows_in_the_status() {
+    let (world, ctx) = world_with(spec(json!({ "endpoint": "http://clickhouse:8123" })));
+    reconcile(cached(&world), ctx.clone()).await.unwrap();
+    let status = &world.get(PIPELINE).unwrap()["status"];
+    assert_eq!(status["layouts"], "none", "{status}");
+
+    // The user opts in: the next reconcile asks the schema step for both layouts.
+    let mut tp = world.get(PIPELINE).unwrap();
+    tp["spec"]["clickhouse"]["schema"] =
+        json!({ "layouts": { "attributeItems": true, "mapSerialization": "Buckets" } });
+    tp["metadata"]["generation"] = json!(2);
+    world.put(PIPELINE, tp);
+    world.take_journal();
+    reconcile(cached(&world), ctx).await.unwrap();
+    let status = &world.get(PIPELINE).unwrap()["status"];
+    assert_eq!(
+        status["layouts"], "attributeItems,mapSerialization=Buckets",
+        "{status}"
+    );
+    assert_eq!(status["schemaVersion"], 7, "{status}");
+    assert_eq!(condition(&world, "SchemaReady")["status"], "True");
+    let events = world.events();
+    assert!(
+        events.contains(&("Normal".to_owned(), "LayoutsChanged".to_owned())),
+        "{events:?}"
+    );
+}

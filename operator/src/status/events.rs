@@ -70,6 +70,17 @@ pub fn events(prev: &TracePipelineStatus, next: &TracePipelineStatus) -> Vec<Eve
             ),
         ));
     }
+    // Not at creation, as for the retention.
+    if next.layouts != prev.layouts && next.layouts.is_some() && prev.schema_version.is_some() {
+        out.push(normal(
+            "LayoutsChanged",
+            format!(
+                "traces table layouts are {} (was {})",
+                shown(next.layouts.as_deref()),
+                shown(prev.layouts.as_deref())
+            ),
+        ));
+    }
     if next.config_hash != prev.config_hash && next.config_hash.is_some() {
         out.push(match prev.config_hash {
             None => normal(

@@ -91,6 +91,11 @@ pub struct Observation {
     pub dedup_window: Option<u64>,
     /// The traces table's TTL expression (`Some(None)`: none), when the schema step read it.
     pub retention: Option<Option<String>>,
+    /// The opt-in layouts the table has (`tracehouse_schema::layouts::label`), when the
+    /// schema step read them.
+    pub layouts: Option<String>,
+    /// Layouts the table keeps that the spec no longer asks for (their spec fields).
+    pub kept_layouts: Vec<&'static str>,
     pub desired_replicas: Option<i32>,
     pub config_hash: Option<String>,
     /// The image the gateway was given; not run, the stored one stands.
@@ -119,6 +124,20 @@ impl Observation {
         }
         self.error.clone()
     }
+}
+
+/// `SchemaReady`'s message: the version, and the layouts the table keeps though the spec
+/// turned them off (nothing is dropped; `DROP INDEX`/`DROP COLUMN` by hand if unwanted).
+fn schema_message(version: u32, kept: &[&str]) -> String {
+    let mut m = format!("every migration up to version {version} is recorded");
+    if !kept.is_empty() {
+        m.push_str(&format!(
+            "; the table keeps the layouts {} though spec.clickhouse.schema.layouts no longer \
+             asks for them (the operator never drops columns or indexes)",
+            kept.join(", ")
+        ));
+    }
+    m
 }
 
 fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
@@ -182,7 +201,7 @@ pub fn next(prev: &TracePipelineStatus, obs: &Observation, now: &Time) -> TraceP
             condition::SCHEMA_READY,
             true,
             "MigrationsApplied",
-            format!("every migration up to version {v} is recorded"),
+            schema_message(*v, &obs.kept_layouts),
             g,
             now,
         )),
@@ -342,6 +361,7 @@ pub fn next(prev: &TracePipelineStatus, obs: &Observation, now: &Time) -> TraceP
             .retention
             .clone()
             .unwrap_or_else(|| prev.retention.clone()),
+        layouts: obs.layouts.clone().or_else(|| prev.layouts.clone()),
         config_hash: obs.config_hash.clone().or_else(|| prev.config_hash.clone()),
         last_error: obs.failure().map(|(_, m)| m),
         lag: match &obs.lag {

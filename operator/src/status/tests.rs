@@ -351,3 +351,37 @@ fn a_gateway_with_old_pods_left_is_not_available() {
     );
     assert!(Gateway { replicas: 2, ..g }.is_rolled_out());
 }
+
+#[test]
+fn layouts_turned_off_in_the_spec_are_kept_and_said_so() {
+    let first = next(
+        &TracePipelineStatus::default(),
+        &Observation {
+            layouts: Some("attributeItems".into()),
+            ..healthy(1)
+        },
+        &at(0),
+    );
+    assert_eq!(first.layouts.as_deref(), Some("attributeItems"));
+    let kept = next(
+        &first,
+        &Observation {
+            layouts: Some("attributeItems".into()),
+            kept_layouts: vec!["attributeItems"],
+            ..healthy(2)
+        },
+        &at(10),
+    );
+    let schema = find(&kept.conditions, condition::SCHEMA_READY).unwrap();
+    assert_eq!(schema.status, "True");
+    assert!(
+        schema
+            .message
+            .contains("keeps the layouts attributeItems though spec.clickhouse.schema.layouts"),
+        "{}",
+        schema.message
+    );
+    // Not read this time (the schema step did not run): the stored value stands.
+    let later = next(&kept, &healthy(2), &at(20));
+    assert_eq!(later.layouts.as_deref(), Some("attributeItems"));
+}

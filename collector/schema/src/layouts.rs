@@ -130,6 +130,17 @@ impl Layout {
     }
 
     /// The statements that add it (idempotent, additive).
+    ///
+    /// Migration 6 ends with `MATERIALIZE INDEX … SETTINGS mutations_sync = 2`, the one
+    /// statement of the list that is a mutation (it writes index files for the parts that existed
+    /// before `ADD INDEX`, and rewrites no rows): on the 26.9 engine, a text index over an ALIAS
+    /// column whose expression has a lambda breaks every `has(SpanAttributeItems, …)` while the
+    /// table mixes parts with and without the index (`Code: 43 … First argument for function
+    /// arrayMap must be a function`: the lambda is lost when the index's expression is rebuilt
+    /// for the parts lacking it). Parts all without it, or all with it, answer. So the layout is
+    /// recorded (and shown in the status) only once every part has it; on a large table this
+    /// waits while the index is built, which the operator's schema deadline only stops
+    /// waiting for (the apply runs to its end).
     pub(crate) fn render(self, opts: &TableOptions) -> Vec<String> {
         let alter = format!(
             "ALTER TABLE {}{}",
@@ -147,9 +158,19 @@ impl Layout {
                         )
                     })
                     .collect();
-                // Two statements: the indexes name the columns the first one adds.
+                let materialize: Vec<String> = crate::model::indexes(opts)
+                    .iter()
+                    .filter(|i| i.since == V_ATTRIBUTE_ITEMS)
+                    .map(|i| format!("    MATERIALIZE INDEX {}", quote_ident(i.name)))
+                    .collect();
+                // Three statements: the indexes name the columns the first one adds, and the
+                // parts written before them get them (see above).
                 std::iter::once(format!("{alter}\n{}", columns.join(",\n")))
                     .chain(ddl::add_indexes(opts, V_ATTRIBUTE_ITEMS))
+                    .chain(std::iter::once(format!(
+                        "{alter}\n{} SETTINGS mutations_sync = 2",
+                        materialize.join(",\n")
+                    )))
                     .collect()
             }
             Self::MapBuckets => vec![format!("{alter}\nMODIFY SETTING {MAP_BUCKETS_SETTINGS}")],

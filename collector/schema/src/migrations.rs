@@ -5,7 +5,9 @@
 //!   new one instead. The model's `since` fields tie columns and indexes to the
 //!   migration that adds them (both name it by its number in [`crate::version`]), so the final model and the migrations cannot drift.
 //! - Additive only: `CREATE`, `ADD … IF NOT EXISTS`, `MODIFY SETTING`. Never `DROP`,
-//!   `TRUNCATE`, `ALTER … DELETE/UPDATE` or anything that rewrites stored rows.
+//!   `TRUNCATE`, `ALTER … DELETE/UPDATE` or anything that rewrites stored rows. One
+//!   mutation is allowed, and only in opt-in migration 6: `MATERIALIZE INDEX` of the indexes
+//!   it adds (it writes index files for existing parts, no rows; `crate::layouts` says why).
 //! - A migration with several statements must have only idempotent ones, so a crash
 //!   half way is repaired by running it again. A `CREATE` stands alone: if the applier
 //!   died after it, the object exists without a ledger row and is adopted next time.

@@ -17,7 +17,11 @@ On the local stack (Kafka and ClickHouse running), in about a minute:
    - `tracehouse-collector schema apply --up-to k` (the latest without --up-to, as the operator
      applies it), or, for the adopted case, the PR's DDL (collector/schema/tests/fixtures/
      pr50878_map.sql, the same the schema crate's adoption test runs) and then `schema apply`,
-     which adopts it;
+     which adopts it; for the opt-in layouts (migrations `schema print` marks "opt-in layout …:
+     not asked for"), the latest Map table and then the schema crate's `apply` with the layout
+     asked for (examples/apply_layouts.rs: the call the operator makes for
+     `spec.clickhouse.schema.layouts`; the CLI has no layout flags), one case per layout and
+     one with both;
    - notes whether the trace-id lookup table and its view are there, then loads the topic with
      `tracehouse-collector run` until every span is a row;
    - runs every reader's query shape once (readers.reader_queries: the Grafana plugin's and
@@ -73,6 +77,7 @@ class Case:
     version: int = None  # the version the table is at when the rows arrive
     fixture: Path = None  # DDL run before `schema apply` (tables to adopt)
     read_as: tuple = ("map",)  # the layouts whose reader shapes run
+    opt_in: tuple = ()  # apply_layouts flags after `schema apply` (opt-in layouts)
 
 
 # ---------------------------------------------------------------- pure core
@@ -85,14 +90,45 @@ def migration_versions(schema_print):
     return found
 
 
-def cases(versions):
-    """Every variant the operator creates at every version, and PR #50878's tables adopted."""
+def opt_in_versions(schema_print):
+    """{version: layout option} of the opt-in migrations, which `schema print` (default
+    options) marks `(opt-in layout <option>: not asked for)`."""
+    return {int(v): o for v, o in re.findall(
+        r"^-- (\d{4}) \w+ \(opt-in layout (\S+): not asked for\)", schema_print, re.M)}
+
+
+# The flags of collector/schema/examples/apply_layouts.rs per layout option, and the reader
+# shapes each layout is for (layouts.py): the item columns serve the map_items shapes.
+OPT_IN_FLAGS = {"attribute_items": ("--attribute-items",),
+                "map_serialization=Buckets": ("--map-buckets",)}
+OPT_IN_READ_AS = {"attribute_items": ("map", "map_items"),
+                  "map_serialization=Buckets": ("map",)}
+
+
+def cases(versions, opt_in=None):
+    """Every variant the operator creates at every version (an opt-in version is not a table
+    of its own: not asked for, it is recorded and changes nothing), the latest Map table with
+    each opt-in layout and with all of them, and PR #50878's tables adopted."""
+    opt_in = opt_in or {}
     latest = versions[-1][0]
+    plain = [v for v, _ in versions if v not in opt_in]
     out = []
     for attributes in ("map", "json"):
-        for v, _ in versions:
-            out.append(Case(f"{attributes}_v{v}", attributes, None if v == latest else v, v,
+        for v in plain:
+            # The last plain version is applied as the operator applies it: everything, the
+            # opt-in migrations recorded as not asked for.
+            whole = v == plain[-1]
+            at = latest if whole else v
+            out.append(Case(f"{attributes}_v{at}", attributes, None if whole else v, at,
                             read_as=(attributes,)))
+    for v, option in sorted(opt_in.items()):
+        out.append(Case(f"map_v{latest}_{option.split('=')[0]}", "map", None, latest,
+                        read_as=OPT_IN_READ_AS[option], opt_in=OPT_IN_FLAGS[option]))
+    if len(opt_in) > 1:
+        both = tuple(f for o in sorted(opt_in.values()) for f in OPT_IN_FLAGS[o])
+        read_as = tuple(dict.fromkeys(r for o in opt_in.values() for r in OPT_IN_READ_AS[o]))
+        out.append(Case(f"map_v{latest}_all_layouts", "map", None, latest, read_as=read_as,
+                        opt_in=both))
     out.append(Case("map_pr50878_adopted", "map", None, latest, PR50878_DDL,
                     read_as=("map", "map_items")))
     return out
@@ -150,6 +186,10 @@ def run_case(case, ctx):
             ch.execute(sql)
     apply_schema(ctx["collector"], ctx["env"], case.attributes, db,
                  out_dir / f"{case.name}-schema.log", up_to=case.up_to)
+    if case.opt_in:
+        # As the operator does when a pipeline's spec asks for the layouts: the same `apply`.
+        run([str(ctx["apply_layouts"]), "--database", db, *case.opt_in], timeout=300,
+            env={**os.environ, **ctx["env"]}, log=out_dir / f"{case.name}-layouts.log")
     ledger = ch.rows(f"SELECT version, mode FROM `{db}`.tracehouse_schema_migrations "
                      "WHERE version > 0 ORDER BY version")
     objects = {r[0] for r in ch.rows(f"SELECT name FROM system.tables WHERE database = '{db}'")}
@@ -212,13 +252,16 @@ def main(argv):
         say(f"cargo build {' '.join(flags)} -p tracehouse-collector -p tracehouse-loadgen")
         run(["cargo", "build", *flags, "--locked", "-p", "tracehouse-collector",
              "-p", "tracehouse-loadgen"], timeout=3600, log=out_dir / "build.log")
+        run(["cargo", "build", *flags, "--locked", "-p", "tracehouse-schema",
+             "--example", "apply_layouts"], timeout=3600, log=out_dir / "build-layouts.log")
     collector, loadgen = target / "tracehouse-collector", target / "tracehouse-loadgen"
     t_start = time.monotonic()  # the check's own time, the build left out
     printed = run([str(collector), "schema", "print"], timeout=60).stdout.decode()
     versions = migration_versions(printed)
     latest = versions[-1][0]
-    todo = cases(versions)
+    todo = cases(versions, opt_in_versions(printed))
     ctx = {"run_id": run_id, "dir": out_dir, "env": env, "collector": collector,
+           "apply_layouts": target / "examples" / "apply_layouts",
            "spans": a.spans, "topic": f"rc-{run_id}", "databases": [],
            "ch": TimedClient(env["CLICKHOUSE_URL"], env["CLICKHOUSE_USER"],
                              env["CLICKHOUSE_PASSWORD"])}

@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchlib"))
 
 from procs import BenchError  # noqa: E402
 from readercompat import (PR50878_DDL, Case, cases, fixture_statements,  # noqa: E402
-                          migration_versions, problems, shapes_for)
+                          migration_versions, opt_in_versions, problems, shapes_for)
 from readers import judge, needs_lookup  # noqa: E402
 from test_querybench import CATALOG  # noqa: E402
 
@@ -29,6 +29,13 @@ CREATE TABLE IF NOT EXISTS `otel`.`otel_traces_trace_id_ts` (x String);
 
 LOOKUP_SQL = ["SELECT min(Start) FROM `db`.`otel_traces_trace_id_ts` WHERE TraceId = 'a'"]
 PLAIN_SQL = ["SELECT count() FROM `db`.`otel_traces`"]
+# As `schema print` shows opt-in migrations with the default options (migrations.rs `script`).
+PRINTED_OPT_IN = PRINTED.replace("(migrations 1..3)", "(migrations 1..5)") + """
+-- 0004 add_attribute_items (opt-in layout attribute_items: not asked for)
+
+-- 0005 bucketed_map_serialization (opt-in layout map_serialization=Buckets: not asked for)
+"""
+
 UNKNOWN = "clickhouse: Code: 60. DB::Exception: Unknown table expression identifier (UNKNOWN_TABLE)"
 
 
@@ -53,6 +60,30 @@ class Versions(unittest.TestCase):
         adopted = cs[-1]
         self.assertEqual((adopted.fixture, adopted.version, adopted.read_as),
                          (PR50878_DDL, 3, ("map", "map_items")))
+
+
+    def test_opt_in_layouts_are_cases_on_the_latest_map_table_not_versions(self):
+        printed = PRINTED_OPT_IN
+        opt_in = opt_in_versions(printed)
+        self.assertEqual(opt_in, {4: "attribute_items", 5: "map_serialization=Buckets"})
+        cs = cases(migration_versions(printed), opt_in)
+        self.assertEqual([c.name for c in cs], [
+            "map_v1", "map_v2", "map_v5", "json_v1", "json_v2", "json_v5",
+            "map_v5_attribute_items", "map_v5_map_serialization", "map_v5_all_layouts",
+            "map_pr50878_adopted"])
+        # The last plain version is the whole list applied (the opt-ins recorded, not run).
+        self.assertEqual([(c.up_to, c.version) for c in cs[:3]], [(1, 1), (2, 2), (None, 5)])
+        by = {c.name: c for c in cs}
+        self.assertEqual((by["map_v5_attribute_items"].opt_in,
+                          by["map_v5_attribute_items"].read_as),
+                         (("--attribute-items",), ("map", "map_items")))
+        self.assertEqual((by["map_v5_map_serialization"].opt_in,
+                          by["map_v5_map_serialization"].read_as), (("--map-buckets",), ("map",)))
+        self.assertEqual((by["map_v5_all_layouts"].opt_in, by["map_v5_all_layouts"].read_as),
+                         (("--attribute-items", "--map-buckets"), ("map", "map_items")))
+        # An opt-in case is at the latest version: nothing may be "n/a" there.
+        self.assertTrue(all(c.version == 5 for c in cs if c.opt_in))
+        self.assertEqual(opt_in_versions(PRINTED), {})
 
 
 class Verdicts(unittest.TestCase):

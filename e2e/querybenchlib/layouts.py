@@ -26,6 +26,10 @@ could take without a rewrite:
   too); in the projection they are adjacent. A second copy of the data.
 - `json`: the `JSON` attribute variant (`schema apply --attributes json`, `*AttributesKeys`
   columns with bloom filters).
+
+`map_items` (less `idx_trace_id_text`) and `map_buckets` are what the schema crate offers as
+opt-in layouts (collector/schema/src/layouts.rs, the operator's
+`spec.clickhouse.schema.layouts`); `map_trace_proj` is not offered (docs/querybench.md says why).
 """
 
 from dataclasses import dataclass

@@ -228,7 +228,11 @@ async fn wait_layouts(api: &Api<TracePipeline>, name: &str, want: &str) {
         || async {
             let tp = api.get(name).await.map_err(|e| e.to_string())?;
             let l = tp.status.as_ref().and_then(|s| s.layouts.clone());
-            if l.as_deref() == Some(want) { Ok(()) } else { Err(format!("{l:?}")) }
+            if l.as_deref() == Some(want) {
+                Ok(())
+            } else {
+                Err(format!("{l:?}"))
+            }
         },
     )
     .await;

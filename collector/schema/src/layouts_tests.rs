@@ -228,3 +228,20 @@ fn layouts_are_for_stored_map_tables() {
     );
     assert_eq!(label(&[]), "none");
 }
+
+#[test]
+fn replicated_tables_take_the_layouts_on_the_cluster() {
+    let mut o = with(true, true);
+    o.engine = Engine::Replicated(crate::model::Replication::new(
+        crate::Ident::new("cluster", "main").unwrap(),
+    ));
+    let r = render_all(&o).unwrap();
+    let statements: Vec<&String> = r[5..].iter().flat_map(|m| &m.statements).collect();
+    assert_eq!(statements.len(), 4);
+    for s in statements {
+        assert!(
+            s.starts_with("ALTER TABLE `otel`.`otel_traces` ON CLUSTER `main`\n"),
+            "{s}"
+        );
+    }
+}

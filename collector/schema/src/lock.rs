@@ -32,8 +32,10 @@
 //! Why the lock never leaks (issue 30, finding 7):
 //! 5. A [`SchemaLock`] is released on every exit path: [`SchemaLock::release`] on the
 //!    normal one; dropping it unreleased (a caller's deadline, a task aborted at shutdown)
-//!    stops the keeper and spawns the release on the current runtime. Only a dead process
-//!    leaves a live claim, and then (6) or the lease ends it.
+//!    stops the keeper and spawns the release on the current runtime. The same holds for an
+//!    acquisition dropped (or failing) after its claim row was sent and before a
+//!    [`SchemaLock`] exists: a [`ClaimInFlight`] guard releases the claim if it turns out to
+//!    be ours. Only a dead process leaves a live claim, and then (6) or the lease ends it.
 //! 6. A process that restarts with the same identity (the operator's pod name) takes its
 //!    dead predecessor's claim back at once; see [`crate::lock_decide`] for the rule and
 //!    why it is safe. Another identity waits for the lease, since that holder may live.
@@ -387,7 +389,7 @@ impl SchemaLock {
     ) -> Result<Self, Error> {
         let mut token_bytes = [0u8; 16];
         rand::rng().fill_bytes(&mut token_bytes);
-        let claimant = Claimant {
+        let claimant = Arc::new(Claimant {
             server: server.clone(),
             database: opts.database.clone(),
             scope: opts.table.as_str().to_string(),
@@ -396,14 +398,19 @@ impl SchemaLock {
             lease_ms: u64::try_from(config.lease.as_millis())
                 .unwrap_or(u64::MAX)
                 .max(1),
-        };
+        });
         let started = Instant::now();
         let mut wait = config.poll;
         loop {
             let latest = claimant.latest().await?;
             let holder = match lock_decide::decide(latest.as_ref(), &claimant.holder) {
                 Decision::Claim { epoch, taking_over } => {
-                    if claimant.claim(epoch, Kind::Acquire).await? {
+                    // Rule 5 from the moment the row is sent: dropped or failed before we
+                    // know the outcome, the guard releases the claim if it is ours.
+                    let in_flight = ClaimInFlight::new(claimant.clone());
+                    let won = claimant.claim(epoch, Kind::Acquire).await?;
+                    in_flight.settled();
+                    if won {
                         match taking_over {
                             Some(dead) => tracing::warn!(
                                 scope = %claimant.scope, epoch, predecessor = %dead,
@@ -413,7 +420,6 @@ impl SchemaLock {
                                 tracing::info!(scope = %claimant.scope, epoch, "schema lock acquired")
                             }
                         }
-                        let claimant = Arc::new(claimant);
                         let keeper = config.keep_alive.then(|| {
                             Keeper::start(
                                 claimant.clone(),
@@ -484,25 +490,64 @@ impl Drop for SchemaLock {
         if self.released {
             return;
         }
-        let keeper = self.keeper.take();
-        let claimant = self.claimant.clone();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                tracing::warn!(scope = %claimant.scope, "schema lock dropped while held: releasing it");
-                runtime.spawn(async move {
-                    if let Some(k) = keeper {
-                        k.stop().await;
-                    }
-                    if let Err(e) = claimant.release().await {
-                        tracing::warn!(error = %e, "could not release a dropped schema lock; its lease runs out");
-                    }
-                });
-            }
-            Err(_) => {
-                // No runtime left (process exit): the keeper died with it; rule 6 or the
-                // lease ends the claim.
-                tracing::warn!(scope = %claimant.scope, "schema lock dropped without a runtime; its lease runs out");
-            }
+        release_in_background(
+            self.claimant.clone(),
+            self.keeper.take(),
+            "schema lock dropped while held",
+        );
+    }
+}
+
+/// Rule 5 before a [`SchemaLock`] exists: armed while a claim row is on its way, it
+/// releases the claim (only if it is ours: [`Claimant::release`] checks) when the
+/// acquisition is dropped or fails before it learns whether the claim won.
+struct ClaimInFlight {
+    claimant: Option<Arc<Claimant>>,
+}
+
+impl ClaimInFlight {
+    fn new(claimant: Arc<Claimant>) -> Self {
+        Self {
+            claimant: Some(claimant),
+        }
+    }
+
+    /// The outcome is known: won (a [`SchemaLock`] takes over) or lost (nothing of ours).
+    fn settled(mut self) {
+        self.claimant = None;
+    }
+}
+
+impl Drop for ClaimInFlight {
+    fn drop(&mut self) {
+        if let Some(claimant) = self.claimant.take() {
+            release_in_background(
+                claimant,
+                None,
+                "schema lock acquisition dropped after its claim",
+            );
+        }
+    }
+}
+
+/// Stops `keeper` and releases `claimant`'s claim on the current runtime, if there is one.
+fn release_in_background(claimant: Arc<Claimant>, keeper: Option<Keeper>, why: &'static str) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            tracing::warn!(scope = %claimant.scope, "{why}: releasing it");
+            runtime.spawn(async move {
+                if let Some(k) = keeper {
+                    k.stop().await;
+                }
+                if let Err(e) = claimant.release().await {
+                    tracing::warn!(error = %e, "could not release a dropped schema lock; its lease runs out");
+                }
+            });
+        }
+        Err(_) => {
+            // No runtime left (process exit): the keeper died with it; rule 6 or the
+            // lease ends the claim.
+            tracing::warn!(scope = %claimant.scope, "{why}, without a runtime; its lease runs out");
         }
     }
 }

@@ -77,15 +77,16 @@ def _config(env, topic, group, db, attributes, mport):
             f"metrics_addr: \"127.0.0.1:{mport}\"\n")
 
 
-def apply_schema(collector, env, attributes, db, log, up_to=None):
+def apply_schema(collector, env, attributes, db, log, up_to=None, extra=()):
     """`tracehouse-collector schema apply` (the library the operator calls): the database and
-    the table with `attributes`, every migration or those up to version `up_to`."""
+    the table with `attributes`, every migration or those up to version `up_to`; `extra`:
+    more flags (the opt-in layouts)."""
     cmd = [str(collector), "schema", "apply", "--database", db, "--engine", "merge-tree",
            "--attributes", attributes, "--clickhouse-url", env["CLICKHOUSE_URL"],
            "--user", env["CLICKHOUSE_USER"]]
     if up_to is not None:
         cmd += ["--up-to", str(up_to)]
-    run(cmd, timeout=300, env={**os.environ, **env}, log=log)
+    run(cmd + list(extra), timeout=300, env={**os.environ, **env}, log=log)
 
 
 def fill(collector, env, ch, name, attributes, db, topic, spans, out_dir, timeout):

@@ -18,9 +18,9 @@ On the local stack (Kafka and ClickHouse running), in about a minute:
      applies it), or, for the adopted case, the PR's DDL (collector/schema/tests/fixtures/
      pr50878_map.sql, the same the schema crate's adoption test runs) and then `schema apply`,
      which adopts it; for the opt-in layouts (migrations `schema print` marks "opt-in layout …:
-     not asked for"), the latest Map table and then the schema crate's `apply` with the layout
-     asked for (examples/apply_layouts.rs: the call the operator makes for
-     `spec.clickhouse.schema.layouts`; the CLI has no layout flags), one case per layout and
+     not asked for"), the latest Map table and then `schema apply` again with the layout
+     asked for (`--attribute-items`, `--map-serialization buckets`: the library call the
+     operator makes for `spec.clickhouse.schema.layouts`), one case per layout and
      one with both, their tables merged (OPTIMIZE FINAL) after the load: bucketed Maps exist
      in merged parts only;
    - notes whether the trace-id lookup table and its view are there, then loads the topic with
@@ -78,7 +78,7 @@ class Case:
     version: int = None  # the version the table is at when the rows arrive
     fixture: Path = None  # DDL run before `schema apply` (tables to adopt)
     read_as: tuple = ("map",)  # the layouts whose reader shapes run
-    opt_in: tuple = ()  # apply_layouts flags after `schema apply` (opt-in layouts)
+    opt_in: tuple = ()  # `schema apply` flags of the opt-in layouts, applied after the table
 
 
 # ---------------------------------------------------------------- pure core
@@ -98,10 +98,10 @@ def opt_in_versions(schema_print):
         r"^-- (\d{4}) \w+ \(opt-in layout (\S+): not asked for\)", schema_print, re.M)}
 
 
-# The flags of collector/schema/examples/apply_layouts.rs per layout option, and the reader
-# shapes each layout is for (layouts.py): the item columns serve the map_items shapes.
+# The `schema apply` flags per layout option, and the reader shapes each layout is for
+# (layouts.py): the item columns serve the map_items shapes.
 OPT_IN_FLAGS = {"attribute_items": ("--attribute-items",),
-                "map_serialization=Buckets": ("--map-buckets",)}
+                "map_serialization=Buckets": ("--map-serialization", "buckets")}
 OPT_IN_READ_AS = {"attribute_items": ("map", "map_items"),
                   "map_serialization=Buckets": ("map",)}
 
@@ -188,9 +188,10 @@ def run_case(case, ctx):
     apply_schema(ctx["collector"], ctx["env"], case.attributes, db,
                  out_dir / f"{case.name}-schema.log", up_to=case.up_to)
     if case.opt_in:
-        # As the operator does when a pipeline's spec asks for the layouts: the same `apply`.
-        run([str(ctx["apply_layouts"]), "--database", db, *case.opt_in], timeout=300,
-            env={**os.environ, **ctx["env"]}, log=out_dir / f"{case.name}-layouts.log")
+        # As the operator does when a pipeline's spec asks for the layouts later: `apply`
+        # again, now with them (the library call the operator makes).
+        apply_schema(ctx["collector"], ctx["env"], case.attributes, db,
+                     out_dir / f"{case.name}-layouts.log", extra=case.opt_in)
     ledger = ch.rows(f"SELECT version, mode FROM `{db}`.tracehouse_schema_migrations "
                      "WHERE version > 0 ORDER BY version")
     objects = {r[0] for r in ch.rows(f"SELECT name FROM system.tables WHERE database = '{db}'")}
@@ -257,8 +258,6 @@ def main(argv):
         say(f"cargo build {' '.join(flags)} -p tracehouse-collector -p tracehouse-loadgen")
         run(["cargo", "build", *flags, "--locked", "-p", "tracehouse-collector",
              "-p", "tracehouse-loadgen"], timeout=3600, log=out_dir / "build.log")
-        run(["cargo", "build", *flags, "--locked", "-p", "tracehouse-schema",
-             "--example", "apply_layouts"], timeout=3600, log=out_dir / "build-layouts.log")
     collector, loadgen = target / "tracehouse-collector", target / "tracehouse-loadgen"
     t_start = time.monotonic()  # the check's own time, the build left out
     printed = run([str(collector), "schema", "print"], timeout=60).stdout.decode()
@@ -266,7 +265,6 @@ def main(argv):
     latest = versions[-1][0]
     todo = cases(versions, opt_in_versions(printed))
     ctx = {"run_id": run_id, "dir": out_dir, "env": env, "collector": collector,
-           "apply_layouts": target / "examples" / "apply_layouts",
            "spans": a.spans, "topic": f"rc-{run_id}", "databases": [],
            "ch": TimedClient(env["CLICKHOUSE_URL"], env["CLICKHOUSE_USER"],
                              env["CLICKHOUSE_PASSWORD"])}

@@ -78,9 +78,9 @@ class Versions(unittest.TestCase):
                           by["map_v5_attribute_items"].read_as),
                          (("--attribute-items",), ("map", "map_items")))
         self.assertEqual((by["map_v5_map_serialization"].opt_in,
-                          by["map_v5_map_serialization"].read_as), (("--map-buckets",), ("map",)))
+                          by["map_v5_map_serialization"].read_as), (("--map-serialization", "buckets"), ("map",)))
         self.assertEqual((by["map_v5_all_layouts"].opt_in, by["map_v5_all_layouts"].read_as),
-                         (("--attribute-items", "--map-buckets"), ("map", "map_items")))
+                         (("--attribute-items", "--map-serialization", "buckets"), ("map", "map_items")))
         # An opt-in case is at the latest version: nothing may be "n/a" there.
         self.assertTrue(all(c.version == 5 for c in cs if c.opt_in))
         self.assertEqual(opt_in_versions(PRINTED), {})

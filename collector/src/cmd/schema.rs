@@ -20,8 +20,8 @@ use std::time::Duration;
 use clap::Subcommand;
 use tracehouse_schema::migrate::{Action, State, Status};
 use tracehouse_schema::{
-    ApplyOptions, Attributes, ConnectionConfig, Engine, EngineKind, Error, LockConfig, Replication,
-    Server, SettingError, TableOptions, TableSettings, migrations,
+    ApplyOptions, Attributes, ConnectionConfig, Engine, EngineKind, Error, Layouts, LockConfig,
+    MapSerialization, Replication, Server, SettingError, TableOptions, TableSettings, migrations,
 };
 
 pub const EXIT_OK: u8 = 0;
@@ -125,6 +125,15 @@ struct TableArgs {
     /// The collectors' batch.linger_ms, for sizing the window with --partitions.
     #[arg(long, default_value_t = 1000)]
     linger_ms: u64,
+    /// Opt-in layout of Map tables: ResourceAttributeItems / SpanAttributeItems ALIAS
+    /// columns with text indexes, for `has(SpanAttributeItems, 'k=v')` (ClickHouse 26.2+;
+    /// tracehouse_schema::layouts). Leaving it out later keeps what was added.
+    #[arg(long)]
+    attribute_items: bool,
+    /// Opt-in layout of Map tables: how Map columns are serialized in merged parts
+    /// (`buckets`: ClickHouse 26.3+, one key read without the rest of the map).
+    #[arg(long, value_enum, default_value_t = MapSerialization::Default)]
+    map_serialization: MapSerialization,
 }
 
 /// Where ClickHouse is. The password comes only from CLICKHOUSE_PASSWORD: a flag
@@ -155,6 +164,10 @@ impl TableArgs {
         let settings = TableSettings {
             attributes: self.attributes,
             attribute_keys_columns: !self.no_attribute_keys,
+            layouts: Layouts {
+                attribute_items: self.attribute_items,
+                map_serialization: self.map_serialization,
+            },
             engine: self.engine,
             cluster: self.cluster.as_deref(),
             zk_path: &self.zk_path,
@@ -374,7 +387,9 @@ fn print_status(opts: &TableOptions, url: &str, status: &Status) {
             ),
             State::Pending(Action::Run) => "pending: run".into(),
             State::Pending(Action::Adopt { .. }) => "pending: adopt existing object".into(),
-            State::Pending(Action::NoOp) => "pending: nothing to run for this engine".into(),
+            State::Pending(Action::NoOp) => {
+                "pending: nothing to run (this engine, or an opt-in layout not asked for)".into()
+            }
             State::Pending(Action::Conflict { .. }) => {
                 "BLOCKED: an existing object has another shape".into()
             }
@@ -451,6 +466,19 @@ mod tests {
         assert_eq!(sized.dedup_window, 34_560);
         let floor = options(&["print", "--partitions", "1", "--dedup-window", "50000"]).unwrap();
         assert_eq!(floor.dedup_window, 50_000);
+        // The opt-in layouts: off unless asked for; Map tables only.
+        assert!(options(&["print"]).unwrap().layouts.is_default());
+        let layouts = options(&[
+            "print",
+            "--attribute-items",
+            "--map-serialization",
+            "buckets",
+        ])
+        .unwrap()
+        .layouts;
+        assert!(layouts.attribute_items);
+        assert_eq!(layouts.map_serialization, MapSerialization::Buckets);
+        assert!(options(&["print", "--attributes", "json", "--attribute-items"]).is_err());
         assert_eq!(
             options(&["print", "--engine", "null"]).unwrap().engine,
             Engine::Null

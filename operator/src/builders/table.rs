@@ -1,7 +1,7 @@
 //! The traces table's options for the schema crate, from `spec.clickhouse`: what the
 //! operator's migrations create.
 
-use tracehouse_schema::{Layouts, Setting, SettingError, TableOptions, TableSettings};
+use tracehouse_schema::{Setting, SettingError, TableOptions, TableSettings};
 
 use super::{BuildError, invalid};
 use crate::crd;
@@ -17,10 +17,7 @@ pub fn table_options(spec: &crd::ClickHouseSpec) -> Result<TableOptions, BuildEr
         ttl: s.ttl.as_deref(),
         dedup_window: u64::try_from(s.dedup_window)
             .map_err(|_| invalid("spec.clickhouse.schema.dedupWindow", "must not be negative"))?,
-        layouts: Layouts {
-            attribute_items: s.layouts.attribute_items,
-            map_serialization: s.layouts.map_serialization,
-        },
+        layouts: s.layouts,
         ..TableSettings::new(&spec.database, &spec.table)
     };
     TableOptions::try_from(&settings).map_err(|e| match e {
@@ -72,7 +69,7 @@ mod tests {
                 .layouts
                 .is_default()
         );
-        tp.spec.clickhouse.schema.layouts = crd::LayoutsSpec {
+        tp.spec.clickhouse.schema.layouts = crd::Layouts {
             attribute_items: true,
             map_serialization: crd::MapSerialization::Buckets,
         };

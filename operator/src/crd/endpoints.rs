@@ -314,32 +314,8 @@ pub struct SchemaSpec {
     /// place (an additive migration, recorded in the ledger; needs a newer ClickHouse, named in
     /// the status otherwise); turning it off later drops nothing: the table keeps it and the
     /// `SchemaReady` condition says so. What the table has is in `status.layouts`.
-    #[serde(default, skip_serializing_if = "LayoutsSpec::is_default")]
-    pub layouts: LayoutsSpec,
-}
-
-/// Opt-in layouts of the traces table (`map` attributes, a stored engine).
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct LayoutsSpec {
-    /// Add `ResourceAttributeItems`/`SpanAttributeItems` (`Array(String)` ALIAS columns of
-    /// `key=value` items, stored nowhere) with text indexes, as ClickStack and the OpenTelemetry
-    /// exporter's newer tables have them: readers asking `has(SpanAttributeItems, 'k=v')`
-    /// find attribute values about 5.8x faster, for about +56 % disk and +80 % server CPU
-    /// per inserted span. Needs ClickHouse 26.2 or newer.
-    #[serde(default)]
-    pub attribute_items: bool,
-    /// How merged parts store the Map columns: `Default` (the server's) or `Buckets` (about
-    /// one bucket per key: one-key reads such as facets about 3.9x faster, whole-map reads
-    /// such as the trace view about 2x slower). Needs ClickHouse 26.3 or newer.
-    #[serde(default)]
-    pub map_serialization: MapSerialization,
-}
-
-impl LayoutsSpec {
-    pub fn is_default(&self) -> bool {
-        *self == Self::default()
-    }
+    #[serde(default, skip_serializing_if = "Layouts::is_default")]
+    pub layouts: Layouts,
 }
 
 impl Default for SchemaSpec {
@@ -351,7 +327,7 @@ impl Default for SchemaSpec {
             cluster: None,
             ttl: None,
             dedup_window: default_dedup_window(),
-            layouts: LayoutsSpec::default(),
+            layouts: Layouts::default(),
         }
     }
 }

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 /// `collector.yaml` read alike): the record encoding by the collector's decoder, the
 /// attribute layout, table engine and insert format by the schema crate.
 pub use tracehouse_contract::Encoding;
-pub use tracehouse_schema::{Attributes, EngineKind, InsertFormat, MapSerialization};
+pub use tracehouse_schema::{Attributes, EngineKind, InsertFormat, Layouts, MapSerialization};
 
 mod autoscaling;
 mod bytes;

@@ -5,7 +5,6 @@
 
 use k8s_openapi::Resource as _;
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::Client;
 
 use super::Context;
 use crate::autoscale::{KafkaView, Sizing};
@@ -141,7 +140,7 @@ pub(super) async fn converge(
         what: "an owned object",
         source,
     })?;
-    let deployment = apply_objects(&ctx.client, ctx, &objects).await?;
+    let deployment = apply_objects(ctx, &objects).await?;
     obs.config_hash = Some(desired.config_hash);
     obs.collector_image = Some(desired.image);
     obs.collector_upgrade = Some(desired.upgrade_available);
@@ -152,14 +151,10 @@ pub(super) async fn converge(
 
 /// Applies `objects` in order (each only if it differs from the live one); returns the live
 /// Deployment, if one was among them.
-async fn apply_objects(
-    client: &Client,
-    ctx: &Context,
-    objects: &[Owned],
-) -> Result<Option<Deployment>, Error> {
+async fn apply_objects(ctx: &Context, objects: &[Owned]) -> Result<Option<Deployment>, Error> {
     let mut deployment = None;
     for object in objects {
-        let (live, change) = objects::ensure(client, object).await?;
+        let (live, change) = objects::ensure(&ctx.client, object).await?;
         if change != Change::Unchanged {
             ctx.metrics.wrote(object.kind);
         }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Ch, connect};
+use common::connect;
 use tracehouse_schema::migrate::{Action, State};
 use tracehouse_schema::migrations::render_all;
 use tracehouse_schema::{ApplyOptions, Attributes, Error, Mode, apply, status};
@@ -127,16 +127,6 @@ SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1"#
     ]
 }
 
-async fn ledger_modes(ch: &Ch) -> String {
-    ch.text(&format!(
-        "SELECT version, mode FROM `{}`.tracehouse_schema_migrations ORDER BY version",
-        ch.db
-    ))
-    .await
-    .replace('\t', ":")
-    .replace('\n', " ")
-}
-
 #[tokio::test]
 async fn a_table_the_otel_exporter_created_is_adopted_and_keeps_its_data() {
     let ch = connect("adopt_map");
@@ -180,7 +170,7 @@ async fn a_table_the_otel_exporter_created_is_adopted_and_keeps_its_data() {
         ]
     );
     assert_eq!(
-        ledger_modes(&ch).await,
+        ch.ledger_modes(0).await,
         "1:adopted 2:adopted 3:adopted 4:applied 5:applied 6:skipped 7:skipped"
     );
     // The data, the view and the exporter's own TTL are all still there.

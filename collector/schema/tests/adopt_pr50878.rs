@@ -34,16 +34,6 @@ fn pr50878_ddl(db: &str) -> Vec<String> {
         .collect()
 }
 
-async fn ledger_modes(ch: &Ch) -> String {
-    ch.text(&format!(
-        "SELECT version, mode FROM `{}`.tracehouse_schema_migrations WHERE version > 0 ORDER BY version",
-        ch.db
-    ))
-    .await
-    .replace('\t', ":")
-    .replace('\n', " ")
-}
-
 async fn create_query(ch: &Ch, table: &str) -> String {
     ch.text(&format!(
         "SELECT create_table_query FROM system.tables WHERE database = '{}' AND name = '{table}'",
@@ -77,7 +67,7 @@ async fn apply_and_settle(ch: &Ch, opts: &TableOptions) {
         ]
     );
     assert_eq!(
-        ledger_modes(ch).await,
+        ch.ledger_modes(1).await,
         "1:adopted 2:adopted 3:adopted 4:applied 5:applied 6:skipped 7:skipped"
     );
     assert!(

@@ -102,6 +102,19 @@ impl Ch {
             .to_string()
     }
 
+    /// The ledger's rows from `min_version` on, as `version:mode` separated by spaces (version
+    /// 0 holds the TTL and window changes).
+    pub async fn ledger_modes(&self, min_version: u32) -> String {
+        self.text(&format!(
+            "SELECT version, mode FROM `{}`.tracehouse_schema_migrations \
+             WHERE version >= {min_version} ORDER BY version",
+            self.db
+        ))
+        .await
+        .replace('\t', ":")
+        .replace('\n', " ")
+    }
+
     pub async fn count(&self, sql: &str) -> u64 {
         self.text(sql).await.parse().unwrap()
     }

@@ -313,23 +313,9 @@ mod tests {
         let big = vec![7u8; MAX_DATA + 10];
         data.writer.write(&big).await.unwrap();
         data.writer.close().await.unwrap();
-        let mut got = Vec::new();
-        loop {
-            match c.recv().await.unwrap() {
-                Frame::Data {
-                    stream_id: 3,
-                    flags,
-                    data,
-                } => {
-                    got.extend(data);
-                    if flags & FLAG_FIN != 0 {
-                        break;
-                    }
-                }
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-        assert_eq!(got, big);
+        let mut other = Vec::new();
+        assert_eq!(c.read_until_fin(3, &mut other).await, big);
+        assert_eq!(other, vec![], "only stream 3's data");
 
         c.send(Frame::RstStream {
             stream_id: 3,

@@ -280,14 +280,10 @@ impl Inflater {
             if out.len() >= MAX_BLOCK {
                 return Err(HeaderError::Malformed("decompressed block too large"));
             }
-            if (self.0.total_in(), out.len()) == before {
-                if out.len() == out.capacity() {
-                    out.reserve(out.capacity());
-                } else {
-                    return Err(HeaderError::Malformed("zlib made no progress"));
-                }
-            } else if out.len() == out.capacity() {
+            if out.len() == out.capacity() {
                 out.reserve(out.capacity());
+            } else if (self.0.total_in(), out.len()) == before {
+                return Err(HeaderError::Malformed("zlib made no progress"));
             }
         }
     }

@@ -49,6 +49,26 @@ pub mod test_client {
             Some(frame::decode(&head, &payload, &mut self.inflater).unwrap())
         }
 
+        /// Everything the server sent on `stream` until its FIN; other frames go to `other`.
+        pub async fn read_until_fin(&mut self, stream: u32, other: &mut Vec<Frame>) -> Vec<u8> {
+            let mut got = Vec::new();
+            loop {
+                match self.recv().await.expect("frame") {
+                    Frame::Data {
+                        stream_id,
+                        flags,
+                        data,
+                    } if stream_id == stream => {
+                        got.extend(data);
+                        if flags & frame::FLAG_FIN != 0 {
+                            return got;
+                        }
+                    }
+                    f => other.push(f),
+                }
+            }
+        }
+
         pub fn syn(id: u32, kind: &str) -> Frame {
             Self::syn_with(id, Headers::from([("streamtype", kind)]))
         }

@@ -146,19 +146,27 @@ async fn route(req: Request<Incoming>, ctx: Arc<Ctx>) -> Result<Response<String>
     })
 }
 
-/// Whether `headers` hold `name` with a comma-separated element equal to `want`
-/// (case-insensitive), across repeated headers.
-fn has_token(
+/// The comma-separated elements of every `name` header, trimmed, empty ones left out.
+fn tokens(
     headers: &hyper::HeaderMap,
     name: impl hyper::header::AsHeaderName,
-    want: &str,
-) -> bool {
+) -> impl Iterator<Item = &str> {
     headers
         .get_all(name)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case(want))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// Whether `headers` hold `name` with an element equal to `want` (case-insensitive).
+fn has_token(
+    headers: &hyper::HeaderMap,
+    name: impl hyper::header::AsHeaderName,
+    want: &str,
+) -> bool {
+    tokens(headers, name).any(|t| t.eq_ignore_ascii_case(want))
 }
 
 async fn port_forward(
@@ -175,21 +183,14 @@ async fn port_forward(
             "unable to upgrade: missing upgrade headers in request",
         );
     }
-    let offered: Vec<String> = h
-        .get_all(PROTOCOL_HEADER)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|t| t.trim().to_owned())
-        .filter(|t| !t.is_empty())
-        .collect();
+    let offered: Vec<&str> = tokens(h, PROTOCOL_HEADER).collect();
     if offered.is_empty() {
         return text(
             StatusCode::BAD_REQUEST,
             format!("unable to upgrade: header {PROTOCOL_HEADER} does not exist in request"),
         );
     }
-    if !offered.iter().any(|p| p == portforward::PROTOCOL) {
+    if !offered.contains(&portforward::PROTOCOL) {
         let mut r = text(
             StatusCode::FORBIDDEN,
             format!(
@@ -257,8 +258,8 @@ async fn target(
     let ip = ctx
         .ips
         .lock()
-        .ok()
-        .and_then(|pool| pool.address_of(&pod_uid));
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .address_of(&pod_uid);
     let Some(ip) = ip else {
         return Err(text(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -141,15 +141,10 @@ where
 /// Drops pairs whose second stream did not come within `timeout`, saying so on the error
 /// stream when that is the one that came.
 async fn expire(pairs: &mut HashMap<String, Pair>, timeout: Duration) {
-    let expired: Vec<String> = pairs
-        .iter()
-        .filter(|(_, p)| p.since.elapsed() >= timeout)
-        .map(|(id, _)| id.clone())
+    let expired: Vec<(String, Pair)> = pairs
+        .extract_if(|_, p| p.since.elapsed() >= timeout)
         .collect();
-    for id in expired {
-        let Some(pair) = pairs.remove(&id) else {
-            continue;
-        };
+    for (id, pair) in expired {
         let msg = format!("(request={id}) timed out waiting for streams");
         tracing::warn!(%msg, "port-forward");
         if let Some(error) = pair.error {
@@ -262,26 +257,6 @@ mod tests {
         }
     }
 
-    /// Everything the server sent on `stream` until its FIN.
-    async fn read_until_fin(c: &mut Client, stream: u32, other: &mut Vec<Frame>) -> Vec<u8> {
-        let mut got = Vec::new();
-        loop {
-            match c.recv().await.expect("frame") {
-                Frame::Data {
-                    stream_id,
-                    flags,
-                    data,
-                } if stream_id == stream => {
-                    got.extend(data);
-                    if flags & FLAG_FIN != 0 {
-                        return got;
-                    }
-                }
-                f => other.push(f),
-            }
-        }
-    }
-
     #[tokio::test]
     async fn forwards_to_the_pod_and_reports_a_refused_port_on_the_error_stream() {
         // The "pod": answers one request with a fixed reply, then closes.
@@ -324,24 +299,21 @@ mod tests {
             data: b"GET ".to_vec(),
         })
         .await;
-        assert_eq!(
-            read_until_fin(&mut c, 3, &mut other).await,
-            b"tracehouse_up 1\n"
-        );
+        assert_eq!(c.read_until_fin(3, &mut other).await, b"tracehouse_up 1\n");
 
         // Request 1, to the closed port: the kubelet's message on the error stream.
         c.send(Client::syn_with(5, pf_headers("error", closed, "1")))
             .await;
         c.send(Client::syn_with(7, pf_headers("data", closed, "1")))
             .await;
-        let msg = String::from_utf8(read_until_fin(&mut c, 5, &mut other).await).unwrap();
+        let msg = String::from_utf8(c.read_until_fin(5, &mut other).await).unwrap();
         assert!(
             msg.starts_with(&format!("error forwarding port {closed} to pod p_ns, uid u-1: failed to connect to 127.0.0.1:{closed}")),
             "{msg}"
         );
         assert!(msg.contains("refused"), "{msg}");
         assert_eq!(
-            read_until_fin(&mut c, 7, &mut other).await,
+            c.read_until_fin(7, &mut other).await,
             b"",
             "data stream closed too"
         );
@@ -383,7 +355,7 @@ mod tests {
         expire(&mut pairs, Duration::ZERO).await;
         assert!(pairs.is_empty());
         let mut other = Vec::new();
-        let msg = read_until_fin(&mut c, 1, &mut other).await;
+        let msg = c.read_until_fin(1, &mut other).await;
         assert_eq!(msg, b"(request=4) timed out waiting for streams");
     }
 

@@ -131,6 +131,14 @@ pub struct CutPolicy {
     pub max_records: usize,
 }
 
+impl CutPolicy {
+    /// Whether `bytes` and `records` fill a batch: one partition's open batch, or the open
+    /// batches a bundle would take, together.
+    pub fn full_at(self, bytes: usize, records: usize) -> bool {
+        bytes >= self.max_bytes || records >= self.max_records
+    }
+}
+
 /// The open batch of one partition.
 #[derive(Debug)]
 pub struct BatchBuilder {
@@ -254,8 +262,14 @@ impl BatchBuilder {
 
     /// Whether the policy says the batch is full.
     pub fn is_full(&self, policy: CutPolicy) -> bool {
-        self.bytes >= policy.max_bytes
-            || self.records.len() + self.skipped.len() >= policy.max_records
+        let (bytes, records) = self.held();
+        policy.full_at(bytes, records)
+    }
+
+    /// Payload bytes and records (skipped ones included) of the open batch, as
+    /// [`CutPolicy::full_at`] counts them.
+    pub fn held(&self) -> (usize, usize) {
+        (self.bytes, self.records.len() + self.skipped.len())
     }
 
     /// Close the batch (None when empty) and start a new one.

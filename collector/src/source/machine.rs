@@ -28,7 +28,10 @@
 //!    owner held within its own budget;
 //! 6. time cuts are made for every partition at once and bundled across partitions
 //!    ([`crate::bundle`], with `batch.bundle`): each member's ledger names the whole bundle,
-//!    and all members' intents go to Kafka in one synchronous commit before the insert;
+//!    and all members' intents go to Kafka in one synchronous commit before the insert.
+//!    The open batches are also closed together, as a bundle, once they hold a batch's
+//!    worth between them (`batch.max_bytes` or `max_records`): a cut that depends on how
+//!    the partitions' records interleaved, so it is durable like a time cut (rule 3);
 //! 7. a bundle recorded by a previous owner is replayed whole ([`Command::Replay`]): the
 //!    partition's own records in it are not batched again, and its acknowledgement moves
 //!    the commit like any batch's.
@@ -438,6 +441,8 @@ impl Machine {
         let cut = p.recorded_cut();
         if cut == Some(r.offset) || (cut.is_none() && p.builder.is_full(cfg.cut)) {
             out.extend(p.close(false));
+        } else if cfg.bundle {
+            self.close_full_bundle(out);
         }
         true
     }

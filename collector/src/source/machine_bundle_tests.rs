@@ -50,6 +50,52 @@ fn size_cuts_stay_per_partition() {
 }
 
 #[test]
+fn open_batches_that_fill_a_batch_together_go_out_as_one_durable_bundle() {
+    let mut o = Owner::new(bundling(5), 1 << 20);
+    for p in 0..3 {
+        o.assign(p);
+    }
+    o.deliver(0, 0..2, b"1");
+    o.deliver(1, 10..12, b"1");
+    assert!(o.kafka.sent.is_empty(), "4 records between them: not yet");
+    o.deliver(2, 7..8, b"1");
+    assert_eq!(
+        o.kafka.bundles.len(),
+        1,
+        "the fifth record fills the bundle"
+    );
+    assert_eq!(o.kafka.bundles[0].render(), "0:0-1+1:10-11+2:7-7");
+    assert_eq!(o.kafka.sync_commits, 1, "recorded before the insert");
+    assert_eq!(o.kafka.durable, vec![true, true, true]);
+    // Nothing is left open, so the next records start new batches.
+    o.deliver(0, 2..4, b"1");
+    assert_eq!(o.kafka.sent.len(), 3);
+}
+
+#[test]
+fn a_batch_replaying_its_recorded_cut_does_not_count_toward_a_bundle() {
+    let mut a = Owner::new(config(3), 1 << 20);
+    a.assign(0);
+    a.deliver(0, 0..3, b"1");
+    // The first owner cut 0..=2 by size and never got it acknowledged.
+    let mut b = Owner::after(&a, bundling(4));
+    b.assign(0);
+    b.assign(1);
+    b.deliver(0, 0..2, b"1");
+    b.deliver(1, 5..7, b"1");
+    assert!(
+        b.kafka.sent.is_empty(),
+        "partition 0's two records replay a recorded cut: only partition 1's count"
+    );
+    b.deliver(0, 2..3, b"1");
+    assert_eq!(
+        b.kafka.ranges(),
+        vec![range(0, 2)],
+        "the recorded cut, alone"
+    );
+}
+
+#[test]
 fn a_new_owner_replays_a_recorded_bundle_whole_and_does_not_batch_its_records_again() {
     let mut a = Owner::new(bundling(100), 1 << 20);
     a.assign(0);

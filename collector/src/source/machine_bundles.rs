@@ -10,6 +10,29 @@ use crate::batch::RecordBatch;
 use crate::bundle::{self, Bundle, BundleDesc};
 
 impl Machine {
+    /// Rule 6's size cut: once the open batches a bundle would take (those replaying a
+    /// recorded cut stay out, as in [`Self::close_together`]) hold a batch's worth between
+    /// them, they are closed together. So one insert carries at most about `batch.max_bytes`
+    /// however many partitions fill at once, and the open batches never hold more than
+    /// that of the in-flight budget: with many partitions and a backlog they would
+    /// otherwise fill it together, none full on its own, and wait for the budget's pause.
+    /// A single open batch is left to its own size cut, which replays from the data.
+    pub(super) fn close_full_bundle(&mut self, out: &mut Vec<Command>) {
+        let (mut bytes, mut records, mut open) = (0, 0, 0);
+        for p in &mut self.partitions {
+            if !p.builder.is_empty() && p.recorded_cut().is_none() {
+                let (b, r) = p.builder.held();
+                bytes += b;
+                records += r;
+                open += 1;
+            }
+        }
+        if open > 1 && self.cfg.cut.full_at(bytes, records) {
+            let all: Vec<usize> = (0..self.partitions.len()).collect();
+            self.close_together(&all, out);
+        }
+    }
+
     /// Close the open batches of `indexes` by time (durably; batches replaying a recorded
     /// cut stay open), bundled per topic when bundling is on (rule 6): members join a bundle
     /// while its description stays under [`bundle::MAX_DESCRIPTION_BYTES`] and their own

@@ -217,23 +217,12 @@ impl SourceLoop {
         while !self.stop.load(Ordering::Relaxed) {
             self.beat();
             self.drain_acks(&mut out);
-            self.check_budget(&mut out);
-            match self.consumer.poll(Duration::from_millis(50)) {
-                Some(Ok(msg)) => {
-                    let ts = msg.timestamp().to_millis().unwrap_or_else(now_ms);
-                    let record = Record {
-                        topic: msg.topic(),
-                        partition: msg.partition(),
-                        offset: msg.offset(),
-                        timestamp_ms: ts,
-                        payload: msg.payload(),
-                    };
-                    self.on_record(record, &mut out, &mut counters);
-                }
-                Some(Err(e)) if errors.allow() => {
-                    tracing::warn!(error = %e, "kafka consumer error")
-                }
-                Some(Err(_)) | None => {}
+            if self.check_budget(&mut out) {
+                // The budget is spent: take no records until acknowledgements free it
+                // (librdkafka keeps what it prefetched; see machine_budget.rs).
+                std::thread::sleep(Duration::from_millis(5));
+            } else {
+                self.poll_one(&mut out, &mut counters, &mut errors);
             }
             self.machine().linger(Instant::now(), &mut out);
             self.execute(&mut out);
@@ -244,6 +233,32 @@ impl SourceLoop {
             }
         }
         self.shutdown(&mut out);
+    }
+
+    /// Takes one record (or a consumer error) from the consumer, waiting up to 50 ms.
+    fn poll_one(
+        &self,
+        out: &mut Vec<Command>,
+        counters: &mut TopicCounters,
+        errors: &mut RateLimit,
+    ) {
+        match self.consumer.poll(Duration::from_millis(50)) {
+            Some(Ok(msg)) => {
+                let ts = msg.timestamp().to_millis().unwrap_or_else(now_ms);
+                let record = Record {
+                    topic: msg.topic(),
+                    partition: msg.partition(),
+                    offset: msg.offset(),
+                    timestamp_ms: ts,
+                    payload: msg.payload(),
+                };
+                self.on_record(record, out, counters);
+            }
+            Some(Err(e)) if errors.allow() => {
+                tracing::warn!(error = %e, "kafka consumer error")
+            }
+            Some(Err(_)) | None => {}
+        }
     }
 
     fn beat(&self) {
@@ -476,15 +491,18 @@ impl SourceLoop {
         self.execute(out);
     }
 
-    fn check_budget(&self, out: &mut Vec<Command>) {
-        let paused = {
+    /// Carries out what the budget asks; true while it holds intake (take no records).
+    fn check_budget(&self, out: &mut Vec<Command>) -> bool {
+        let now = Instant::now();
+        let (paused, holding) = {
             let mut machine = self.machine();
-            machine.check_budget(out);
-            machine.paused()
+            machine.check_budget(now, out);
+            (machine.paused(), machine.holding(now))
         };
         self.metrics.inflight_bytes.set(self.budget.used() as i64);
         self.metrics.paused_partitions.set(paused as i64);
         self.execute(out);
+        holding
     }
 
     fn update_lag(&self) {

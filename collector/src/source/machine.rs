@@ -37,14 +37,15 @@
 //!    the commit like any batch's.
 //!
 //! Memory: every open batch holds its bytes against the [`Budget`] through a permit that
-//! the batch carries; the machine pauses all partitions when the budget is spent (but for
-//! rule 5) and resumes them below [`RESUME_FRACTION`].
+//! the batch carries; when the budget is spent the shell first stops taking records, and
+//! only a budget spent for [`BUDGET_HOLD`] pauses all partitions (but for rule 5), resumed
+//! below [`RESUME_FRACTION`] (`machine_budget.rs`).
 //!
-//! Why one file of ~630 lines: every handler below reads and changes the same private
+//! Why one file of ~620 lines: every handler below reads and changes the same private
 //! partition table under the numbered rules above, and they are checked against each other
-//! when read together; what could leave did (bundling: `machine_bundles.rs`; the
-//! acknowledgement ledger: `unsent.rs`; the tests: `machine_tests.rs`,
-//! `machine_bundle_tests.rs`).
+//! when read together; what could leave did (bundling: `machine_bundles.rs`; the budget:
+//! `machine_budget.rs`; the acknowledgement ledger: `unsent.rs`; the tests:
+//! `machine_tests.rs`, `machine_bundle_tests.rs`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -61,8 +62,7 @@ use crate::pool::BufPool;
 /// rows a second time, under another token).
 pub const REPLAY_LINGER: Duration = Duration::from_secs(30);
 
-/// Resume paused partitions once the budget drops below this fraction.
-pub const RESUME_FRACTION: f64 = 0.75;
+pub use budget::{BUDGET_HOLD, RESUME_FRACTION};
 
 /// What cuts batches and what to do with records that will not be decoded.
 #[derive(Debug, Clone, Copy)]
@@ -295,6 +295,8 @@ pub struct Machine {
     pool: Option<BufPool>,
     partitions: Vec<Partition>,
     next_generation: u64,
+    /// Since when the budget has been spent without a pause (see [`Self::check_budget`]).
+    spent_since: Option<Instant>,
 }
 
 impl Machine {
@@ -305,6 +307,7 @@ impl Machine {
             pool,
             partitions: Vec::new(),
             next_generation: 0,
+            spent_since: None,
         }
     }
 
@@ -493,36 +496,6 @@ impl Machine {
         }
     }
 
-    /// Pause every partition while the budget is spent, sending what is open so memory can
-    /// drain even at low traffic; resume them once it is below [`RESUME_FRACTION`].
-    pub fn check_budget(&mut self, out: &mut Vec<Command>) {
-        let used = self.budget.used();
-        let over = self.budget.spent();
-        let under = (used as f64) < self.budget.max() as f64 * RESUME_FRACTION;
-        let mut pause = Vec::new();
-        let mut resume = Vec::new();
-        let mut closing = Vec::new();
-        for (i, p) in self.partitions.iter_mut().enumerate() {
-            // Rule 5: a batch replaying a recorded cut must get its records; pause after.
-            let replaying = p.recorded_cut().is_some();
-            if over && !p.paused && !replaying {
-                p.paused = true;
-                pause.push(p.id.clone());
-                closing.push(i);
-            } else if under && p.paused {
-                p.paused = false;
-                resume.push(p.id.clone());
-            }
-        }
-        if !pause.is_empty() {
-            out.push(Command::Pause(pause));
-        }
-        if !resume.is_empty() {
-            out.push(Command::Resume(resume));
-        }
-        self.close_together(&closing, out);
-    }
-
     /// Close batches that have lingered long enough ([`linger_due`]). With bundling, one
     /// partition's due batch closes every partition's open batch with it (rule 6).
     pub fn linger(&mut self, now: Instant, out: &mut Vec<Command>) {
@@ -635,6 +608,9 @@ impl Machine {
 }
 
 /// Rule 6: how time cuts are bundled (and a refused bundle dissolved).
+#[path = "machine_budget.rs"]
+mod budget;
+
 #[path = "machine_bundles.rs"]
 mod bundles;
 

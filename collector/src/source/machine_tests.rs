@@ -182,6 +182,11 @@ impl Owner {
         self.kafka.committed.get(&id(p)).map(|c| c.0)
     }
 
+    fn check_budget_at(&mut self, now: Instant) {
+        self.m.check_budget(now, &mut self.out);
+        self.kafka.run(&mut self.out);
+    }
+
     fn linger_at(&mut self, now: Instant) {
         self.m.linger(now, &mut self.out);
         self.kafka.run(&mut self.out);
@@ -373,7 +378,7 @@ fn a_revoke_drops_the_open_batch_commits_progress_and_stale_acks_are_ignored() {
 }
 
 #[test]
-fn the_budget_pauses_every_partition_sends_what_is_open_and_resumes_below_three_quarters() {
+fn a_spent_budget_holds_intake_then_pauses_every_partition_and_resumes_below_three_quarters() {
     let mut o = Owner::new(config(4), 100);
     o.assign(0);
     o.assign(1);
@@ -381,14 +386,25 @@ fn the_budget_pauses_every_partition_sends_what_is_open_and_resumes_below_three_
     o.deliver(1, 0..3, &[b'y'; 10]); // 30 bytes open
     o.deliver(0, 4..7, &[b'x'; 10]); // 30 bytes open
     assert_eq!(o.budget.used(), 100);
-    o.m.check_budget(&mut o.out);
-    o.kafka.run(&mut o.out);
+    let spent = Instant::now();
+    o.check_budget_at(spent);
+    assert!(o.m.holding(spent), "the shell takes no records");
+    assert!(
+        o.kafka.paused.is_empty(),
+        "no pause yet: it drops the prefetched records"
+    );
+    assert_eq!(o.kafka.sent.len(), 1, "the hold closes nothing");
+
+    // Still spent after the hold: now the partitions pause, and the shell polls again.
+    let later = spent + BUDGET_HOLD;
+    o.check_budget_at(later);
     assert_eq!(o.kafka.paused, [id(0), id(1)]);
     assert_eq!(o.m.paused(), 2);
-    // What was open went out (durably: a pause is a time cut), so memory can drain.
+    // What was open went out (durably: a budget cut is a time cut), so memory can drain.
     assert_eq!(o.kafka.sent.len(), 3);
     assert_eq!(o.kafka.durable, [false, true, true]);
-    o.m.check_budget(&mut o.out);
+    assert!(!o.m.holding(later));
+    o.check_budget_at(later);
     assert!(o.out.is_empty(), "paused once, not again");
 
     // Acknowledged and dropped: the budget is free again.
@@ -396,9 +412,27 @@ fn the_budget_pauses_every_partition_sends_what_is_open_and_resumes_below_three_
     o.ack(&sent[0]);
     drop(sent);
     assert_eq!(o.budget.used(), 0);
-    o.m.check_budget(&mut o.out);
-    o.kafka.run(&mut o.out);
+    o.check_budget_at(later);
     assert_eq!(o.kafka.resumed, [id(0), id(1)]);
+    assert_eq!(o.m.paused(), 0);
+}
+
+#[test]
+fn a_budget_freed_within_the_hold_pauses_nothing() {
+    let mut o = Owner::new(config(4), 80);
+    o.assign(0);
+    o.deliver(0, 0..8, &[b'x'; 10]); // two full batches, sent: the budget is spent
+    let spent = Instant::now();
+    o.check_budget_at(spent);
+    assert!(o.m.holding(spent));
+    let sent = std::mem::take(&mut o.kafka.sent);
+    o.ack(&sent[0]);
+    drop(sent);
+    let soon = spent + BUDGET_HOLD / 2;
+    o.check_budget_at(soon);
+    assert!(!o.m.holding(soon), "an acknowledgement ended the hold");
+    o.check_budget_at(spent + BUDGET_HOLD * 2);
+    assert!(o.kafka.paused.is_empty());
     assert_eq!(o.m.paused(), 0);
 }
 
@@ -409,8 +443,9 @@ fn a_pause_does_not_close_a_batch_that_replays_a_recorded_cut() {
     let mut o = Owner::after(&first, config(100));
     o.assign(0);
     o.deliver(0, 0..5, &[b'x'; 10]);
-    o.m.check_budget(&mut o.out);
-    o.kafka.run(&mut o.out);
+    let spent = Instant::now();
+    o.check_budget_at(spent);
+    o.check_budget_at(spent + BUDGET_HOLD);
     assert!(
         o.kafka.sent.is_empty(),
         "0..=4 must reach its recorded cut at 9"
@@ -432,11 +467,16 @@ fn replaying_batches_that_fill_the_budget_still_reach_their_recorded_cuts() {
     for p in 0..3 {
         o.assign(p);
     }
+    let mut now = Instant::now();
     for offset in 0..10 {
         for p in 0..3 {
-            // The shell checks the budget between records; a paused partition gets none.
-            o.m.check_budget(&mut o.out);
-            o.kafka.run(&mut o.out);
+            // The shell checks the budget between records, takes none while it holds, and
+            // a paused partition gets none.
+            o.check_budget_at(now);
+            if o.m.holding(now) {
+                now += BUDGET_HOLD;
+                o.check_budget_at(now);
+            }
             if o.kafka.paused.contains(&id(p)) && !o.kafka.resumed.contains(&id(p)) {
                 continue;
             }
@@ -449,8 +489,8 @@ fn replaying_batches_that_fill_the_budget_still_reach_their_recorded_cuts() {
         "every replayed batch ends at its recorded cut"
     );
     // Once they are out, the spent budget pauses the partitions as usual.
-    o.m.check_budget(&mut o.out);
-    o.kafka.run(&mut o.out);
+    o.check_budget_at(now);
+    o.check_budget_at(now + BUDGET_HOLD);
     assert_eq!(o.m.paused(), 3);
 }
 

@@ -297,6 +297,9 @@ pub struct Machine {
     next_generation: u64,
     /// Since when the budget has been spent without a pause (see [`Self::check_budget`]).
     spent_since: Option<Instant>,
+    /// Bytes and records batched since the open batches' total was last checked against the
+    /// cut policy (see [`Self::check_bundle_size`]).
+    unchecked: (usize, usize),
 }
 
 impl Machine {
@@ -308,6 +311,7 @@ impl Machine {
             partitions: Vec::new(),
             next_generation: 0,
             spent_since: None,
+            unchecked: (0, 0),
         }
     }
 
@@ -445,7 +449,7 @@ impl Machine {
         if cut == Some(r.offset) || (cut.is_none() && p.builder.is_full(cfg.cut)) {
             out.extend(p.close(false));
         } else if cfg.bundle {
-            self.close_full_bundle(out);
+            self.check_bundle_size(r.payload.map_or(0, <[u8]>::len), out);
         }
         true
     }

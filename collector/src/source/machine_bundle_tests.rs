@@ -73,6 +73,24 @@ fn open_batches_that_fill_a_batch_together_go_out_as_one_durable_bundle() {
 }
 
 #[test]
+fn the_open_batches_total_is_followed_in_steps_of_a_sixty_fourth_of_a_batch() {
+    // 640 records a batch: the total is summed every 10 records batched.
+    let mut o = Owner::new(bundling(640), 1 << 20);
+    o.assign(0);
+    o.assign(1);
+    o.deliver(0, 0..5, b"1");
+    o.linger_at(Instant::now() + LINGER);
+    assert_eq!(o.kafka.ranges(), vec![range(0, 4)], "a time cut of 5 records");
+    // From here the sums fall 5 records out of step with the open batches.
+    o.deliver(0, 5..305, b"1");
+    o.deliver(1, 0..340, b"1");
+    assert!(o.kafka.bundles.is_empty(), "640 open, but not summed since 635");
+    o.deliver(1, 340..345, b"1");
+    assert_eq!(o.kafka.bundles.len(), 1, "the next sum saw 645");
+    assert_eq!(o.kafka.bundles[0].render(), "0:5-304+1:0-344");
+}
+
+#[test]
 fn a_batch_replaying_its_recorded_cut_does_not_count_toward_a_bundle() {
     let mut a = Owner::new(config(3), 1 << 20);
     a.assign(0);

@@ -9,6 +9,9 @@ use super::{Command, CommitOffset, Machine};
 use crate::batch::RecordBatch;
 use crate::bundle::{self, Bundle, BundleDesc};
 
+/// How finely [`Machine::check_bundle_size`] follows the open batches' total.
+const BUNDLE_CHECK_STEPS: usize = 64;
+
 impl Machine {
     /// Rule 6's size cut: once the open batches a bundle would take (those replaying a
     /// recorded cut stay out, as in [`Self::close_together`]) hold a batch's worth between
@@ -17,7 +20,25 @@ impl Machine {
     /// that of the in-flight budget: with many partitions and a backlog they would
     /// otherwise fill it together, none full on its own, and wait for the budget's pause.
     /// A single open batch is left to its own size cut, which replays from the data.
-    pub(super) fn close_full_bundle(&mut self, out: &mut Vec<Command>) {
+    ///
+    /// Summing every held partition at every record would cost a pass over 256 partitions
+    /// per small record, so the sum is taken each time another 1/[`BUNDLE_CHECK_STEPS`] of a
+    /// batch's bytes or records has been batched: a bundle overshoots the policy by at most
+    /// that much plus one record (the cut is durable, so where exactly it falls is free).
+    pub(super) fn check_bundle_size(&mut self, bytes: usize, out: &mut Vec<Command>) {
+        let cut = self.cfg.cut;
+        self.unchecked.0 += bytes;
+        self.unchecked.1 += 1;
+        if self.unchecked.0.saturating_mul(BUNDLE_CHECK_STEPS) < cut.max_bytes
+            && self.unchecked.1.saturating_mul(BUNDLE_CHECK_STEPS) < cut.max_records
+        {
+            return;
+        }
+        self.unchecked = (0, 0);
+        self.close_full_bundle(out);
+    }
+
+    fn close_full_bundle(&mut self, out: &mut Vec<Command>) {
         let (mut bytes, mut records, mut open) = (0, 0, 0);
         for p in &mut self.partitions {
             if !p.builder.is_empty() && p.recorded_cut().is_none() {

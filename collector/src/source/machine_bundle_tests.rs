@@ -80,11 +80,18 @@ fn the_open_batches_total_is_followed_in_steps_of_a_sixty_fourth_of_a_batch() {
     o.assign(1);
     o.deliver(0, 0..5, b"1");
     o.linger_at(Instant::now() + LINGER);
-    assert_eq!(o.kafka.ranges(), vec![range(0, 4)], "a time cut of 5 records");
+    assert_eq!(
+        o.kafka.ranges(),
+        vec![range(0, 4)],
+        "a time cut of 5 records"
+    );
     // From here the sums fall 5 records out of step with the open batches.
     o.deliver(0, 5..305, b"1");
     o.deliver(1, 0..340, b"1");
-    assert!(o.kafka.bundles.is_empty(), "640 open, but not summed since 635");
+    assert!(
+        o.kafka.bundles.is_empty(),
+        "640 open, but not summed since 635"
+    );
     o.deliver(1, 340..345, b"1");
     assert_eq!(o.kafka.bundles.len(), 1, "the next sum saw 645");
     assert_eq!(o.kafka.bundles[0].render(), "0:5-304+1:0-344");

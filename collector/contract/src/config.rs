@@ -223,8 +223,8 @@ impl Default for LimitsConfig {
         Self {
             // Four 8 MiB inserts in flight: with bundles cut by size and a spent budget
             // holding intake before it pauses (collector/src/source/machine_budget.rs),
-            // 32 MiB moved pre-filled topics as fast as 64 MiB did, at 144 MiB peak RSS
-            // on minimal spans against 193 (docs/benchmarks.md).
+            // 32 MiB moved pre-filled topics as fast as 64 MiB did, with less memory
+            // (the runs: commit 3913ff3's message and docs/benchmarks.md).
             max_inflight_bytes: 32 << 20,
             max_record_bytes: 16 << 20,
             encode_threads: 0,

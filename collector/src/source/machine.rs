@@ -45,7 +45,7 @@
 //! partition table under the numbered rules above, and they are checked against each other
 //! when read together; what could leave did (bundling: `machine_bundles.rs`; the budget:
 //! `machine_budget.rs`; the acknowledgement ledger: `unsent.rs`; the tests:
-//! `machine_tests.rs`, `machine_bundle_tests.rs`).
+//! `machine_tests.rs`, `machine_budget_tests.rs`, `machine_bundle_tests.rs`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -611,10 +611,11 @@ impl Machine {
     }
 }
 
-/// Rule 6: how time cuts are bundled (and a refused bundle dissolved).
+/// What a spent in-flight budget does: hold intake, then pause.
 #[path = "machine_budget.rs"]
 mod budget;
 
+/// Rule 6: how time cuts are bundled (and a refused bundle dissolved).
 #[path = "machine_bundles.rs"]
 mod bundles;
 

@@ -38,9 +38,7 @@ impl Machine {
         } else if self.spent_since.is_none() {
             self.spent_since = Some(now);
         }
-        let pausing = self
-            .spent_since
-            .is_some_and(|since| now.duration_since(since) >= BUDGET_HOLD);
+        let pausing = self.spent_since.is_some() && !self.holding(now);
         let mut pause = Vec::new();
         let mut resume = Vec::new();
         let mut closing = Vec::new();

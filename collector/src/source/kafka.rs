@@ -218,9 +218,12 @@ impl SourceLoop {
             self.beat();
             self.drain_acks(&mut out);
             if self.check_budget(&mut out) {
-                // The budget is spent: take no records until acknowledgements free it
-                // (librdkafka keeps what it prefetched; see machine_budget.rs).
-                std::thread::sleep(Duration::from_millis(5));
+                // The budget is spent: take no records, wait for an acknowledgement to free
+                // it (librdkafka keeps what it prefetched; see machine_budget.rs). The next
+                // drain_acks commits what it moved.
+                if let Ok(ack) = self.acks.recv_timeout(Duration::from_millis(50)) {
+                    self.machine().acknowledged(ack);
+                }
             } else {
                 self.poll_one(&mut out, &mut counters, &mut errors);
             }

@@ -1,6 +1,7 @@
 //! The collector's CPU path per span: Kafka payload → decode → rows → encode → LZ4,
 //! for RowBinary and Native, Map and JSON attributes, reported in spans per second
-//! (criterion "elements"). One bench thread = one core.
+//! (criterion "elements"). One bench thread = one core. Each format also runs without
+//! compression, which prints what LZ4 alone costs per span.
 //!
 //! Two data sets, each run on its own:
 //! - `loadgen`: the records `tracehouse-loadgen` produces for `e2e/bench` (100 spans per
@@ -17,7 +18,7 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use prost::Message;
 use tracehouse_collector::decode::{Encoding, decode};
-use tracehouse_collector::encode::Encoder;
+use tracehouse_collector::encode::{Compression, Encoder, EncoderOptions};
 use tracehouse_schema::{Attributes, InsertFormat};
 
 mod common;
@@ -123,16 +124,40 @@ fn data_set(c: &mut Criterion, name: &str, records: &[Vec<u8>]) {
             enc.push_record(r, Encoding::OtlpProto).unwrap();
         }
         let body = enc.finish();
+        // The same rows uncompressed: the bytes LZ4 goes through.
+        let mut plain = Encoder::with_options(
+            &t,
+            EncoderOptions {
+                compression: Compression::None,
+                ..enc.options()
+            },
+        )
+        .unwrap();
+        for r in records {
+            plain.push_record(r, Encoding::OtlpProto).unwrap();
+        }
+        let raw = plain.finish().len() as u64;
         let rate = spans_per_cpu_second(spans, || {
             for r in records {
                 enc.push_record(r, Encoding::OtlpProto).unwrap();
             }
             black_box(enc.finish());
         });
+        let plain_rate = spans_per_cpu_second(spans, || {
+            for r in records {
+                plain.push_record(r, Encoding::OtlpProto).unwrap();
+            }
+            black_box(plain.finish());
+        });
+        // What LZ4 alone costs per span: the difference of the two paths' CPU per span.
+        let lz4_ns = 1e9 / rate - 1e9 / plain_rate;
         eprintln!(
-            "[{name}] {attributes:?}/{format:?}: {} compressed bytes per span, {rate:.0} spans per \
-             CPU-second (decode + rows + encode + LZ4)",
-            body.len() as u64 / spans
+            "[{name}] {attributes:?}/{format:?}: {} bytes per span uncompressed, {} compressed, \
+             {rate:.0} spans per CPU-second (decode + rows + encode + LZ4); without LZ4 \
+             {plain_rate:.0}, so LZ4 takes {lz4_ns:.0} ns of {:.0} ns per span",
+            raw / spans,
+            body.len() as u64 / spans,
+            1e9 / rate
         );
         group.bench_function(format!("{attributes:?}_{format:?}").to_lowercase(), |b| {
             b.iter(|| {

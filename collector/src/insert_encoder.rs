@@ -60,6 +60,7 @@ pub fn factory(cfg: &Config) -> Result<EncoderFactory, String> {
     let encoding = cfg.kafka.encoding;
     let options = EncoderOptions {
         max_expanded_record_bytes: cfg.limits.max_expanded_record_bytes,
+        compression: cfg.clickhouse.compression,
         ..EncoderOptions::new(format)
     };
     Encoder::with_options(&table, options).map_err(|e| format!("clickhouse: {e}"))?;

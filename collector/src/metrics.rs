@@ -95,6 +95,9 @@ pub struct Metrics {
     pub inflight_bytes: Gauge,
     pub inflight_inserts: Gauge,
     pub paused_partitions: Gauge,
+    /// Seconds the source took no records because the in-flight budget was spent: the hold
+    /// before a pause (`source/machine_budget.rs`).
+    pub intake_held_seconds: Counter<f64, AtomicU64>,
     pub assigned_partitions: Gauge,
     pub resident_memory_bytes: Gauge,
     /// User + system CPU time of the process, refreshed at each scrape.
@@ -135,6 +138,7 @@ impl Metrics {
             inflight_bytes: Gauge::default(),
             inflight_inserts: Gauge::default(),
             paused_partitions: Gauge::default(),
+            intake_held_seconds: Counter::default(),
             assigned_partitions: Gauge::default(),
             resident_memory_bytes: Gauge::default(),
             cpu_seconds: Counter::default(),
@@ -190,7 +194,7 @@ impl Metrics {
         );
         r.register(
             "bytes_inserted",
-            "Compressed insert bytes acknowledged by ClickHouse",
+            "Insert body bytes acknowledged by ClickHouse (as sent: LZ4-compressed unless clickhouse.compression is none)",
             m.bytes_inserted.clone(),
         );
         r.register(
@@ -304,6 +308,11 @@ impl Metrics {
             "paused_partitions",
             "Partitions paused for back-pressure",
             m.paused_partitions.clone(),
+        );
+        r.register(
+            "intake_held_seconds",
+            "Seconds the source took no records because the in-flight budget was spent (the hold before a pause)",
+            m.intake_held_seconds.clone(),
         );
         r.register(
             "assigned_partitions",

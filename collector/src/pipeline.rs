@@ -111,7 +111,8 @@ fn clickhouse_sink(cfg: &Config) -> anyhow::Result<Sink> {
         cfg.clickhouse.credentials()?,
         &cfg.clickhouse.tls()?,
         Duration::from_millis(cfg.clickhouse.request_timeout_ms),
-    )?)
+    )?
+    .with_compression(cfg.clickhouse.compression))
 }
 
 /// Ready once ClickHouse answered; keep checking in the background so `/readyz` follows it.

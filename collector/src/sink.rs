@@ -1,7 +1,7 @@
 //! ClickHouse sink: one insert over HTTP, its outcome classified, nothing else.
 //!
-//! The body arrives already encoded and ClickHouse-LZ4-compressed (`decompress=1`); the
-//! sink adds the deduplication token that makes a retried or replayed batch a no-op, the
+//! The body arrives already encoded and, by default, ClickHouse-LZ4-compressed (sent with
+//! `decompress=1`; `clickhouse.compression: none` sends it as encoded); the sink adds the deduplication token that makes a retried or replayed batch a no-op, the
 //! credentials, and turns every failure into an [`InsertError`] carrying ClickHouse's
 //! exception code when there is one. Retrying is the caller's business ([`crate::retry`]).
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::config::Credentials;
+use crate::config::{Compression, Credentials};
 use crate::retry::{Verdict, classify_exception};
 
 /// A failed insert attempt.
@@ -54,6 +54,8 @@ pub struct Sink {
     client: reqwest::Client,
     base_url: String,
     credentials: Credentials,
+    /// How the bodies handed to [`Sink::insert`] are compressed (the encoder's setting).
+    compression: Compression,
 }
 
 impl std::fmt::Debug for Sink {
@@ -95,7 +97,14 @@ impl Sink {
             client,
             base_url: base_url.trim_end_matches('/').to_string(),
             credentials,
+            compression: Compression::Lz4,
         })
+    }
+
+    /// Bodies compressed as `compression` says (LZ4 unless told otherwise).
+    pub fn with_compression(mut self, compression: Compression) -> Self {
+        self.compression = compression;
+        self
     }
 
     /// Whether the endpoint is `https://`.
@@ -121,15 +130,20 @@ impl Sink {
         }
     }
 
-    /// Send one compressed insert body. `query` is the `INSERT INTO … FORMAT …` statement;
-    /// `token` the deduplication token (same batch ⇒ same token).
+    /// Send one insert body, compressed as [`Sink::with_compression`] said. `query` is the
+    /// `INSERT INTO … FORMAT …` statement; `token` the deduplication token (same batch ⇒
+    /// same token).
     pub async fn insert(&self, query: &str, token: &str, body: Bytes) -> Result<(), InsertError> {
+        let decompress = match self.compression {
+            Compression::Lz4 => "1",
+            Compression::None => "0",
+        };
         let resp = self
             .client
             .post(format!("{}/", self.base_url))
             .query(&[
                 ("query", query),
-                ("decompress", "1"),
+                ("decompress", decompress),
                 ("insert_deduplicate", "1"),
                 ("insert_deduplication_token", token),
                 // Synchronous inserts: a 200 means the rows are durable in the table.

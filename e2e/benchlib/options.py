@@ -40,6 +40,9 @@ def parse(doc, otelcol_config):
     ap.add_argument("--no-attribute-keys", action="store_true",
                     help="JSON attributes: tracehouse leaves ResourceAttributesKeys/SpanAttributesKeys "
                          "to the server's defaults (empty), as Rotel does (the table keeps them)")
+    ap.add_argument("--tracehouse-compression", choices=["lz4", "none"], default="lz4",
+                    help="tracehouse's clickhouse.compression (default lz4, its default; the "
+                         "peers compress with LZ4 whatever this says)")
     ap.add_argument("--collector-bin",
                     help="tracehouse-collector binary to run instead of the release build "
                          "(e.g. to compare two revisions)")

@@ -34,14 +34,8 @@ use crate::rows::{self, JsonObject, MapAttrs};
 use native::NativeBlock;
 use plan::PlannedColumn;
 
-/// Whether the body is compressed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Compression {
-    /// Plain body (send without `decompress=1`).
-    None,
-    /// ClickHouse LZ4 block framing (send with `decompress=1`).
-    Lz4,
-}
+/// Whether the body is compressed (the configuration's `clickhouse.compression`).
+pub use crate::config::Compression;
 
 /// How an [`Encoder`] writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

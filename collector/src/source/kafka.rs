@@ -221,9 +221,13 @@ impl SourceLoop {
                 // The budget is spent: take no records, wait for an acknowledgement to free
                 // it (librdkafka keeps what it prefetched; see machine_budget.rs). The next
                 // drain_acks commits what it moved.
+                let held = Instant::now();
                 if let Ok(ack) = self.acks.recv_timeout(Duration::from_millis(50)) {
                     self.machine().acknowledged(ack);
                 }
+                self.metrics
+                    .intake_held_seconds
+                    .inc_by(held.elapsed().as_secs_f64());
             } else {
                 self.poll_one(&mut out, &mut counters, &mut errors);
             }

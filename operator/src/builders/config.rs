@@ -46,6 +46,7 @@ pub fn collector_config(tp: &TracePipeline) -> Result<collector::Config, BuildEr
     cfg.clickhouse.attributes = ch.schema.attributes;
     cfg.clickhouse.attribute_keys = ch.schema.attribute_keys_columns;
     cfg.clickhouse.insert_format = ch.insert_format;
+    cfg.clickhouse.compression = ch.compression;
     // Certificates are files mounted from the Secrets; only their paths are written here.
     cfg.clickhouse.tls = clickhouse_tls_files(ch.tls.as_ref());
     // Credentials come from the environment (CLICKHOUSE_USER / CLICKHOUSE_PASSWORD, filled
@@ -122,6 +123,21 @@ mod tests {
         let back: collector::Config = tracehouse_contract::yaml::from_str(&yaml).unwrap();
         back.validate().unwrap();
         assert_eq!(back, cfg);
+    }
+
+    #[test]
+    fn compression_reaches_the_collector_and_the_default_leaves_the_config_as_it_was() {
+        let tp = sample();
+        let default =
+            tracehouse_contract::yaml::to_string(&collector_config(&tp).unwrap()).unwrap();
+        assert!(!default.contains("compression"), "{default}");
+        let mut tp = sample();
+        tp.spec.clickhouse.compression = crate::crd::Compression::None;
+        let cfg = collector_config(&tp).unwrap();
+        assert_eq!(cfg.clickhouse.compression, crate::crd::Compression::None);
+        let yaml = tracehouse_contract::yaml::to_string(&cfg).unwrap();
+        assert!(yaml.contains("compression: none"), "{yaml}");
+        assert_ne!(config_hash(&yaml), config_hash(&default));
     }
 
     #[test]

@@ -240,6 +240,11 @@ pub struct ClickHouseSpec {
     /// `row_binary`.
     #[serde(default)]
     pub insert_format: InsertFormat,
+    /// How insert bodies travel: `lz4` (default: ClickHouse's LZ4 block framing) or `none`
+    /// (about 15 % less collector CPU per span, 6.6 times the bytes on the wire and about
+    /// twice the collector's peak memory: for a ClickHouse whose network bytes cost nothing).
+    #[serde(default)]
+    pub compression: Compression,
     /// TLS to an `https://` endpoint: the CA, a client certificate (mutual TLS).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,

@@ -19,8 +19,10 @@ use serde::{Deserialize, Serialize};
 /// The choices a spec shares with the collector's configuration and the command lines,
 /// defined once by the crates that own them (same spellings, so the CRD and a
 /// `collector.yaml` read alike): the record encoding by the collector's decoder, the
-/// attribute layout, table engine and insert format by the schema crate.
+/// attribute layout, table engine and insert format by the schema crate, the insert
+/// compression by the collector's configuration.
 pub use tracehouse_contract::Encoding;
+pub use tracehouse_contract::config::Compression;
 pub use tracehouse_schema::{Attributes, EngineKind, InsertFormat, Layouts, MapSerialization};
 
 mod autoscaling;

@@ -128,6 +128,15 @@ def build() -> dashboard.Dashboard:
                     "usually because ClickHouse inserts are slow or failing.",
         steps=thresholds((None, "green"), (1, "yellow")),
     ))
+    d = d.with_panel(ts(
+        "Intake held per pod", "percentunit",
+        [prom(f"sum by ({BY_POD}) (rate(tracehouse_intake_held_seconds_total{{{SEL}}}[{RATE}]))",
+              "{{pod}}")],
+        description="Share of the time the pod took no records because its in-flight budget was "
+                    "spent: a hold of up to 1 s while inserts are acknowledged, before any "
+                    "partition is paused. Brief holds are normal on a backlog; held most of the "
+                    "time together with paused partitions, ClickHouse is the bottleneck.",
+    ))
 
     d = d.with_row(dashboard.Row("Inserts"))
     d = d.with_panel(ts(

@@ -31,7 +31,7 @@ def table(report, legs):
             ("**spans per CPU-second**", "spans_per_cpu_second", ""),
             ("MB of OTLP per CPU-second", "otlp_mb_per_cpu_second", ""),
             ("spans per second (wall)", "spans_per_second", ""),
-            ("MB/s to ClickHouse (compressed request bytes)", "mb_per_second", ""),
+            ("MB/s to ClickHouse (request bytes as sent)", "mb_per_second", ""),
             ("bytes to ClickHouse per span", "bytes_to_clickhouse_per_span", " B"),
             ("ClickHouse server CPU per span", "clickhouse_server_cpu_us_per_span", " µs"),
             ("peak RSS (VmHWM)", "peak_rss_mib", " MiB")]

@@ -96,6 +96,34 @@ async fn kill_9_mid_stream_then_restart_loses_and_duplicates_nothing() {
     assert_eq!(w.count_rows().await, 60_000);
 }
 
+/// A collector killed mid-stream while compressing its inserts, replaced by one that sends
+/// them uncompressed (the setting changed in a rollout): what the first had in flight is
+/// sent again under the same deduplication tokens in the other framing, and the server
+/// keeps each span once (the token, not the body's bytes, identifies a batch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compression_change_across_a_crash_loses_and_duplicates_nothing() {
+    let w = World::new("kill9_plain", Attributes::Map);
+    w.produce(30_000, 4, 4).await;
+    let mut c = w.start_collector(SMALL_BATCHES);
+    let seen = w.wait_rows(3_000, Duration::from_secs(120)).await;
+    c.kill9();
+    assert!(
+        seen > 0 && seen < 30_000,
+        "the crash must land mid-stream (rows at kill: {seen})"
+    );
+
+    let c = w.start_collector(&["--config", "tests/small-batches-uncompressed.yaml"]);
+    let rows = w.wait_rows(30_000, Duration::from_secs(180)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let report = w.verify(30_000).await;
+    assert!(
+        report.is_exact(),
+        "{report:?} (rows {rows})\ncollector log:\n{}",
+        c.log_tail()
+    );
+    assert_eq!(w.count_rows().await, 30_000);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_records_are_skipped_counted_and_dead_lettered() {
     let w = World::new("poison", Attributes::Map);

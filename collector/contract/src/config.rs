@@ -88,11 +88,11 @@ pub struct ClickHouseConfig {
 }
 
 /// How insert bodies are compressed on the way to ClickHouse. Measured on 1 M loadgen full
-/// spans (`docs/benchmarks.md`, "LZ4 or no compression"): without LZ4 the collector spends
-/// about 15 % less CPU per span and the server about 5 % less, for 6.6 times the bytes on
-/// the wire and about twice the peak memory at the default budget (the bodies in flight
-/// are that much larger). `none` suits a ClickHouse on the same host or a network whose
-/// bytes cost nothing.
+/// and 2 M minimal spans (`docs/benchmarks.md`, "LZ4 or no compression"): without LZ4 the
+/// collector spends 12–15 % less CPU per span and the server 1–5 % less, for 6 to 7 times
+/// the bytes on the wire and about twice the peak memory at the default budget (the bodies
+/// in flight are that much larger). `none` suits a ClickHouse on the same host or a network
+/// whose bytes cost nothing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]

@@ -241,7 +241,7 @@ pub struct ClickHouseSpec {
     #[serde(default)]
     pub insert_format: InsertFormat,
     /// How insert bodies travel: `lz4` (default: ClickHouse's LZ4 block framing) or `none`
-    /// (about 15 % less collector CPU per span, 6.6 times the bytes on the wire and about
+    /// (12–15 % less collector CPU per span, 6 to 7 times the bytes on the wire and about
     /// twice the collector's peak memory: for a ClickHouse whose network bytes cost nothing).
     #[serde(default)]
     pub compression: Compression,

@@ -1,9 +1,10 @@
 //! ClickHouse sink: one insert over HTTP, its outcome classified, nothing else.
 //!
 //! The body arrives already encoded and, by default, ClickHouse-LZ4-compressed (sent with
-//! `decompress=1`; `clickhouse.compression: none` sends it as encoded); the sink adds the deduplication token that makes a retried or replayed batch a no-op, the
-//! credentials, and turns every failure into an [`InsertError`] carrying ClickHouse's
-//! exception code when there is one. Retrying is the caller's business ([`crate::retry`]).
+//! `decompress=1`; `clickhouse.compression: none` sends it as encoded); the sink adds the
+//! deduplication token that makes a retried or replayed batch a no-op, the credentials, and
+//! turns every failure into an [`InsertError`] carrying ClickHouse's exception code when
+//! there is one. Retrying is the caller's business ([`crate::retry`]).
 
 use std::time::Duration;
 

@@ -246,16 +246,16 @@ class Bench:
 
     def start_tracehouse(self, db, group, mport):
         cfg = self.dir / "tracehouse.yaml"
-        # Connection settings only (and --linger-ms, --no-attribute-keys, --tracehouse-compression when given); batching, concurrency and
-        # limits are the collector's defaults (printed to tracehouse-effective-config.yaml).
+        # Connection settings only (and --linger-ms, --no-attribute-keys, --tracehouse-compression
+        # when given); batching, concurrency and limits are the collector's defaults (printed to
+        # tracehouse-effective-config.yaml).
         cfg.write_text(
             f"kafka:\n  brokers: \"{self.env['KAFKA_BROKERS']}\"\n  topics: [\"{self.topic}\"]\n"
             f"  group_id: \"{group}\"\n  encoding: otlp_proto\n"
             f"clickhouse:\n  url: \"{self.env['CLICKHOUSE_URL']}\"\n  database: \"{db}\"\n"
             f"  table: otel_traces\n  attributes: {self.args.attributes}\n"
             + ("  attribute_keys: false\n" if self.args.no_attribute_keys else "")
-            + ("  compression: none\n"
-               if getattr(self.args, "tracehouse_compression", "lz4") == "none" else "")
+            + ("  compression: none\n" if self.args.tracehouse_compression == "none" else "")
             + f"metrics_addr: \"127.0.0.1:{mport}\"\n"
             + (f"batch:\n  linger_ms: {self.args.linger_ms}\n" if self.args.linger_ms is not None
                else ""))
@@ -722,7 +722,7 @@ def main():
         "prebuilt_binaries": getattr(b, "prebuilt", None),
         "tracehouse_linger_ms": a.linger_ms,
         "tracehouse_attribute_keys": not a.no_attribute_keys,
-        "tracehouse_compression": getattr(a, "tracehouse_compression", "lz4"),
+        "tracehouse_compression": a.tracehouse_compression,
         "rate_spans_per_second": a.rate,
         "duration_seconds": a.duration if a.rate else None,
         "topic_records": sum(b.end.values()) if getattr(b, "end", None) else None,

@@ -154,6 +154,7 @@ class ColumnCost:
         # The bench's setup, reused: own chserver, binaries, a pre-filled topic, a collector.
         self.bench = Bench(SimpleNamespace(
             spans=a.spans, rate=None, duration=None, linger_ms=None, no_attribute_keys=False,
+            tracehouse_compression="lz4",
             collector_bin=a.collector_bin, no_build=a.no_build, out=a.out, engine="merge-tree",
             attributes=a.attributes, partitions=8, partitions_sweep=None, own_clickhouse=True,
             span_profile=a.span_profile, legs=["tracehouse"], timeout=300 + a.spans / 1000,

@@ -74,26 +74,7 @@ async fn uncompressed_inserts_land_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_stream_then_restart_loses_and_duplicates_nothing() {
     let w = World::new("kill9", Attributes::Map);
-    w.produce(60_000, 4, 3).await;
-    let mut c = w.start_collector(SMALL_BATCHES);
-    let seen = w.wait_rows(5_000, Duration::from_secs(120)).await;
-    c.kill9();
-    assert!(
-        seen > 0 && seen < 60_000,
-        "the crash must land mid-stream (rows at kill: {seen})"
-    );
-
-    let c = w.start_collector(SMALL_BATCHES);
-    let rows = w.wait_rows(60_000, Duration::from_secs(180)).await;
-    // Give any straggling duplicate the time to show up before judging.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let report = w.verify(60_000).await;
-    assert!(
-        report.is_exact(),
-        "{report:?} (rows {rows})\ncollector log:\n{}",
-        c.log_tail()
-    );
-    assert_eq!(w.count_rows().await, 60_000);
+    kill_9_mid_stream_then_restart(&w, 60_000, 3, 5_000, SMALL_BATCHES).await;
 }
 
 /// A collector killed mid-stream while compressing its inserts, replaced by one that sends
@@ -103,25 +84,40 @@ async fn kill_9_mid_stream_then_restart_loses_and_duplicates_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compression_change_across_a_crash_loses_and_duplicates_nothing() {
     let w = World::new("kill9_plain", Attributes::Map);
-    w.produce(30_000, 4, 4).await;
+    let uncompressed = &["--config", "tests/small-batches-uncompressed.yaml"];
+    kill_9_mid_stream_then_restart(&w, 30_000, 4, 3_000, uncompressed).await;
+}
+
+/// Produces `spans` spans over 4 partitions, kills a small-batch collector with SIGKILL once
+/// `kill_at` rows are in, starts one with `restart` flags, and asserts that every span is in
+/// the table exactly once.
+async fn kill_9_mid_stream_then_restart(
+    w: &World,
+    spans: u64,
+    seed: u64,
+    kill_at: u64,
+    restart: &[&str],
+) {
+    w.produce(spans, 4, seed).await;
     let mut c = w.start_collector(SMALL_BATCHES);
-    let seen = w.wait_rows(3_000, Duration::from_secs(120)).await;
+    let seen = w.wait_rows(kill_at, Duration::from_secs(120)).await;
     c.kill9();
     assert!(
-        seen > 0 && seen < 30_000,
+        seen > 0 && seen < spans,
         "the crash must land mid-stream (rows at kill: {seen})"
     );
 
-    let c = w.start_collector(&["--config", "tests/small-batches-uncompressed.yaml"]);
-    let rows = w.wait_rows(30_000, Duration::from_secs(180)).await;
+    let c = w.start_collector(restart);
+    let rows = w.wait_rows(spans, Duration::from_secs(180)).await;
+    // Give any straggling duplicate the time to show up before judging.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let report = w.verify(30_000).await;
+    let report = w.verify(spans).await;
     assert!(
         report.is_exact(),
         "{report:?} (rows {rows})\ncollector log:\n{}",
         c.log_tail()
     );
-    assert_eq!(w.count_rows().await, 30_000);
+    assert_eq!(w.count_rows().await, spans);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

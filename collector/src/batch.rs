@@ -9,8 +9,62 @@
 use std::sync::Arc;
 
 use crate::budget::{Budget, BudgetPermit};
-use crate::offsets::BatchRange;
 use crate::pool::{BufPool, PooledBuf};
+
+/// One batch: records `first..=last` of a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BatchRange {
+    pub first: i64,
+    pub last: i64,
+}
+
+impl BatchRange {
+    pub fn contains(&self, offset: i64) -> bool {
+        self.first <= offset && offset <= self.last
+    }
+}
+
+/// The log a partition's offsets count in, as tokens and commit metadata name it: the
+/// topic's id (KIP-516, read by `source::topic_id`), which differs between two
+/// incarnations of a topic and between two clusters carrying a topic of the same name.
+/// The legacy (unnamed) log is how cuts recorded before logs had names are replayed: under
+/// their old tokens, so an upgrade neither loses nor duplicates what was in flight.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct LogId(Option<Arc<str>>);
+
+impl LogId {
+    /// Offsets alone (tokens and metadata as before logs had names).
+    pub fn legacy() -> Self {
+        Self(None)
+    }
+
+    /// A log named `id` (a topic id; never holds `#`, `;` or `,`, which would be cut out).
+    pub fn named(id: &str) -> Self {
+        let clean: String = id
+            .chars()
+            .filter(|c| !matches!(c, '#' | ';' | ','))
+            .collect();
+        Self(Some(clean.into()))
+    }
+
+    /// The name, if the log has one.
+    pub fn name(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+
+    pub fn is_legacy(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// What tokens start with: `<topic>#<id>`, or `<topic>` for the legacy log (`#` is not
+    /// a character Kafka allows in topic names, so no topic name can imitate another's).
+    pub fn token_prefix(&self, topic: &str) -> String {
+        match &self.0 {
+            Some(id) => format!("{topic}#{id}"),
+            None => topic.to_string(),
+        }
+    }
+}
 
 /// Why a record was skipped (never inserted, but committed past).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -69,6 +123,9 @@ pub struct Skipped {
 #[derive(Debug)]
 pub struct RecordBatch {
     pub topic: Arc<str>,
+    /// The log the range counts in: part of the batch's token (set by the ledger that
+    /// registers the batch).
+    pub log: LogId,
     pub partition: i32,
     /// Assignment generation of the partition when the batch was cut; acknowledgements
     /// from an older generation (the partition was revoked meanwhile) are dropped.
@@ -89,9 +146,16 @@ pub struct RecordBatch {
 impl RecordBatch {
     /// A batch of `range` that holds no record (a replayed bundle member whose records are
     /// gone from Kafka): acknowledging it still moves its partition's commit.
-    pub fn empty(topic: Arc<str>, partition: i32, generation: u64, range: BatchRange) -> Self {
+    pub fn empty(
+        topic: Arc<str>,
+        log: LogId,
+        partition: i32,
+        generation: u64,
+        range: BatchRange,
+    ) -> Self {
         Self {
             topic,
+            log,
             partition,
             generation,
             range,
@@ -114,14 +178,21 @@ impl RecordBatch {
 
     /// The insert deduplication token of the records `first..=last` of this batch's partition.
     pub fn token(&self, range: BatchRange) -> String {
-        dedup_token(&self.topic, self.partition, range)
+        dedup_token(&self.topic, &self.log, self.partition, range)
     }
 }
 
-/// `<topic>-<partition>-<first>-<last>`: deterministic in offsets, so a retried or replayed
-/// batch carries the same token and ClickHouse drops the duplicate.
-pub fn dedup_token(topic: &str, partition: i32, range: BatchRange) -> String {
-    format!("{topic}-{partition}-{}-{}", range.first, range.last)
+/// `<topic>#<log>-<partition>-<first>-<last>` (`<topic>-…` for the legacy log):
+/// deterministic in the log and its offsets, so a retried or replayed batch carries the
+/// same token and ClickHouse drops the duplicate, while the same offsets of another
+/// incarnation of the topic, or of another cluster's topic of that name, do not collide.
+pub fn dedup_token(topic: &str, log: &LogId, partition: i32, range: BatchRange) -> String {
+    format!(
+        "{}-{partition}-{}-{}",
+        log.token_prefix(topic),
+        range.first,
+        range.last
+    )
 }
 
 /// Limits that close a batch.
@@ -289,6 +360,7 @@ impl BatchBuilder {
         }
         let batch = RecordBatch {
             topic: self.topic.clone(),
+            log: LogId::legacy(),
             partition: self.partition,
             generation: self.generation,
             range: BatchRange {

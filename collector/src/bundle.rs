@@ -27,8 +27,7 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use crate::batch::RecordBatch;
-use crate::offsets::BatchRange;
+use crate::batch::{BatchRange, LogId, RecordBatch};
 
 /// The longest description a bundle may have (about 50 members): several must fit in one
 /// partition's commit metadata beside its other pending cuts.
@@ -38,6 +37,9 @@ pub const MAX_DESCRIPTION_BYTES: usize = 1000;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BundleDesc {
     pub topic: Arc<str>,
+    /// The log the members' offsets count in (part of the token; not of the rendered
+    /// description, which the commit metadata of that log carries).
+    pub log: LogId,
     /// `(partition, range)`, in the order the rows are inserted; each partition once.
     pub members: Vec<(i32, BatchRange)>,
 }
@@ -55,7 +57,14 @@ impl BundleDesc {
         out
     }
 
-    /// Parse [`BundleDesc::render`]'s text; `None` when damaged.
+    /// Parse [`BundleDesc::render`]'s text, a bundle of `log`; `None` when damaged.
+    pub fn parse_in(topic: &Arc<str>, log: &LogId, text: &str) -> Option<Self> {
+        let mut d = Self::parse(topic, text)?;
+        d.log = log.clone();
+        Some(d)
+    }
+
+    /// Parse [`BundleDesc::render`]'s text, a bundle of the legacy log; `None` when damaged.
     pub fn parse(topic: &Arc<str>, text: &str) -> Option<Self> {
         let mut members = Vec::new();
         for m in text.split('+') {
@@ -72,6 +81,7 @@ impl BundleDesc {
         }
         (!members.is_empty()).then(|| Self {
             topic: topic.clone(),
+            log: LogId::legacy(),
             members,
         })
     }
@@ -85,15 +95,20 @@ impl BundleDesc {
     }
 
     /// The insert deduplication token: a function of the description alone, so every
-    /// replay of the bundle, by any process, carries it. `<topic>-bundle-<hash>-<members>`
-    /// (FNV-1a over the rendered description: stable across versions and platforms).
+    /// replay of the bundle, by any process, carries it. `<topic>#<log>-bundle-<hash>-<members>`
+    /// (`<topic>-bundle-…` for the legacy log; FNV-1a over the rendered description: stable
+    /// across versions and platforms).
     pub fn token(&self) -> String {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         for b in self.render().bytes() {
             h ^= u64::from(b);
             h = h.wrapping_mul(0x0100_0000_01b3);
         }
-        format!("{}-bundle-{h:016x}-{}", self.topic, self.members.len())
+        format!(
+            "{}-bundle-{h:016x}-{}",
+            self.log.token_prefix(&self.topic),
+            self.members.len()
+        )
     }
 }
 
@@ -121,6 +136,7 @@ mod tests {
     fn desc() -> BundleDesc {
         BundleDesc {
             topic: "spans".into(),
+            log: LogId::legacy(),
             members: vec![
                 (0, r(100, 149)),
                 (3, r(7, 7)),
@@ -155,6 +171,18 @@ mod tests {
         let mut other = desc();
         other.members[1].1 = r(7, 8);
         assert_ne!(d.token(), other.token());
+        let mut named = desc();
+        named.log = LogId::named("AAAAAAAAAAAAAAAAAAAAAQ");
+        assert!(
+            named
+                .token()
+                .starts_with("spans#AAAAAAAAAAAAAAAAAAAAAQ-bundle-")
+        );
+        assert_eq!(
+            named.token()["spans#AAAAAAAAAAAAAAAAAAAAAQ".len()..],
+            d.token()["spans".len()..],
+            "the log names the token's source, the description the rest"
+        );
         let mut reordered = desc();
         reordered.members.swap(0, 1);
         assert_ne!(

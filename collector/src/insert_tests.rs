@@ -9,7 +9,7 @@ use prometheus_client::registry::Registry;
 
 use super::*;
 use crate::batch::BatchBuilder;
-use crate::offsets::BatchRange;
+use crate::batch::BatchRange;
 use crate::workers::RecordEncoder;
 use crate::workers::testing::CountingEncoder;
 
@@ -546,6 +546,7 @@ fn bundled(p0: &[&[u8]], p1: &[&[u8]]) -> workers::EncodedBundle {
     let batches = vec![batch(0, p0), batch(1, p1)];
     let desc = Arc::new(crate::bundle::BundleDesc {
         topic: "spans".into(),
+        log: crate::batch::LogId::legacy(),
         members: batches.iter().map(|b| (b.partition, b.range)).collect(),
     });
     let mut enc = CountingEncoder::default();

@@ -79,6 +79,13 @@ pub struct Metrics {
     pub inserts: Counter,
     pub commits: Counter,
     pub commit_errors: Counter,
+    /// Recorded commit metadata dropped at load because it cannot describe the partition's
+    /// log (`offsets::Dropped`: another log, an offset or cuts beyond the log's end).
+    pub commit_metadata_dropped: Family<ReasonLabels, Counter>,
+    /// Topics found naming another log while held (deleted and created again).
+    pub topic_recreations: Counter,
+    /// Records delivered below the committed offset in an unchanged log, passed over.
+    pub records_rewound: Counter,
     /// Bundles sent: one insert of several partitions' time cuts (`bundle.rs`).
     pub bundles: Counter,
     /// Bundles a previous owner recorded, read again and re-inserted under their token.
@@ -126,6 +133,9 @@ impl Metrics {
             inserts: Counter::default(),
             commits: Counter::default(),
             commit_errors: Counter::default(),
+            commit_metadata_dropped: Family::default(),
+            topic_recreations: Counter::default(),
+            records_rewound: Counter::default(),
             bundles: Counter::default(),
             bundle_replays: Counter::default(),
             bundles_dissolved: Counter::default(),
@@ -165,6 +175,11 @@ impl Metrics {
         m.batches_dropped
             .get_or_create(&ReasonLabels { reason: "revoked" })
             .inc_by(0);
+        for reason in crate::offsets::DROPPED_REASONS {
+            m.commit_metadata_dropped
+                .get_or_create(&ReasonLabels { reason })
+                .inc_by(0);
+        }
         m.start_time_seconds.set(
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -252,6 +267,21 @@ impl Metrics {
             "commit_errors",
             "Offset commits that failed",
             m.commit_errors.clone(),
+        );
+        r.register(
+            "commit_metadata_dropped",
+            "Recorded commit metadata dropped at load: it names another log (a recreated topic, another cluster's, a mirror's) or offsets beyond the log's end",
+            m.commit_metadata_dropped.clone(),
+        );
+        r.register(
+            "topic_recreations",
+            "Held topics found deleted and created again (a new topic id): their partitions start over",
+            m.topic_recreations.clone(),
+        );
+        r.register(
+            "records_rewound",
+            "Records delivered below the committed offset of an unchanged log, passed over",
+            m.records_rewound.clone(),
         );
         r.register(
             "bundles",

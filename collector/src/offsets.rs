@@ -1,40 +1,41 @@
 //! Per-partition offset ledger: which batches are in flight, which are acknowledged, and
 //! what may be committed.
 //!
-//! At-least-once needs two things from this file:
+//! Exactly-once needs four things from this file:
 //! 1. a partition's committed offset only ever moves past records whose rows ClickHouse
-//!    acknowledged (acknowledgements may arrive out of order; only the contiguous prefix
-//!    counts), and
+//!    acknowledged, and never back: acknowledgements may arrive out of order (only the
+//!    contiguous prefix counts), and an acknowledged batch counts only once every record
+//!    before it was closed into a batch ("closed to"): a bundle replayed for a previous
+//!    owner may be acknowledged before the consumer has even read the records in front of
+//!    it, and must not carry the commit past them;
 //! 2. after a crash the replay cuts batches at exactly the same offsets as before, so every
 //!    re-sent batch carries the same `insert_deduplication_token` and ClickHouse drops it as a
 //!    duplicate. Batch ends are therefore written *before* the insert is sent, as the metadata
-//!    of the partition's committed offset (the "intent"), and read back on assignment.
+//!    of the partition's committed offset (the "intent"), and read back on assignment;
+//! 3. offsets, cuts and tokens name the log they count in ([`LogId`]: the topic's id), so
+//!    another incarnation of the topic or another cluster's topic of the same name is never
+//!    taken for this one; cuts recorded before logs had names (`th1:`/`th2:`) replay under
+//!    their old tokens and are written back marked as such (`L`);
+//! 4. recorded metadata is checked at load against the log it claims to describe: a
+//!    committed offset or a cut beyond the log's end, or metadata naming another log, is
+//!    dropped and reported ([`Dropped`]), so no batch waits for a cut that cannot come.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use crate::batch::{BatchRange, LogId};
 use crate::bundle::BundleDesc;
 
-/// Prefix of the commit metadata that names batch ends only.
+/// Prefix of legacy metadata that names batch ends only.
 const METADATA_PREFIX: &str = "th1:";
-/// Prefix of the commit metadata that also describes bundles ([`crate::bundle`]): written
-/// only while a bundle is pending, so a partition without bundles reads as before.
+/// Prefix of legacy metadata that also describes bundles ([`crate::bundle`]).
 const METADATA_PREFIX_BUNDLES: &str = "th2:";
+/// Prefix of the metadata of a named log: `th3:<log id>;` then the entries, bundles first;
+/// an entry recorded in the legacy log (before an upgrade) starts with [`LEGACY_MARK`].
+const METADATA_PREFIX_NAMED: &str = "th3:";
+const LEGACY_MARK: char = 'L';
 /// Kafka's default `offset.metadata.max.bytes` is 4096; stay well below it.
 pub const MAX_METADATA_BYTES: usize = 3000;
-
-/// One batch: records `first..=last` of a partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct BatchRange {
-    pub first: i64,
-    pub last: i64,
-}
-
-impl BatchRange {
-    pub fn contains(&self, offset: i64) -> bool {
-        self.first <= offset && offset <= self.last
-    }
-}
 
 #[derive(Debug)]
 struct Pending {
@@ -42,53 +43,210 @@ struct Pending {
     acked: bool,
     /// The bundle the batch is inserted in, if any: its description is part of the intent.
     bundle: Option<Arc<BundleDesc>>,
+    /// Replays a cut recorded in the legacy log: inserted under its legacy token.
+    legacy: bool,
+}
+
+/// A batch end recorded by a previous owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cut {
+    end: i64,
+    legacy: bool,
+}
+
+/// What the shell knows of a partition when it loads the partition's ledger.
+#[derive(Debug, Clone)]
+pub struct LogView<'a> {
+    pub topic: &'a Arc<str>,
+    pub partition: i32,
+    /// The log the partition is in now.
+    pub log: &'a LogId,
+    /// The first offset the consumer delivered.
+    pub first_seen: i64,
+    /// The partition's high watermark (`None`: unknown, nothing is checked against it).
+    pub high: Option<i64>,
+    /// Whether a committed offset whose metadata names no log may count in this one:
+    /// false once this process saw the topic recreated (such an offset counts in the old).
+    pub trust_unnamed: bool,
+}
+
+/// Recorded metadata that cannot describe the log, dropped at load (rule 4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dropped {
+    /// The metadata names another log: another incarnation of the topic, or another
+    /// cluster's topic of the same name (offsets copied by MirrorMaker, restored ones).
+    OtherLog { recorded: String, committed: i64 },
+    /// The committed offset lies beyond the log's end.
+    OffsetBeyondLog { committed: i64, high: i64 },
+    /// Recorded cuts or bundle ranges beyond the log's end.
+    CutsBeyondLog { count: usize, last: i64, high: i64 },
+}
+
+impl Dropped {
+    /// A low-cardinality label for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Dropped::OtherLog { .. } => "other_log",
+            Dropped::OffsetBeyondLog { .. } => "offset_beyond_log",
+            Dropped::CutsBeyondLog { .. } => "cuts_beyond_log",
+        }
+    }
+}
+
+/// Every [`Dropped::reason`], for metrics that must exist before the first drop.
+pub const DROPPED_REASONS: [&str; 3] = ["other_log", "offset_beyond_log", "cuts_beyond_log"];
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dropped::OtherLog {
+                recorded,
+                committed,
+            } => write!(
+                f,
+                "the committed offset {committed} and its cuts were recorded in log {recorded:?}, not this one"
+            ),
+            Dropped::OffsetBeyondLog { committed, high } => write!(
+                f,
+                "the committed offset {committed} lies beyond the log's end {high}"
+            ),
+            Dropped::CutsBeyondLog { count, last, high } => write!(
+                f,
+                "{count} recorded cuts reach past the log's end {high} (the last at {last})"
+            ),
+        }
+    }
 }
 
 /// The ledger of one assigned partition.
 #[derive(Debug)]
 pub struct PartitionLedger {
     partition: i32,
+    /// The log this partition's offsets count in.
+    log: LogId,
     /// Next offset after the acknowledged prefix: what a commit stores.
     committed: i64,
+    /// Next offset after every record closed into a batch or passed over (rule 1): an
+    /// acknowledged batch moves the commit only if it starts at or below this.
+    closed_to: i64,
     /// Whether `committed` moved since the last commit was issued.
     dirty: bool,
     /// In offset order.
     pending: VecDeque<Pending>,
     /// Batch ends inherited from a previous owner's intent, still ahead of us.
-    recorded_cuts: VecDeque<i64>,
+    recorded_cuts: VecDeque<Cut>,
     /// Bundles inherited from a previous owner's intent, not yet handed out for replay.
     recorded_bundles: Vec<Arc<BundleDesc>>,
     /// This partition's ranges of the bundles being replayed: the consumer's own records
-    /// in them are not batched again (the replay reads them).
+    /// in them are not batched again (the replay reads them), until the consumer passed them.
     replayed: Vec<BatchRange>,
 }
 
 impl PartitionLedger {
-    /// A ledger of `topic`'s `partition` starting at the committed offset `start`, with the
-    /// previous owner's intent.
+    /// A ledger of the legacy log starting at the committed offset `start`, with the previous
+    /// owner's intent, nothing checked against the log (tests and a shell without a view).
     pub fn new(start: i64, metadata: Option<&str>, topic: &Arc<str>, partition: i32) -> Self {
-        let (ends, bundles) = metadata.map_or_else(Default::default, |m| parse_entries(m, topic));
-        let recorded_bundles: Vec<Arc<BundleDesc>> = bundles
-            .into_iter()
-            .filter(|b| b.range_of(partition).is_some_and(|r| r.last >= start))
-            .map(Arc::new)
-            .collect();
-        let recorded_cuts = ends
-            .into_iter()
-            .filter(|&end| end >= start)
-            .filter(|&end| {
-                !recorded_bundles
-                    .iter()
-                    .any(|b| b.range_of(partition).is_some_and(|r| r.contains(end)))
-            })
-            .collect();
+        let view = LogView {
+            topic,
+            partition,
+            log: &LogId::legacy(),
+            first_seen: start,
+            high: None,
+            trust_unnamed: true,
+        };
+        Self::load(metadata.map(|m| (start, m)), &view).0
+    }
+
+    /// The ledger of `view`'s partition from its committed offset and metadata (`None`:
+    /// nothing committed, start at the first record seen), with what had to be dropped
+    /// because it cannot describe this log (rule 4).
+    pub fn load(committed: Option<(i64, &str)>, view: &LogView<'_>) -> (Self, Vec<Dropped>) {
+        let mut dropped = Vec::new();
+        let mut ledger = Self::empty(view.first_seen, view.log.clone(), view.partition);
+        let Some((start, metadata)) = committed else {
+            return (ledger, dropped);
+        };
+        let recorded = parse(metadata, view.topic, view.log);
+        match &recorded.log {
+            Recorded::Other(id) => {
+                dropped.push(Dropped::OtherLog {
+                    recorded: id.clone(),
+                    committed: start,
+                });
+                return (ledger, dropped);
+            }
+            Recorded::Unnamed if !view.trust_unnamed => {
+                dropped.push(Dropped::OtherLog {
+                    recorded: "(unnamed, before the topic was recreated)".into(),
+                    committed: start,
+                });
+                return (ledger, dropped);
+            }
+            _ => {}
+        }
+        if let Some(high) = view.high
+            && start > high
+        {
+            dropped.push(Dropped::OffsetBeyondLog {
+                committed: start,
+                high,
+            });
+            return (ledger, dropped);
+        }
+        ledger.committed = start;
+        ledger.closed_to = start;
+        // A cut or a range at or past the high watermark names records this log never had.
+        let within = |end: i64| view.high.is_none_or(|h| end < h);
+        let mut beyond: Vec<i64> = Vec::new();
+        for b in recorded.bundles {
+            let Some(r) = b.range_of(view.partition) else {
+                continue;
+            };
+            if r.last < start {
+                continue;
+            }
+            if within(r.last) {
+                ledger.recorded_bundles.push(Arc::new(b));
+            } else {
+                beyond.push(r.last);
+            }
+        }
+        for cut in recorded.cuts {
+            if cut.end < start {
+                continue;
+            }
+            if !within(cut.end) {
+                beyond.push(cut.end);
+                continue;
+            }
+            let in_bundle = ledger.recorded_bundles.iter().any(|b| {
+                b.range_of(view.partition)
+                    .is_some_and(|r| r.contains(cut.end))
+            });
+            if !in_bundle {
+                ledger.recorded_cuts.push_back(cut);
+            }
+        }
+        if let (Some(high), Some(&last)) = (view.high, beyond.iter().max()) {
+            dropped.push(Dropped::CutsBeyondLog {
+                count: beyond.len(),
+                last,
+                high,
+            });
+        }
+        (ledger, dropped)
+    }
+
+    fn empty(start: i64, log: LogId, partition: i32) -> Self {
         Self {
             partition,
+            log,
             committed: start,
+            closed_to: start,
             dirty: false,
             pending: VecDeque::new(),
-            recorded_cuts,
-            recorded_bundles,
+            recorded_cuts: VecDeque::new(),
+            recorded_bundles: Vec::new(),
             replayed: Vec::new(),
         }
     }
@@ -97,9 +255,15 @@ impl PartitionLedger {
         self.committed
     }
 
+    /// The log this partition's offsets count in.
+    pub fn log(&self) -> &LogId {
+        &self.log
+    }
+
     /// The previous owner's bundles this partition is in, to be replayed whole: each is
-    /// registered as pending at once (its acknowledgement moves the commit like any batch's)
-    /// and the consumer's own records in it are skipped from now on ([`Self::replays`]).
+    /// registered as pending at once (its acknowledgement moves the commit like any batch's,
+    /// once the records before it were closed: rule 1) and the consumer's own records in it
+    /// are skipped from now on ([`Self::replays`]).
     pub fn take_replays(&mut self) -> Vec<Arc<BundleDesc>> {
         let bundles = std::mem::take(&mut self.recorded_bundles);
         for b in &bundles {
@@ -109,6 +273,7 @@ impl PartitionLedger {
                 range,
                 acked: false,
                 bundle: Some(b.clone()),
+                legacy: b.log.is_legacy(),
             });
         }
         bundles
@@ -119,11 +284,25 @@ impl PartitionLedger {
         self.replayed.iter().any(|r| r.contains(offset))
     }
 
+    /// The consumer delivered `offset` and it is not batched (a replayed bundle reads it, or
+    /// it is below the committed offset): every record before it is accounted for.
+    pub fn passed(&mut self, offset: i64) {
+        self.advance_closed(offset + 1);
+    }
+
+    fn advance_closed(&mut self, to: i64) {
+        if to > self.closed_to {
+            self.closed_to = to;
+            let closed_to = self.closed_to;
+            self.replayed.retain(|r| r.last >= closed_to);
+        }
+    }
+
     /// The end offset a batch starting at `first` must stop at to replay an earlier cut,
     /// if one is known: a recorded end, or the offset before a replayed bundle's range. The
     /// caller closes the batch when it reaches this offset.
     pub fn recorded_cut(&mut self, first: i64) -> Option<i64> {
-        while self.recorded_cuts.front().is_some_and(|&end| end < first) {
+        while self.recorded_cuts.front().is_some_and(|c| c.end < first) {
             self.recorded_cuts.pop_front();
         }
         let before_replay = self
@@ -132,10 +311,27 @@ impl PartitionLedger {
             .filter(|r| r.first > first)
             .map(|r| r.first - 1)
             .min();
-        match (self.recorded_cuts.front().copied(), before_replay) {
+        match (self.recorded_cuts.front().map(|c| c.end), before_replay) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// The log whose token a batch of `range` goes out under: the legacy log when it
+    /// replays a cut recorded there (an upgrade's in-flight batch), this ledger's otherwise.
+    pub fn log_for(&self, range: BatchRange) -> LogId {
+        if self.ends_at_legacy_cut(range.last) {
+            LogId::legacy()
+        } else {
+            self.log.clone()
+        }
+    }
+
+    fn ends_at_legacy_cut(&self, last: i64) -> bool {
+        self.recorded_cuts
+            .iter()
+            .find(|c| c.end >= last)
+            .is_some_and(|c| c.end == last && c.legacy)
     }
 
     fn insert_pending(&mut self, p: Pending) {
@@ -164,13 +360,19 @@ impl PartitionLedger {
                 .iter()
                 .all(|p| p.range.last < range.first || p.range.first > range.last)
         );
-        if self.recorded_cuts.front() == Some(&range.last) {
+        let legacy = match &bundle {
+            Some(b) => b.log.is_legacy(),
+            None => self.log_for(range).is_legacy(),
+        };
+        if self.recorded_cuts.front().map(|c| c.end) == Some(range.last) {
             self.recorded_cuts.pop_front();
         }
+        self.advance_closed(range.last + 1);
         self.insert_pending(Pending {
             range,
             acked: false,
             bundle,
+            legacy,
         });
         self.intent()
     }
@@ -184,6 +386,14 @@ impl PartitionLedger {
         self.intent()
     }
 
+    /// The bytes the intent's prefix takes.
+    fn prefix_len(&self) -> usize {
+        match self.log.name() {
+            Some(id) => METADATA_PREFIX_NAMED.len() + id.len() + 1,
+            None => METADATA_PREFIX_BUNDLES.len(),
+        }
+    }
+
     /// Whether a bundle entry of `entry_bytes` still fits this partition's metadata beside
     /// the bundles already pending (ends alone may be left out; descriptions may not).
     pub fn fits_bundle(&self, entry_bytes: usize) -> bool {
@@ -191,12 +401,14 @@ impl PartitionLedger {
             .pending
             .iter()
             .filter_map(|p| p.bundle.as_ref())
-            .map(|b| b.render().len() + 1)
+            .map(|b| b.render().len() + 2)
             .sum();
-        METADATA_PREFIX_BUNDLES.len() + bundles + entry_bytes < MAX_METADATA_BYTES
+        self.prefix_len() + bundles + entry_bytes + 1 < MAX_METADATA_BYTES
     }
 
-    /// Mark a batch acknowledged. Returns true when the committed offset moved.
+    /// Mark a batch acknowledged. Returns true when the committed offset moved: over the
+    /// acknowledged batches at the front, each only once every record before it was closed
+    /// (rule 1), and never backwards.
     pub fn ack(&mut self, range: BatchRange) -> bool {
         if let Some(p) = self.pending.iter_mut().find(|p| p.range == range) {
             p.acked = true;
@@ -204,11 +416,22 @@ impl PartitionLedger {
             return false;
         }
         let mut moved = false;
-        while self.pending.front().is_some_and(|p| p.acked) {
+        while self
+            .pending
+            .front()
+            .is_some_and(|p| p.acked && p.range.first <= self.closed_to)
+        {
             let p = self.pending.pop_front().expect("front exists");
-            self.committed = p.range.last + 1;
-            self.replayed.retain(|r| *r != p.range);
-            moved = true;
+            let next = p.range.last + 1;
+            debug_assert!(
+                next >= self.committed,
+                "a commit never moves back ({} -> {next})",
+                self.committed
+            );
+            if next > self.committed {
+                self.committed = next;
+                moved = true;
+            }
         }
         self.dirty |= moved;
         moved
@@ -237,37 +460,37 @@ impl PartitionLedger {
     /// and the description of every bundle pending or still to replay, so a successor
     /// replays the same cuts. Descriptions are never left out; ends past the limit are.
     fn intent(&self) -> String {
-        let bundles: Vec<&Arc<BundleDesc>> = self
+        let named = self.log.name();
+        let mark = |legacy: bool| if legacy && named.is_some() { "L" } else { "" };
+        let bundles: Vec<(&Arc<BundleDesc>, bool)> = self
             .pending
             .iter()
             .filter_map(|p| p.bundle.as_ref())
             .chain(self.recorded_bundles.iter())
+            .map(|b| (b, b.log.is_legacy()))
             .collect();
         let ends = self
             .pending
             .iter()
             .filter(|p| p.bundle.is_none())
-            .map(|p| p.range.last)
-            .chain(self.recorded_cuts.iter().copied());
-        let mut out = String::from(if bundles.is_empty() {
-            METADATA_PREFIX
-        } else {
-            METADATA_PREFIX_BUNDLES
-        });
+            .map(|p| (p.range.last, p.legacy))
+            .chain(self.recorded_cuts.iter().map(|c| (c.end, c.legacy)));
+        let mut out = match named {
+            Some(id) => format!("{METADATA_PREFIX_NAMED}{id};"),
+            None if bundles.is_empty() => METADATA_PREFIX.to_string(),
+            None => METADATA_PREFIX_BUNDLES.to_string(),
+        };
         let mut first = true;
-        for b in bundles {
+        for (b, legacy) in bundles {
             if !first {
                 out.push(',');
             }
+            out.push_str(mark(legacy));
             out.push_str(&b.render());
             first = false;
         }
-        for end in ends {
-            let piece = if first {
-                end.to_string()
-            } else {
-                format!(",{end}")
-            };
+        for (end, legacy) in ends {
+            let piece = format!("{}{}{end}", if first { "" } else { "," }, mark(legacy));
             if out.len() + piece.len() > MAX_METADATA_BYTES {
                 break; // later ends are only an optimisation for dedup; never exceed Kafka's limit
             }
@@ -278,28 +501,74 @@ impl PartitionLedger {
     }
 }
 
+/// Which log recorded metadata says it describes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Recorded {
+    /// Legacy (`th1:`/`th2:`), none, or unknown: names no log.
+    Unnamed,
+    /// The log being loaded.
+    This,
+    /// Another log, by its recorded id.
+    Other(String),
+}
+
+/// Recorded metadata, parsed against the log being loaded.
+#[derive(Debug)]
+struct Parsed {
+    log: Recorded,
+    /// Sorted, each end once.
+    cuts: Vec<Cut>,
+    bundles: Vec<BundleDesc>,
+}
+
 /// Parse intent metadata into batch ends and bundle descriptions; unknown or damaged
 /// metadata (or a damaged entry) means no known cuts.
-pub fn parse_entries(metadata: &str, topic: &Arc<str>) -> (Vec<i64>, Vec<BundleDesc>) {
-    let list = match (
-        metadata.strip_prefix(METADATA_PREFIX),
-        metadata.strip_prefix(METADATA_PREFIX_BUNDLES),
-    ) {
-        (Some(l), _) | (_, Some(l)) => l,
-        _ => return Default::default(),
+fn parse(metadata: &str, topic: &Arc<str>, log: &LogId) -> Parsed {
+    let mut out = Parsed {
+        log: Recorded::Unnamed,
+        cuts: Vec::new(),
+        bundles: Vec::new(),
     };
-    let mut ends = Vec::new();
-    let mut bundles = Vec::new();
+    let (list, named) = if let Some(rest) = metadata.strip_prefix(METADATA_PREFIX_NAMED) {
+        let Some((id, list)) = rest.split_once(';') else {
+            return out;
+        };
+        if log.name() != Some(id) {
+            out.log = Recorded::Other(id.to_string());
+            return out;
+        }
+        out.log = Recorded::This;
+        (list, true)
+    } else if let Some(l) = metadata
+        .strip_prefix(METADATA_PREFIX)
+        .or_else(|| metadata.strip_prefix(METADATA_PREFIX_BUNDLES))
+    {
+        (l, false)
+    } else {
+        return out;
+    };
     for entry in list.split(',') {
+        let (legacy, entry) = match entry.trim().strip_prefix(LEGACY_MARK) {
+            Some(e) if named => (true, e),
+            _ => (!named, entry.trim()),
+        };
+        let entry_log = if legacy { LogId::legacy() } else { log.clone() };
         if entry.contains(':') {
-            bundles.extend(BundleDesc::parse(topic, entry));
-        } else if let Ok(end) = entry.trim().parse() {
-            ends.push(end);
+            out.bundles
+                .extend(BundleDesc::parse_in(topic, &entry_log, entry));
+        } else if let Ok(end) = entry.parse() {
+            out.cuts.push(Cut { end, legacy });
         }
     }
-    ends.sort_unstable();
-    ends.dedup();
-    (ends, bundles)
+    out.cuts.sort_unstable_by_key(|c| c.end);
+    out.cuts.dedup_by_key(|c| c.end);
+    out
+}
+
+/// The batch ends and bundle descriptions legacy metadata records (tests, tools).
+pub fn parse_entries(metadata: &str, topic: &Arc<str>) -> (Vec<i64>, Vec<BundleDesc>) {
+    let p = parse(metadata, topic, &LogId::legacy());
+    (p.cuts.iter().map(|c| c.end).collect(), p.bundles)
 }
 
 #[cfg(test)]
@@ -382,6 +651,7 @@ mod tests {
     fn bundle(members: &[(i32, i64, i64)]) -> Arc<BundleDesc> {
         Arc::new(BundleDesc {
             topic: t(),
+            log: LogId::legacy(),
             members: members.iter().map(|&(p, a, b)| (p, r(a, b))).collect(),
         })
     }
@@ -427,6 +697,11 @@ mod tests {
         assert!(!l.ack(r(10, 19)));
         assert!(l.ack(r(0, 9)));
         assert_eq!(l.committed(), 20);
+        assert!(
+            l.replays(15),
+            "until the consumer passed the replayed records"
+        );
+        l.passed(19);
         assert!(!l.replays(15));
     }
 
@@ -470,5 +745,153 @@ mod tests {
         assert!(intent.len() <= MAX_METADATA_BYTES);
         let t = t();
         assert_eq!(parse_entries(&intent, &t).1.len() as i64, n);
+    }
+
+    fn named() -> LogId {
+        LogId::named("kq3YZHEvRSm3n9hQzKVWhA")
+    }
+
+    fn view<'a>(log: &'a LogId, topic: &'a Arc<str>, high: Option<i64>) -> LogView<'a> {
+        LogView {
+            topic,
+            partition: 3,
+            log,
+            first_seen: 0,
+            high,
+            trust_unnamed: true,
+        }
+    }
+
+    #[test]
+    fn a_replay_acknowledged_before_the_records_in_front_of_it_waits_for_them() {
+        // The group offsets: committed 0, an own size cut [0..19], then a bundle
+        // member [20..24] in flight when the owner died.
+        let mut l = PartitionLedger::new(0, Some("th2:1:50-60+3:20-24,19"), &t(), 3);
+        assert_eq!(l.take_replays().len(), 1);
+        assert!(!l.ack(r(20, 24)), "records 0..=19 were never closed");
+        assert_eq!(l.committed(), 0);
+        assert_eq!(l.recorded_cut(0), Some(19));
+        l.open(r(0, 19));
+        assert!(l.ack(r(0, 19)));
+        assert_eq!(l.committed(), 25, "over both, once");
+        assert!(!l.ack(r(0, 19)), "an acknowledgement counts once");
+        assert_eq!(l.committed(), 25, "and never moves the commit back");
+    }
+
+    #[test]
+    fn a_gap_between_batches_does_not_hold_the_commit() {
+        // Transaction markers and compacted records leave offsets no record has.
+        let mut l = PartitionLedger::new(0, None, &t(), 0);
+        l.open(r(0, 9));
+        l.open(r(11, 20));
+        assert!(!l.ack(r(11, 20)));
+        assert!(l.ack(r(0, 9)));
+        assert_eq!(l.committed(), 21);
+    }
+
+    #[test]
+    fn a_named_log_writes_its_id_and_marks_what_replays_a_legacy_cut() {
+        let (log, topic) = (named(), t());
+        // Recorded by a collector before logs had names: two cuts and a bundle.
+        let (mut l, dropped) = PartitionLedger::load(
+            Some((10, "th2:1:50-60+3:30-39,19,29")),
+            &view(&log, &topic, None),
+        );
+        assert!(dropped.is_empty());
+        let replays = l.take_replays();
+        assert!(replays[0].log.is_legacy(), "replayed under its old token");
+        assert_eq!(l.log_for(r(10, 19)), LogId::legacy());
+        assert_eq!(
+            l.open(r(10, 19)),
+            "th3:kq3YZHEvRSm3n9hQzKVWhA;L1:50-60+3:30-39,L19,L29"
+        );
+        assert_eq!(l.log_for(r(20, 29)), LogId::legacy());
+        l.open(r(20, 29));
+        // Past the legacy cuts, batches are the named log's.
+        assert_eq!(l.log_for(r(40, 49)), log);
+        let intent = l.open(r(40, 49));
+        assert_eq!(
+            intent,
+            "th3:kq3YZHEvRSm3n9hQzKVWhA;L1:50-60+3:30-39,L19,L29,49"
+        );
+        // A successor reads it back the same way.
+        let (mut s, dropped) =
+            PartitionLedger::load(Some((10, &intent)), &view(&log, &topic, None));
+        assert!(dropped.is_empty());
+        assert!(s.take_replays()[0].log.is_legacy());
+        assert_eq!(s.log_for(r(10, 19)), LogId::legacy());
+        assert_eq!(s.recorded_cut(10), Some(19));
+        s.open(r(10, 19));
+        s.open(r(20, 29));
+        assert_eq!(s.recorded_cut(40), Some(49));
+        assert_eq!(s.log_for(r(40, 49)), log);
+    }
+
+    #[test]
+    fn metadata_of_another_log_is_dropped_with_its_offset() {
+        let (log, topic) = (named(), t());
+        let other = "th3:OTHERxxxxxxxxxxxxxxxxx;19,29";
+        let (l, dropped) = PartitionLedger::load(Some((30, other)), &view(&log, &topic, Some(100)));
+        assert_eq!(l.committed(), 0, "starts at the first record seen");
+        assert_eq!(
+            dropped,
+            vec![Dropped::OtherLog {
+                recorded: "OTHERxxxxxxxxxxxxxxxxx".into(),
+                committed: 30
+            }]
+        );
+        // Unnamed metadata after this process saw the topic recreated: also the old log's.
+        let mut v = view(&log, &topic, Some(100));
+        v.trust_unnamed = false;
+        let (l, dropped) = PartitionLedger::load(Some((30, "th1:39")), &v);
+        assert_eq!((l.committed(), dropped[0].reason()), (0, "other_log"));
+    }
+
+    #[test]
+    fn offsets_and_cuts_beyond_the_log_are_dropped_and_no_batch_waits_for_them() {
+        let (log, topic) = (LogId::legacy(), t());
+        // MirrorMaker's offset sync: a translated offset, the upstream's cuts verbatim.
+        let (mut l, dropped) = PartitionLedger::load(
+            Some((40, "th2:1:900-950+3:5000-5100,59,4000,4100")),
+            &view(&log, &topic, Some(60)),
+        );
+        assert_eq!(l.committed(), 40);
+        assert!(l.take_replays().is_empty());
+        assert_eq!(l.recorded_cut(40), Some(59), "the cut within the log stays");
+        assert_eq!(
+            dropped,
+            vec![Dropped::CutsBeyondLog {
+                count: 3,
+                last: 5100,
+                high: 60
+            }]
+        );
+        let (l, dropped) =
+            PartitionLedger::load(Some((5000, "th1:5100")), &view(&log, &topic, Some(60)));
+        assert_eq!(l.committed(), 0);
+        assert_eq!(
+            dropped,
+            vec![Dropped::OffsetBeyondLog {
+                committed: 5000,
+                high: 60
+            }]
+        );
+    }
+
+    #[test]
+    fn tokens_name_the_log() {
+        let range = r(7, 9);
+        assert_eq!(
+            crate::batch::dedup_token("spans", &LogId::legacy(), 3, range),
+            "spans-3-7-9"
+        );
+        assert_eq!(
+            crate::batch::dedup_token("spans", &named(), 3, range),
+            "spans#kq3YZHEvRSm3n9hQzKVWhA-3-7-9"
+        );
+        assert_ne!(
+            crate::batch::dedup_token("spans", &named(), 3, range),
+            crate::batch::dedup_token("spans", &LogId::named("another"), 3, range),
+        );
     }
 }

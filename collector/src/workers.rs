@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::batch::BatchRange;
 use crate::batch::{RecordBatch, SkipReason, Skipped};
 use crate::bundle::{Bundle, BundleDesc};
 use crate::decode::DecodeError;
 use crate::freshness::EndTimes;
-use crate::offsets::BatchRange;
 
 /// What a worker needs: Kafka record payloads in, one compressed ClickHouse insert body out
 /// (implemented by [`crate::insert_encoder`]'s configured encoder).

@@ -22,16 +22,17 @@ use rdkafka::message::Message;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::holdings::Holdings;
-use super::machine::{Ack, Command, CommitOffset, Machine, PartitionId, Record};
+use super::machine::{Ack, Command, CommitOffset, Fed, Machine, PartitionId, Record};
 use super::replay;
+use super::topic_id;
 use super::unsent::Unsent;
 use super::watermarks::Watermarks;
 use super::{Heartbeat, SourceConfig};
-use crate::batch::RecordBatch;
+use crate::batch::{LogId, RecordBatch};
 use crate::budget::Budget;
 use crate::log_limit::RateLimit;
 use crate::metrics::{Metrics, PartitionLabels, TopicLabels};
-use crate::offsets::PartitionLedger;
+use crate::offsets::{LogView, PartitionLedger};
 use crate::workers::Work;
 
 /// rdkafka context: forwards rebalances to the machine, reports commit results and logs.
@@ -192,6 +193,20 @@ pub(super) struct SourceLoop {
     pub(super) watermarks: Watermarks,
     /// Batches held until Kafka takes their cut ([`Unsent`]).
     pub(super) unsent: RefCell<Unsent<RecordBatch>>,
+    /// The log each topic names, as last read ([`topic_id`]).
+    pub(super) logs: RefCell<HashMap<String, TopicLog>>,
+}
+
+/// What the source knows of a topic's log.
+#[derive(Debug, Clone)]
+pub(super) struct TopicLog {
+    log: LogId,
+    /// This process saw the topic recreated: a committed offset naming no log counts in
+    /// the old one.
+    recreated: bool,
+    /// Per partition, the last record found below the committed offset in this log: a run
+    /// going forward from it is passed over without asking Kafka again.
+    rewound: HashMap<i32, i64>,
 }
 
 /// Consumed-records and -bytes counters per topic, resolved once (no label allocation per
@@ -417,23 +432,19 @@ impl SourceLoop {
             // partition started without its recorded cuts would cut anew, and a replayed
             // batch would go in under another token): ask until Kafka answers. The
             // consumer's heartbeats go on in librdkafka's own thread meanwhile.
-            let mut wait = Duration::from_millis(250);
-            let ledger = loop {
-                if let Some(ledger) = self.read_ledger(r.topic, r.partition, r.offset) {
-                    break ledger;
-                }
-                if self.stop.load(Ordering::Relaxed) {
-                    return; // never batched, never committed: the next owner reads it
-                }
-                self.beat();
-                std::thread::sleep(wait);
-                wait = (wait * 2).min(Duration::from_secs(5));
+            let Some(ledger) =
+                self.until_answered(|| self.read_ledger(r.topic, r.partition, r.offset))
+            else {
+                return; // never batched, never committed: the next owner reads it
             };
             self.machine()
                 .load_ledger(r.topic, r.partition, ledger, out);
         }
-        let held = self.machine().record(r, out);
-        if held {
+        let mut fed = self.machine().record(r, out);
+        if let Fed::Rewound { committed } = fed {
+            fed = self.on_rewound(r, committed, out);
+        }
+        if fed == Fed::Taken {
             if !counters.contains_key(r.topic) {
                 let labels = TopicLabels {
                     topic: r.topic.to_string(),
@@ -451,40 +462,206 @@ impl SourceLoop {
         self.execute(out);
     }
 
-    /// Read the committed offset and the previous owner's recorded cuts for a partition;
+    /// Ask `f` until it answers (Kafka did), beating the heartbeat meanwhile; `None` at
+    /// shutdown. The consumer's own heartbeats go on in librdkafka's thread.
+    fn until_answered<T>(&self, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+        let mut wait = Duration::from_millis(250);
+        loop {
+            if let Some(v) = f() {
+                return Some(v);
+            }
+            if self.stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            self.beat();
+            std::thread::sleep(wait);
+            wait = (wait * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    /// The log `topic` names: as last read, or read now when never read or `fresh`;
     /// `None` when Kafka could not say.
-    fn read_ledger(&self, topic: &str, partition: i32, first_seen: i64) -> Option<PartitionLedger> {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(topic, partition);
-        match self
-            .consumer
-            .committed_offsets(tpl, Duration::from_secs(10))
-        {
-            Ok(list) => {
-                if let Some(elem) = list.find_partition(topic, partition)
-                    && let Offset::Offset(committed) = elem.offset()
-                {
-                    let metadata = elem.metadata().to_string();
-                    tracing::info!(topic, partition, committed, cuts = %metadata, "resuming from committed offset");
-                    return Some(PartitionLedger::new(
-                        committed,
-                        Some(&metadata),
-                        &Arc::from(topic),
-                        partition,
-                    ));
+    fn topic_log(&self, topic: &str, fresh: bool) -> Option<LogId> {
+        if !fresh && let Some(t) = self.logs.borrow().get(topic) {
+            return Some(t.log.clone());
+        }
+        match topic_id::log_id(self.consumer.client(), topic, Duration::from_secs(10)) {
+            Ok(log) => {
+                let mut logs = self.logs.borrow_mut();
+                let entry = logs.entry(topic.to_string()).or_insert_with(|| {
+                    tracing::info!(
+                        topic,
+                        log = log.name().unwrap_or("(offsets only)"),
+                        "the topic's log"
+                    );
+                    TopicLog {
+                        log: log.clone(),
+                        recreated: false,
+                        rewound: HashMap::new(),
+                    }
+                });
+                if entry.log != log {
+                    tracing::warn!(
+                        topic,
+                        was = entry.log.name().unwrap_or("(offsets only)"),
+                        now = log.name().unwrap_or("(offsets only)"),
+                        "the topic names another log: it was deleted and created again"
+                    );
+                    self.metrics.topic_recreations.inc();
+                    *entry = TopicLog {
+                        log: log.clone(),
+                        recreated: true,
+                        rewound: HashMap::new(),
+                    };
                 }
-                Some(PartitionLedger::new(
-                    first_seen,
-                    None,
-                    &Arc::from(topic),
-                    partition,
-                ))
+                Some(log)
             }
             Err(e) => {
-                tracing::warn!(topic, partition, error = %e, "cannot read the committed offset; holding the partition's records until Kafka answers");
+                tracing::warn!(topic, error = %e, "cannot read the topic's id; holding its records until Kafka answers");
                 None
             }
         }
+    }
+
+    /// The consumer delivered a record below its partition's committed offset ([`Fed::Rewound`]):
+    /// if the topic names another log now, every partition of it starts over and the record
+    /// is fed again as the new log's; if not, it was acknowledged in this log and is passed
+    /// over (counted).
+    fn on_rewound(&self, r: Record<'_>, committed: i64, out: &mut Vec<Command>) -> Fed {
+        let known = self.logs.borrow().get(r.topic).cloned();
+        let in_run = known
+            .as_ref()
+            .and_then(|t| t.rewound.get(&r.partition))
+            .is_some_and(|&last| r.offset > last);
+        let before = known.map(|t| t.log);
+        let now = if in_run {
+            before.clone()
+        } else {
+            self.until_answered(|| self.topic_log(r.topic, true))
+        };
+        let Some(now) = now else {
+            return Fed::NotHeld; // shutdown: never batched, the next owner reads it
+        };
+        if before.as_ref() == Some(&now) {
+            if let Some(t) = self.logs.borrow_mut().get_mut(r.topic) {
+                t.rewound.insert(r.partition, r.offset);
+            }
+            self.metrics.records_rewound.inc();
+            if !in_run {
+                tracing::warn!(
+                    topic = r.topic,
+                    partition = r.partition,
+                    offset = r.offset,
+                    committed,
+                    "a record below the committed offset of an unchanged log: it was acknowledged already, passing over it"
+                );
+            }
+            self.machine().pass(r.topic, r.partition, r.offset);
+            return Fed::Taken;
+        }
+        let ids = {
+            let mut machine = self.machine();
+            let ids = machine.reincarnate(r.topic);
+            self.consumer.context().published(&machine);
+            ids
+        };
+        tracing::warn!(
+            topic = r.topic,
+            partitions = ids.len(),
+            offset = r.offset,
+            committed,
+            "the topic was recreated: its partitions start over in the new log (the old log's batches in flight no longer count)"
+        );
+        let Some(ledger) = self.until_answered(|| self.read_ledger(r.topic, r.partition, r.offset))
+        else {
+            return Fed::NotHeld;
+        };
+        self.machine()
+            .load_ledger(r.topic, r.partition, ledger, out);
+        match self.machine().record(r, out) {
+            Fed::Rewound { .. } => {
+                debug_assert!(false, "a fresh ledger starts at the record");
+                Fed::NotHeld
+            }
+            fed => fed,
+        }
+    }
+
+    /// Read the committed offset and the previous owner's recorded cuts for a partition,
+    /// checked against the log they claim to describe (its id and high watermark); `None`
+    /// when Kafka could not say.
+    fn read_ledger(&self, topic: &str, partition: i32, first_seen: i64) -> Option<PartitionLedger> {
+        let log = self.topic_log(topic, false)?;
+        let trust_unnamed = !self.logs.borrow().get(topic).is_some_and(|t| t.recreated);
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(topic, partition);
+        let list = match self
+            .consumer
+            .committed_offsets(tpl, Duration::from_secs(10))
+        {
+            Ok(list) => list,
+            Err(e) => {
+                tracing::warn!(topic, partition, error = %e, "cannot read the committed offset; holding the partition's records until Kafka answers");
+                return None;
+            }
+        };
+        let committed =
+            list.find_partition(topic, partition)
+                .and_then(|elem| match elem.offset() {
+                    Offset::Offset(o) => Some((o, elem.metadata().to_string())),
+                    _ => None,
+                });
+        let high = if committed.is_some() {
+            match self
+                .consumer
+                .fetch_watermarks(topic, partition, Duration::from_secs(10))
+            {
+                Ok((_, high)) => Some(high),
+                Err(e) => {
+                    tracing::warn!(topic, partition, error = %e, "cannot read the partition's watermarks; holding its records until Kafka answers");
+                    return None;
+                }
+            }
+        } else {
+            None
+        };
+        let topic_arc: Arc<str> = Arc::from(topic);
+        let view = LogView {
+            topic: &topic_arc,
+            partition,
+            log: &log,
+            first_seen,
+            high,
+            trust_unnamed,
+        };
+        let (ledger, dropped) =
+            PartitionLedger::load(committed.as_ref().map(|(o, m)| (*o, m.as_str())), &view);
+        for d in &dropped {
+            self.metrics
+                .commit_metadata_dropped
+                .get_or_create(&crate::metrics::ReasonLabels { reason: d.reason() })
+                .inc();
+            tracing::warn!(
+                topic,
+                partition,
+                high,
+                first_seen,
+                reason = d.reason(),
+                "dropping recorded commit metadata that cannot describe this log: {d}"
+            );
+        }
+        match &committed {
+            Some((offset, metadata)) => {
+                tracing::info!(topic, partition, committed = offset, cuts = %metadata, start = ledger.committed(), "resuming from committed offset")
+            }
+            None => tracing::info!(
+                topic,
+                partition,
+                start = first_seen,
+                "nothing committed; starting at the first record"
+            ),
+        }
+        Some(ledger)
     }
 
     fn drain_acks(&self, out: &mut Vec<Command>) {

@@ -51,10 +51,10 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::batch::{BatchBuilder, CutPolicy, RecordBatch, SkipReason, Skipped};
+use crate::batch::{BatchBuilder, BatchRange, CutPolicy, RecordBatch, SkipReason, Skipped};
 use crate::budget::{Budget, BudgetPermit};
 use crate::bundle::{Bundle, BundleDesc};
-use crate::offsets::{BatchRange, PartitionLedger};
+use crate::offsets::PartitionLedger;
 use crate::pool::BufPool;
 
 /// How long a batch replaying a previous owner's recorded cut waits for the records up to
@@ -178,6 +178,21 @@ pub struct Record<'a> {
     pub payload: Option<&'a [u8]>,
 }
 
+/// What became of a record handed to [`Machine::record`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fed {
+    /// Batched, or passed over as a replayed bundle reads it.
+    Taken,
+    /// Its partition is not assigned (revoked between fetch and delivery: the next owner
+    /// reads it).
+    NotHeld,
+    /// It lies below the committed offset outside every replayed bundle: the consumer went
+    /// back (librdkafka resets to the log's start when the committed offset is not in the
+    /// log — a recreated topic). Not taken: the shell checks the topic's log
+    /// ([`Machine::reincarnate`] if it changed, [`Machine::pass`] if not) and feeds it again.
+    Rewound { committed: i64 },
+}
+
 /// How far behind one partition is, for the lag metrics.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartitionLag<'a> {
@@ -214,11 +229,12 @@ impl Partition {
     }
 
     /// Register a closed batch in the ledger: the command that sends it alone.
-    fn send(&mut self, batch: RecordBatch, durable: bool) -> Command {
+    fn send(&mut self, mut batch: RecordBatch, durable: bool) -> Command {
         let ledger = self
             .ledger
             .as_mut()
             .expect("a partition with records has a ledger");
+        batch.log = ledger.log_for(batch.range);
         let metadata = ledger.open(batch.range);
         self.pending_ts
             .push_back((batch.range.first, batch.first_timestamp_ms));
@@ -414,12 +430,11 @@ impl Machine {
         }
     }
 
-    /// A record arrived. Returns false when its partition is not assigned (revoked between
-    /// fetch and delivery: the next owner reads it).
-    pub fn record(&mut self, r: Record<'_>, out: &mut Vec<Command>) -> bool {
+    /// A record arrived ([`Fed`] says what became of it).
+    pub fn record(&mut self, r: Record<'_>, out: &mut Vec<Command>) -> Fed {
         let cfg = self.cfg;
         let Some(p) = self.find(r.topic, r.partition) else {
-            return false;
+            return Fed::NotHeld;
         };
         if p.ledger.is_none() {
             // The shell loads ledgers first; without one, start here with no known cuts.
@@ -435,14 +450,19 @@ impl Machine {
         if p.recorded_cut().is_some_and(|end| end < r.offset) {
             out.extend(p.close(false));
         }
-        // Rule 7: a replayed bundle reads its records itself — and its acknowledgement may
-        // come before the consumer reached them (a paused partition), so records below the
-        // committed offset are never batched either: they are in ClickHouse already.
-        if p.ledger
-            .as_ref()
-            .is_some_and(|l| r.offset < l.committed() || l.replays(r.offset))
-        {
-            return true;
+        // Rule 7: a replayed bundle reads its records itself (its acknowledgement may come
+        // before the consumer reached them: they stay passed over until it has). Any other
+        // record below the committed offset means the consumer went back: the shell decides.
+        if let Some(l) = p.ledger.as_mut() {
+            if l.replays(r.offset) {
+                l.passed(r.offset);
+                return Fed::Taken;
+            }
+            if r.offset < l.committed() {
+                return Fed::Rewound {
+                    committed: l.committed(),
+                };
+            }
         }
         push_record(&mut p.builder, &r, &cfg);
         let cut = p.recorded_cut();
@@ -451,7 +471,34 @@ impl Machine {
         } else if cfg.bundle {
             self.check_bundle_size(r.payload.map_or(0, <[u8]>::len), out);
         }
-        true
+        Fed::Taken
+    }
+
+    /// The shell found the log of a [`Fed::Rewound`] record unchanged: the record is in
+    /// ClickHouse already (acknowledged in this log); pass over it.
+    pub fn pass(&mut self, topic: &str, partition: i32, offset: i64) {
+        if let Some(l) = self.find(topic, partition).and_then(|p| p.ledger.as_mut()) {
+            l.passed(offset);
+        }
+    }
+
+    /// `topic` names another log now (it was deleted and created again): every partition of
+    /// it starts over in a new generation, without a ledger, so the next record loads one
+    /// against the new log. The old log's open batches are dropped and its in-flight batches'
+    /// acknowledgements will not count (their generation is gone); nothing of the new log
+    /// was batched yet (its first record came back as [`Fed::Rewound`]).
+    pub fn reincarnate(&mut self, topic: &str) -> Vec<PartitionId> {
+        let ids: Vec<PartitionId> = self
+            .partitions
+            .iter()
+            .filter(|p| &*p.id.topic == topic)
+            .map(|p| p.id.clone())
+            .collect();
+        self.partitions.retain(|p| &*p.id.topic != topic);
+        for id in &ids {
+            self.assign(id.clone());
+        }
+        ids
     }
 
     /// ClickHouse acknowledged a batch. One from an earlier assignment generation of its

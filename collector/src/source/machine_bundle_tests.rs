@@ -2,6 +2,7 @@
 //! and owners of [`super`].
 
 use super::*;
+use crate::batch::LogId;
 
 #[test]
 fn time_cuts_of_every_partition_go_out_as_one_bundle_recorded_in_each_member() {
@@ -142,7 +143,13 @@ fn a_new_owner_replays_a_recorded_bundle_whole_and_does_not_batch_its_records_ag
     b.linger_at(Instant::now() + LINGER);
     assert_eq!(b.kafka.ranges(), vec![range(5, 7)]);
     // The replay's acknowledgement (the replayer's batch covers the member's range).
-    let replay = Arc::new(RecordBatch::empty(T.into(), 0, generation, range(0, 4)));
+    let replay = Arc::new(RecordBatch::empty(
+        T.into(),
+        LogId::legacy(),
+        0,
+        generation,
+        range(0, 4),
+    ));
     b.ack(&replay);
     assert_eq!(b.committed(0), Some(5));
     let sent = b.kafka.sent.clone();
@@ -223,7 +230,13 @@ fn a_replay_acknowledged_before_the_consumer_reached_its_records_keeps_them_out(
     // paused by the budget the replay fills) is still at offset 1.
     b.deliver(0, 0..1, b"1");
     let (_, _, generation) = b.kafka.replays[0].clone();
-    let replay = Arc::new(RecordBatch::empty(T.into(), 0, generation, range(0, 9)));
+    let replay = Arc::new(RecordBatch::empty(
+        T.into(),
+        LogId::legacy(),
+        0,
+        generation,
+        range(0, 9),
+    ));
     b.ack(&replay);
     assert_eq!(b.committed(0), Some(10));
     // The rest of the bundle's records arrive now: none is batched again.
@@ -234,4 +247,96 @@ fn a_replay_acknowledged_before_the_consumer_reached_its_records_keeps_them_out(
         vec![range(10, 11)],
         "only the records after the bundle"
     );
+}
+
+/// Issue 41, finding 2: a successor replays a dead owner's bundle before its own earlier
+/// batch is even open (the group consumer slowed, as a busy or budget-held one is). The
+/// replay's acknowledgement must not carry the commit past records not yet in ClickHouse,
+/// and the later acknowledgement of the batch before it must not move the commit back.
+#[test]
+fn a_replay_acknowledged_before_the_batch_in_front_of_it_holds_the_commit() {
+    let mut a = Owner::new(bundling(20), 1 << 20);
+    a.assign(0);
+    a.assign(1);
+    a.deliver(1, 0..20, b"1"); // a size cut: [0..19] alone, recorded
+    a.deliver(1, 20..25, b"1");
+    a.deliver(0, 50..53, b"1");
+    a.linger_at(Instant::now() + LINGER); // a bundle with partition 1's [20..24]
+    let (offset, meta) = a.kafka.committed[&id(1)].clone();
+    assert_eq!(offset, 0);
+    assert!(meta.starts_with("th2:") && meta.ends_with(",19"), "{meta}");
+    // `a` dies before any insert landed. `b` takes partition 1; its consumer delivers one
+    // record, then stalls.
+    let mut b = Owner::after(&a, bundling(20));
+    b.assign(1);
+    b.deliver(1, 0..1, b"1");
+    let (desc, member, generation) = b.kafka.replays[0].clone();
+    assert_eq!(member, id(1));
+    let replay = Arc::new(RecordBatch::empty(
+        T.into(),
+        desc.log.clone(),
+        1,
+        generation,
+        range(20, 24),
+    ));
+    b.ack(&replay);
+    assert_eq!(
+        b.committed(1),
+        Some(0),
+        "records 0..=19 are not in ClickHouse yet: the commit stays"
+    );
+    // The consumer catches up: [0..19] is cut where `a` cut it, the replay's own records
+    // are passed over, and the commit moves once, over both.
+    b.deliver(1, 1..25, b"1");
+    assert_eq!(b.kafka.ranges(), vec![range(0, 19)]);
+    let sent = b.kafka.sent.clone();
+    b.ack(&sent[0]);
+    assert_eq!(b.committed(1), Some(25));
+    // Kafka's stand-in asserts on every commit that it never moved back.
+}
+
+/// A record below the committed offset outside every replay is a rewind (a recreated
+/// topic's log read from its start): the machine does not drop it, it asks the shell; a new
+/// log starts every partition of the topic over, an unchanged one passes over it.
+#[test]
+fn a_record_below_the_committed_offset_is_a_rewind_for_the_shell_to_judge() {
+    let mut o = Owner::new(config(5), 1 << 20);
+    o.assign(0);
+    o.assign(1);
+    o.deliver(0, 0..10, b"r");
+    o.deliver(1, 0..5, b"r");
+    for b in o.kafka.sent.clone() {
+        o.ack(&b);
+    }
+    assert_eq!(o.committed(0), Some(10));
+    let rec = |offset| Record {
+        topic: T,
+        partition: 0,
+        offset,
+        timestamp_ms: 0,
+        payload: Some(b"new".as_slice()),
+    };
+    assert_eq!(
+        o.m.record(rec(0), &mut o.out),
+        Fed::Rewound { committed: 10 }
+    );
+    assert!(o.out.is_empty(), "nothing batched");
+    // The log is unchanged: passed over.
+    o.m.pass(T, 0, 0);
+    // The log changed: both partitions start over in new generations, without ledgers.
+    let old: Vec<_> = o.m.held().collect();
+    let ids = o.m.reincarnate(T);
+    assert_eq!(ids.len(), 2);
+    for (id, generation) in old {
+        assert!(!o.m.holds(&id, generation), "the old generation is gone");
+        assert!(o.m.needs_ledger(&id.topic, id.partition));
+    }
+    let fresh = PartitionLedger::new(0, None, &Arc::from(T), 0);
+    o.m.load_ledger(T, 0, fresh, &mut o.out);
+    assert_eq!(o.m.record(rec(0), &mut o.out), Fed::Taken);
+    // A late acknowledgement of the old log's batch does not count.
+    let old_batch = o.kafka.sent[0].clone();
+    o.m.acknowledged(Ack::new(old_batch));
+    o.m.take_commits(&mut o.out);
+    assert!(o.out.is_empty());
 }

@@ -119,8 +119,25 @@ impl Machine {
             out.push(self.partitions[i].send(batch, true));
             return;
         }
+        // One log per bundle (its token names it): a member in another (a partition that
+        // still replays a recorded cut of the legacy log cannot be here) goes alone.
+        let log = self.partitions[members[0].0]
+            .ledger
+            .as_ref()
+            .map(|l| l.log().clone())
+            .unwrap_or_default();
+        let (members, others): (Vec<_>, Vec<_>) = members.into_iter().partition(|(i, _)| {
+            self.partitions[*i]
+                .ledger
+                .as_ref()
+                .is_some_and(|l| *l.log() == log)
+        });
+        for (i, batch) in others {
+            out.push(self.partitions[i].send(batch, true));
+        }
         let desc = Arc::new(BundleDesc {
             topic: self.partitions[members[0].0].id.topic.clone(),
+            log: log.clone(),
             members: members
                 .iter()
                 .map(|(i, b)| (self.partitions[*i].id.partition, b.range))
@@ -128,7 +145,8 @@ impl Machine {
         });
         let mut intents = Vec::with_capacity(members.len());
         let mut batches = Vec::with_capacity(members.len());
-        for (i, batch) in members {
+        for (i, mut batch) in members {
+            batch.log = log.clone();
             let p = &mut self.partitions[i];
             let ledger = p
                 .ledger

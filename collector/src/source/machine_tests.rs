@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::offsets::BatchRange;
+use crate::batch::BatchRange;
 
 const T: &str = "spans";
 const LINGER: Duration = Duration::from_millis(200);
@@ -158,16 +158,19 @@ impl Owner {
                 let ledger = self.kafka.ledger(&id(p), offset);
                 self.m.load_ledger(T, p, ledger, &mut self.out);
             }
-            assert!(self.m.record(
-                Record {
-                    topic: T,
-                    partition: p,
-                    offset,
-                    timestamp_ms: 1_000 + offset,
-                    payload: Some(payload),
-                },
-                &mut self.out,
-            ));
+            assert_eq!(
+                self.m.record(
+                    Record {
+                        topic: T,
+                        partition: p,
+                        offset,
+                        timestamp_ms: 1_000 + offset,
+                        payload: Some(payload),
+                    },
+                    &mut self.out,
+                ),
+                Fed::Taken
+            );
             self.kafka.run(&mut self.out);
         }
     }
@@ -345,16 +348,19 @@ fn a_revoke_drops_the_open_batch_commits_progress_and_stale_acks_are_ignored() {
         20 * 4,
         "the dropped open batch gave its bytes back"
     );
-    assert!(!o.m.record(
-        Record {
-            topic: T,
-            partition: 0,
-            offset: 25,
-            timestamp_ms: 0,
-            payload: Some(b"late"),
-        },
-        &mut o.out
-    ));
+    assert_eq!(
+        o.m.record(
+            Record {
+                topic: T,
+                partition: 0,
+                offset: 25,
+                timestamp_ms: 0,
+                payload: Some(b"late"),
+            },
+            &mut o.out
+        ),
+        Fed::NotHeld
+    );
     assert!(o.m.assigned().next().is_none());
 
     // Given back: a new generation. The acknowledgement of the old batch 10..=19 arrives

@@ -18,6 +18,7 @@ mod holdings;
 mod kafka;
 pub mod machine;
 mod replay;
+mod topic_id;
 pub mod unsent;
 mod watermarks;
 
@@ -120,6 +121,7 @@ pub fn spawn(
         heartbeat,
         watermarks,
         unsent: Default::default(),
+        logs: Default::default(),
     };
     let thread = std::thread::Builder::new()
         .name("kafka-source".into())

@@ -167,9 +167,10 @@ fn read(
             match b.take() {
                 Some(mut batch) => {
                     batch.range = *range;
+                    batch.log = desc.log.clone();
                     batch
                 }
-                None => RecordBatch::empty(topic.clone(), *p, generation, *range),
+                None => RecordBatch::empty(topic.clone(), desc.log.clone(), *p, generation, *range),
             }
         })
         .collect();

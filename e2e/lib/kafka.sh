@@ -139,3 +139,19 @@ kafka_topic() {
   kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" \
     --create --if-not-exists --topic "$1" --partitions "$2" --replication-factor 1 >/dev/null
 }
+
+# kafka2: a second, independent Kafka cluster beside the first — its own KRaft quorum (its
+# own cluster id), ports and state — so tests can carry a topic of the same name from two
+# clusters into one table (issue 41). The same scripts as `kafka`, run with their own state
+# directory and ports; the tests find it through KAFKA2_BROKERS.
+KAFKA2_PORT="${TRACEHOUSE_KAFKA2_PORT:-19192}"
+kafka2_run() {
+  env TRACEHOUSE_STATE="$TRACEHOUSE_STATE/kafka2" TRACEHOUSE_KAFKA_PORT="$KAFKA2_PORT" \
+    TRACEHOUSE_KAFKA_CONTROLLER_PORT="$((KAFKA2_PORT + 1))" \
+    TRACEHOUSE_KAFKA_SASL_SSL_PORT="$((KAFKA2_PORT + 2))" \
+    TRACEHOUSE_KAFKA_MTLS_PORT="$((KAFKA2_PORT + 3))" "$E2E_DIR/stack" "$@"
+}
+kafka2_up() { kafka2_run up kafka >/dev/null; }
+kafka2_down() { kafka2_run down kafka; }
+kafka2_status() { kafka2_run status kafka | sed 's/^kafka /kafka2/'; }
+kafka2_env() { echo "export KAFKA2_BROKERS=127.0.0.1:$KAFKA2_PORT"; }

@@ -30,8 +30,11 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-pub fn collector_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_tracehouse-collector")
+/// The collector binary the tests run: this build's, or `TRACEHOUSE_TEST_COLLECTOR_BIN` (an
+/// older release, to show a test fails without the fix it guards).
+pub fn collector_bin() -> String {
+    std::env::var("TRACEHOUSE_TEST_COLLECTOR_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tracehouse-collector").to_string())
 }
 
 /// Create the traces table (all migrations) with the collector's own `schema apply`.
@@ -91,8 +94,21 @@ impl World {
 
     /// Produce as another generator id (its own seq numbering).
     pub async fn produce_as(&self, generator_id: &str, spans: u64, partitions: i32, seed: u64) {
+        self.produce_to(&var("KAFKA_BROKERS"), generator_id, spans, partitions, seed)
+            .await;
+    }
+
+    /// Produce as `generator_id` to this world's topic on the cluster at `brokers`.
+    pub async fn produce_to(
+        &self,
+        brokers: &str,
+        generator_id: &str,
+        spans: u64,
+        partitions: i32,
+        seed: u64,
+    ) {
         let opts = ProduceOptions {
-            brokers: var("KAFKA_BROKERS"),
+            brokers: brokers.to_string(),
             topic: self.topic.clone(),
             partitions,
             spans,

@@ -377,16 +377,30 @@ pub(super) fn service(tp: &TracePipeline, names: &Names) -> Result<Service, Buil
     })
 }
 
+/// The PDB's `unhealthyPodEvictionPolicy`: a pod that is running but not ready may always
+/// be evicted, whatever the budget says.
+///
+/// Why: a gateway is ready only while ClickHouse answers (`/readyz`), so during a ClickHouse
+/// outage every gateway turns unready at once. Under the default policy (`IfHealthyBudget`)
+/// unready pods may be evicted only while the budget still has room, and with every gateway
+/// unready it has none: each eviction is refused and a node drain (a node-pool upgrade, a
+/// cluster-autoscaler scale-down) stalls for as long as the database is away, exactly when the
+/// cluster is already in trouble. Evicting an unready gateway loses nothing: offsets are
+/// committed only after ClickHouse acknowledges, so whatever it held is read again by its
+/// replacement or the group's other members. Ready gateways are still taken one at a time.
+const UNHEALTHY_POD_EVICTION_POLICY: &str = "AlwaysAllow";
+
 pub(super) fn pdb(tp: &TracePipeline, names: &Names) -> Result<PodDisruptionBudget, BuildError> {
     Ok(PodDisruptionBudget {
         metadata: meta(tp, &names.pdb)?,
         spec: Some(PodDisruptionBudgetSpec {
-            // Voluntary disruptions (drains) take one collector at a time.
+            // Voluntary disruptions (drains) take one ready collector at a time.
             max_unavailable: Some(IntOrString::Int(1)),
             selector: Some(LabelSelector {
                 match_labels: Some(selector_labels(tp)),
                 match_expressions: None,
             }),
+            unhealthy_pod_eviction_policy: Some(UNHEALTHY_POD_EVICTION_POLICY.to_owned()),
             ..Default::default()
         }),
         status: None,

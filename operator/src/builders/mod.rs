@@ -309,6 +309,7 @@ mod tests {
     use super::fixtures::sample;
     use super::*;
     use crate::crd::{CredentialsSecretRef, KafkaSasl, SaslMechanism, SecretKeyRef, TlsSpec};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     use std::path::PathBuf;
 
     fn spec_replicas(per: i32, min: i32, max: i32) -> ReplicasSpec {
@@ -461,6 +462,22 @@ mod tests {
             assert_eq!(o.controller, Some(true));
             assert_eq!(m.namespace.as_deref(), Some("shop"));
         }
+    }
+
+    #[test]
+    fn the_disruption_budget_takes_one_ready_gateway_at_a_time_and_any_unready_one() {
+        let d = desired(&sample(), 4).unwrap();
+        let spec = d.pdb.spec.as_ref().unwrap();
+        assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
+        // During a ClickHouse outage every gateway is unready: drains must still proceed.
+        assert_eq!(
+            spec.unhealthy_pod_eviction_policy.as_deref(),
+            Some("AlwaysAllow")
+        );
+        assert_eq!(
+            spec.selector.as_ref().unwrap().match_labels,
+            Some(selector_labels(&sample()))
+        );
     }
 
     #[test]

@@ -23,7 +23,11 @@
 //!    any member's partition is held (its other members' owners replay the same bundle
 //!    under the same token); each member held is acknowledged on its own. A permanent
 //!    rejection sends the members one by one under their own tokens (then rule 2) — as
-//!    deterministic as the rejection, so a replay of the bundle does the same.
+//!    deterministic as the rejection, so a replay of the bundle does the same;
+//! 7. a body over `clickhouse.max_body_bytes` (a proxy's known limit) is split before it is
+//!    sent, and a proxy's 413 splits it after (`sink::InsertError::Http`): halves go under
+//!    their own ranges' tokens, as in rule 2, so a replay splits the same way or lands the
+//!    same rows whole under the whole range's token — never both, since a 413 stores nothing.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -84,6 +88,8 @@ pub struct Inserts<I, D> {
     pub holdings: Holdings,
     pub breaker: RejectBreaker,
     pub skip_log: std::sync::Mutex<RateLimit>,
+    /// Bodies larger than this are split before they are sent (0: no limit; rule 7).
+    pub max_body_bytes: usize,
 }
 
 /// Why an insert task stopped before the batch was done.
@@ -106,8 +112,24 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
         }
     }
 
+    /// Whether `body` is over `clickhouse.max_body_bytes` (rule 7).
+    fn too_large(&self, body: &Bytes) -> bool {
+        self.max_body_bytes > 0 && body.len() > self.max_body_bytes
+    }
+
+    fn count_split(&self, reason: &'static str) {
+        self.metrics
+            .insert_splits
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
     /// Insert a bundle (rule 6).
     pub async fn insert_bundle(&self, bundle: EncodedBundle) {
+        if self.too_large(&bundle.body) {
+            self.count_split("max_body_bytes");
+            return self.members_alone(bundle).await;
+        }
         let token = bundle.desc.token();
         let may_continue = || {
             if self.abandon.load(Ordering::Relaxed) {
@@ -142,19 +164,8 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
         };
         if let Some(e) = refused {
             tracing::warn!(error = %e, token = %token, members = bundle.parts.len(), "ClickHouse refused the bundle; inserting its batches one by one");
-            for part in bundle.parts {
-                let factory = self.factory.clone();
-                let batch = part.batch;
-                let encoded = tokio::task::spawn_blocking(move || {
-                    let mut enc = factory();
-                    let n = batch.records.len();
-                    workers::encode_slice(enc.as_mut(), &batch, 0..n)
-                })
-                .await
-                .expect("encode task");
-                self.insert_batch(encoded).await;
-            }
-            return;
+            self.count_split(e.reason());
+            return self.members_alone(bundle).await;
         }
         self.metrics.spans_decoded.inc_by(bundle.rows);
         for part in bundle.parts {
@@ -170,6 +181,22 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
             if self.after_insert(&batch, &skipped).await.is_ok() {
                 let _ = self.acks.send(Ack::new(batch));
             }
+        }
+    }
+
+    /// Insert a bundle's members one by one, each under its own token (rules 6 and 7).
+    async fn members_alone(&self, bundle: EncodedBundle) {
+        for part in bundle.parts {
+            let factory = self.factory.clone();
+            let batch = part.batch;
+            let encoded = tokio::task::spawn_blocking(move || {
+                let mut enc = factory();
+                let n = batch.records.len();
+                workers::encode_slice(enc.as_mut(), &batch, 0..n)
+            })
+            .await
+            .expect("encode task");
+            self.insert_batch(encoded).await;
         }
     }
 
@@ -278,6 +305,10 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
             if encoded.rows == 0 {
                 return Ok(());
             }
+            if self.too_large(&encoded.body) && encoded.records.len() > 1 {
+                self.count_split("max_body_bytes");
+                return self.halves(encoded, skipped).await;
+            }
             let token = encoded.batch.token(encoded.range);
             let refused = self
                 .until_done(
@@ -330,11 +361,17 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
     /// single refused record is skipped as [`SkipReason::Rejected`] with ClickHouse's error,
     /// unless the [`RejectBreaker`] says every record is refused.
     async fn split(&self, encoded: Encoded, skipped: &mut Vec<Skipped>, e: InsertError) -> Done {
-        let records = encoded.records.clone();
-        let batch = encoded.batch.clone();
-        if records.len() <= 1 {
+        if encoded.records.len() <= 1 {
             return self.refused_alone(encoded, skipped, e).await;
         }
+        self.count_split(e.reason());
+        self.halves(encoded, skipped).await
+    }
+
+    /// Insert the two halves of a slice of several records, each under its own range's token.
+    async fn halves(&self, encoded: Encoded, skipped: &mut Vec<Skipped>) -> Done {
+        let records = encoded.records.clone();
+        let batch = encoded.batch.clone();
         let mid = records.start + records.len() / 2;
         for half in [records.start..mid, mid..records.end] {
             let factory = self.factory.clone();
@@ -367,8 +404,10 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
         let token = batch.token(encoded.range);
         let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
         loop {
-            // Refusals that follow from the record's own content never open the breaker.
-            let data_bound = matches!(&e, InsertError::Server { message, .. } if retry::is_too_many_partitions(message));
+            // Refusals that follow from the record's own content never open the breaker: too
+            // many partitions, or rows too large for a proxy's body limit.
+            let data_bound = matches!(&e, InsertError::Server { message, .. } if retry::is_too_many_partitions(message))
+                || matches!(&e, InsertError::Http { status: 413, .. });
             let open = if data_bound {
                 self.breaker.is_open()
             } else {

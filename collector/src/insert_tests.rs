@@ -23,6 +23,8 @@ struct FakeClickHouse {
     /// Refuse every body (a configuration problem) while set.
     refuse_all: AtomicBool,
     transient: AtomicUsize,
+    /// A proxy in front: bodies over this many bytes get HTTP 413 without a ClickHouse code.
+    max_body: Option<usize>,
     /// Token of every attempt, in order.
     attempts: Mutex<Vec<String>>,
     /// (token, lines) of every accepted insert.
@@ -40,6 +42,12 @@ impl Inserter for FakeClickHouse {
             return Err(InsertError::Server {
                 code: 241,
                 message: "memory limit exceeded".into(),
+            });
+        }
+        if self.max_body.is_some_and(|max| body.len() > max) {
+            return Err(InsertError::Http {
+                status: 413,
+                message: "<html><head><title>413 Request Entity Too Large</title>".into(),
             });
         }
         let lines: Vec<String> = std::str::from_utf8(&body)
@@ -163,6 +171,7 @@ fn stage(
         retry_max: Duration::from_millis(4),
         abandon: Arc::new(AtomicBool::new(false)),
         skip_log: std::sync::Mutex::new(RateLimit::new(Duration::from_secs(60))),
+        max_body_bytes: 0,
     };
     (stage, rx)
 }
@@ -189,6 +198,7 @@ fn reason(stage: &Stage, family: &str, reason: &'static str) -> u64 {
             .get_or_create(&labels)
             .get(),
         "dropped" => stage.metrics.batches_dropped.get_or_create(&labels).get(),
+        "splits" => stage.metrics.insert_splits.get_or_create(&labels).get(),
         _ => unreachable!(),
     }
 }
@@ -612,4 +622,73 @@ async fn only_the_members_held_are_acknowledged_and_a_bundle_nobody_holds_stops(
     stage.insert_bundle(bundled(&[b"5"], &[b"6"])).await;
     assert_eq!(ch.landed(), ["1", "2"], "nobody holds it: not inserted");
     assert_eq!(reason(&stage, "dropped", "revoked"), 2);
+}
+
+/// Issue 41, finding 4: a proxy's 413 used to be a transport error, retried forever.
+#[tokio::test]
+async fn a_proxy_s_413_splits_the_insert_until_the_bodies_pass_and_nothing_is_skipped() {
+    let ch = Arc::new(FakeClickHouse {
+        max_body: Some(7),
+        ..Default::default()
+    });
+    let (stage, acks) = stage(&ch, None);
+    stage
+        .insert_batch(encoded(&[b"1", b"2", b"3", b"4", b"5", b"6", b"7", b"8"]))
+        .await;
+    assert_eq!(ch.landed(), ["1", "2", "3", "4", "5", "6", "7", "8"]);
+    assert_eq!(
+        ch.tokens(),
+        [
+            "spans-0-100-101",
+            "spans-0-102-103",
+            "spans-0-104-105",
+            "spans-0-106-107"
+        ],
+        "each body under its own range's token"
+    );
+    assert!(acks.try_recv().is_ok());
+    assert_eq!(reason(&stage, "skipped", "rejected"), 0);
+    assert_eq!(reason(&stage, "splits", "body_too_large"), 3);
+    assert_eq!(
+        reason(&stage, "retries", "body_too_large"),
+        0,
+        "never retried whole"
+    );
+}
+
+#[tokio::test]
+async fn a_body_over_max_body_bytes_is_split_before_it_is_sent() {
+    let ch = Arc::new(FakeClickHouse::default());
+    let (mut stage, acks) = stage(&ch, None);
+    stage.max_body_bytes = 7;
+    stage
+        .insert_batch(encoded(&[b"1", b"2", b"3", b"4", b"5", b"6", b"7", b"8"]))
+        .await;
+    assert_eq!(ch.landed().len(), 8);
+    assert_eq!(
+        ch.attempts.lock().unwrap().len(),
+        4,
+        "only bodies within the limit went out"
+    );
+    assert!(acks.try_recv().is_ok());
+    assert_eq!(reason(&stage, "splits", "max_body_bytes"), 3);
+}
+
+#[tokio::test]
+async fn one_record_too_large_for_the_proxy_is_dead_lettered_without_opening_the_breaker() {
+    let ch = Arc::new(FakeClickHouse {
+        max_body: Some(7),
+        ..Default::default()
+    });
+    let dlq = Arc::new(FakeDeadLetters::default());
+    let (stage, acks) = stage(&ch, Some(&dlq));
+    stage
+        .insert_batch(encoded(&[b"1", b"1234567890123456"]))
+        .await;
+    assert_eq!(ch.landed(), ["1"]);
+    let parked = dlq.parked.lock().unwrap().clone();
+    assert_eq!((parked[0].0, parked[0].1), (101, SkipReason::Rejected));
+    assert!(parked[0].2.contains("HTTP 413"), "{}", parked[0].2);
+    assert!(acks.try_recv().is_ok());
+    assert_eq!(stage.metrics.reject_breaker_open.get(), 0);
 }

@@ -28,8 +28,9 @@ pub const SKIP_REASONS: [&str; 4] = ["decode_error", "oversized", "rejected", "e
 /// Every `reason` of `insert_errors`/`insert_retries` (`sink::InsertError::reason`). Both
 /// families start with these at zero, so dashboards and alerts see the series before the
 /// first failure (a rate of a series that does not exist is no series at all).
-pub const INSERT_FAILURE_REASONS: [&str; 5] = [
+pub const INSERT_FAILURE_REASONS: [&str; 6] = [
     "unreachable",
+    "body_too_large",
     "tls",
     "server_busy",
     "rejected_data",
@@ -76,6 +77,10 @@ pub struct Metrics {
     pub dedup_window_needed: Gauge,
     pub insert_retries: Family<ReasonLabels, Counter>,
     pub insert_errors: Family<ReasonLabels, Counter>,
+    /// Inserts split in two (or a bundle into its members): ClickHouse refused part of the
+    /// data (`rejected_data`), a proxy refused the body (`body_too_large`, HTTP 413), or the
+    /// body was over `clickhouse.max_body_bytes` before it was sent (`max_body_bytes`).
+    pub insert_splits: Family<ReasonLabels, Counter>,
     pub inserts: Counter,
     pub commits: Counter,
     pub commit_errors: Counter,
@@ -134,6 +139,7 @@ impl Metrics {
             commits: Counter::default(),
             commit_errors: Counter::default(),
             commit_metadata_dropped: Family::default(),
+            insert_splits: Family::default(),
             topic_recreations: Counter::default(),
             records_rewound: Counter::default(),
             bundles: Counter::default(),
@@ -175,6 +181,11 @@ impl Metrics {
         m.batches_dropped
             .get_or_create(&ReasonLabels { reason: "revoked" })
             .inc_by(0);
+        for reason in ["rejected_data", "body_too_large", "max_body_bytes"] {
+            m.insert_splits
+                .get_or_create(&ReasonLabels { reason })
+                .inc_by(0);
+        }
         for reason in crate::offsets::DROPPED_REASONS {
             m.commit_metadata_dropped
                 .get_or_create(&ReasonLabels { reason })
@@ -267,6 +278,11 @@ impl Metrics {
             "commit_errors",
             "Offset commits that failed",
             m.commit_errors.clone(),
+        );
+        r.register(
+            "insert_splits",
+            "Inserts split in two: ClickHouse refused part of the data (rejected_data), a proxy refused the body (body_too_large, HTTP 413), or it was over clickhouse.max_body_bytes (max_body_bytes)",
+            m.insert_splits.clone(),
         );
         r.register(
             "commit_metadata_dropped",

@@ -93,6 +93,7 @@ pub async fn run(
         retry_max: Duration::from_millis(cfg.clickhouse.retry_max_ms),
         abandon: abandon.clone(),
         skip_log: std::sync::Mutex::new(RateLimit::new(Duration::from_secs(5))),
+        max_body_bytes: usize::try_from(cfg.clickhouse.max_body_bytes).unwrap_or(usize::MAX),
     });
     let dispatcher = spawn_dispatcher(inserts, encoded_rx, cfg.clickhouse.max_inflight_inserts);
 
@@ -112,7 +113,8 @@ fn clickhouse_sink(cfg: &Config) -> anyhow::Result<Sink> {
         &cfg.clickhouse.tls()?,
         Duration::from_millis(cfg.clickhouse.request_timeout_ms),
     )?
-    .with_compression(cfg.clickhouse.compression))
+    .with_compression(cfg.clickhouse.compression)
+    .with_insert_quorum(cfg.clickhouse.insert_quorum.clone()))
 }
 
 /// Ready once ClickHouse answered; keep checking in the background so `/readyz` follows it.

@@ -19,9 +19,15 @@ pub enum InsertError {
     /// ClickHouse answered with an exception.
     #[error("ClickHouse error {code}: {message}")]
     Server { code: u32, message: String },
-    /// No usable answer: connection refused or reset, timeout, HTTP error without a code.
+    /// No usable answer: connection refused or reset, timeout, a broken body.
     #[error("ClickHouse unreachable: {0}")]
     Transport(String),
+    /// An HTTP error status without a ClickHouse exception code: a proxy, an ingress or a
+    /// load balancer in front of ClickHouse answered (ClickHouse itself always sends its code).
+    #[error(
+        "HTTP {status} without a ClickHouse code (a proxy or ingress in front of ClickHouse?): {message}"
+    )]
+    Http { status: u16, message: String },
 }
 
 impl InsertError {
@@ -29,6 +35,17 @@ impl InsertError {
         match self {
             InsertError::Server { code, message } => classify_exception(*code, message),
             InsertError::Transport(_) => Verdict::Retry,
+            InsertError::Http { status, .. } => match status {
+                // The body is over the proxy's limit (nginx's `client_max_body_size` is 1 MiB
+                // by default): smaller inserts get through, so the insert is split.
+                413 => Verdict::Permanent,
+                // Timeouts, rate limits and the proxy's own trouble pass.
+                408 | 429 | 500..=599 => Verdict::Retry,
+                // Any other refusal (401, 403, 404, 400, 414, 431 …) is the proxy's
+                // configuration: retried slowly and reported loudly, never a silent loop.
+                400..=499 => Verdict::Fatal,
+                _ => Verdict::Retry,
+            },
         }
     }
 
@@ -40,6 +57,11 @@ impl InsertError {
                 "tls"
             }
             InsertError::Transport(_) => "unreachable",
+            InsertError::Http { status: 413, .. } => "body_too_large",
+            InsertError::Http { .. } => match self.verdict() {
+                Verdict::Fatal => "config_or_access",
+                _ => "unreachable",
+            },
             InsertError::Server { code, message } => match classify_exception(*code, message) {
                 Verdict::Retry => "server_busy",
                 Verdict::Permanent => "rejected_data",
@@ -57,6 +79,8 @@ pub struct Sink {
     credentials: Credentials,
     /// How the bodies handed to [`Sink::insert`] are compressed (the encoder's setting).
     compression: Compression,
+    /// `insert_quorum` for replicated tables (`None`: the server's, i.e. no quorum).
+    insert_quorum: Option<String>,
 }
 
 impl std::fmt::Debug for Sink {
@@ -99,7 +123,15 @@ impl Sink {
             base_url: base_url.trim_end_matches('/').to_string(),
             credentials,
             compression: Compression::Lz4,
+            insert_quorum: None,
         })
+    }
+
+    /// Send `insert_quorum` with every insert (replicated tables: a 200 then means that many
+    /// replicas have the rows; `auto` is a majority).
+    pub fn with_insert_quorum(mut self, quorum: Option<String>) -> Self {
+        self.insert_quorum = quorum;
+        self
     }
 
     /// Bodies compressed as `compression` says (LZ4 unless told otherwise).
@@ -139,17 +171,14 @@ impl Sink {
             Compression::Lz4 => "1",
             Compression::None => "0",
         };
-        let resp = self
+        let mut request = self
             .client
             .post(format!("{}/", self.base_url))
-            .query(&[
-                ("query", query),
-                ("decompress", decompress),
-                ("insert_deduplicate", "1"),
-                ("insert_deduplication_token", token),
-                // Synchronous inserts: a 200 means the rows are durable in the table.
-                ("async_insert", "0"),
-            ])
+            .query(&insert_params(query, decompress, token));
+        if let Some(q) = &self.insert_quorum {
+            request = request.query(&[("insert_quorum", q.as_str())]);
+        }
+        let resp = request
             .header("X-ClickHouse-User", &self.credentials.user)
             .header("X-ClickHouse-Key", &self.credentials.password)
             .header("Content-Type", "application/octet-stream")
@@ -176,12 +205,33 @@ impl Sink {
                 message: first_line(&text),
             }),
             None if status.is_success() => Ok(()),
-            None => Err(InsertError::Transport(format!(
-                "HTTP {status}: {}",
-                first_line(&text)
-            ))),
+            None => Err(InsertError::Http {
+                status: status.as_u16(),
+                message: first_line(&text),
+            }),
         }
     }
+}
+
+/// The query parameters of every insert.
+fn insert_params<'a>(
+    query: &'a str,
+    decompress: &'a str,
+    token: &'a str,
+) -> [(&'a str, &'a str); 6] {
+    [
+        ("query", query),
+        ("decompress", decompress),
+        ("insert_deduplicate", "1"),
+        ("insert_deduplication_token", token),
+        // A block the table drops as a duplicate is not written into the table's
+        // materialized views either (the default only since 26.2; 24.7 to 26.1, and any
+        // server pinned to an older `compatibility`, wrote it into every view: a span
+        // counted twice in a user's RED-metrics view). Every server since 19.x knows it.
+        ("deduplicate_blocks_in_dependent_materialized_views", "1"),
+        // Synchronous inserts: a 200 means the rows are in the table.
+        ("async_insert", "0"),
+    ]
 }
 
 /// The error and its causes, without the URL (it carries the whole INSERT statement).
@@ -259,5 +309,42 @@ mod tests {
         );
         let e = InsertError::Transport("refused".into());
         assert_eq!((e.verdict(), e.reason()), (Verdict::Retry, "unreachable"));
+    }
+
+    #[test]
+    fn http_errors_without_a_code_split_pass_or_alert() {
+        let http = |status| InsertError::Http {
+            status,
+            message: "<html>".into(),
+        };
+        assert_eq!(
+            (http(413).verdict(), http(413).reason()),
+            (Verdict::Permanent, "body_too_large"),
+            "413 splits the insert"
+        );
+        for status in [408, 429, 502, 503, 504] {
+            assert_eq!(
+                (http(status).verdict(), http(status).reason()),
+                (Verdict::Retry, "unreachable")
+            );
+        }
+        for status in [400, 401, 403, 404, 414, 431] {
+            assert_eq!(
+                (http(status).verdict(), http(status).reason()),
+                (Verdict::Fatal, "config_or_access"),
+                "{status}"
+            );
+        }
+        for status in [413, 400, 502] {
+            assert!(crate::metrics::INSERT_FAILURE_REASONS.contains(&http(status).reason()));
+        }
+    }
+
+    #[test]
+    fn every_insert_is_deduplicated_in_the_table_and_its_views() {
+        let p = insert_params("INSERT", "1", "t-0-1-2");
+        assert!(p.contains(&("insert_deduplicate", "1")));
+        assert!(p.contains(&("insert_deduplication_token", "t-0-1-2")));
+        assert!(p.contains(&("deduplicate_blocks_in_dependent_materialized_views", "1")));
     }
 }

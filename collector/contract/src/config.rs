@@ -85,6 +85,21 @@ pub struct ClickHouseConfig {
     /// hashes) stay as they were.
     #[serde(skip_serializing_if = "Compression::is_default")]
     pub compression: Compression,
+    /// The largest insert body to send, in bytes (0: no limit): a larger insert is split
+    /// before it goes out. For a proxy or ingress with a body limit in front of ClickHouse
+    /// (nginx's `client_max_body_size` is 1 MiB by default); without it a proxy's 413 splits
+    /// the insert after the fact. Left out when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub max_body_bytes: u64,
+    /// `insert_quorum` for replicated tables: `auto` (a majority) or a replica count; a 200
+    /// then means that many replicas have the rows, so a replica lost right after the commit
+    /// loses none. Unset: the server's (one replica). Left out when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub insert_quorum: Option<String>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// How insert bodies are compressed on the way to ClickHouse. Measured on 1 M loadgen full
@@ -228,6 +243,8 @@ impl Default for ClickHouseConfig {
             tls: ClickHouseTlsConfig::default(),
             reject_breaker_records: DEFAULT_REJECT_BREAKER_RECORDS,
             compression: Compression::Lz4,
+            max_body_bytes: 0,
+            insert_quorum: None,
         }
     }
 }
@@ -363,6 +380,24 @@ impl Config {
             return Err(invalid(
                 "clickhouse.retry_max_ms",
                 "must be ≥ retry_initial_ms > 0",
+            ));
+        }
+        if c.max_body_bytes != 0 && c.max_body_bytes < 64 * 1024 {
+            return Err(invalid(
+                "clickhouse.max_body_bytes",
+                format!(
+                    "{} is below 64 KiB: a proxy that small cannot take one record's rows (0 means no limit)",
+                    c.max_body_bytes
+                ),
+            ));
+        }
+        if let Some(q) = &c.insert_quorum
+            && q != "auto"
+            && !q.parse::<u32>().is_ok_and(|n| n >= 1)
+        {
+            return Err(invalid(
+                "clickhouse.insert_quorum",
+                format!("{q:?} is neither `auto` nor a replica count ≥ 1"),
             ));
         }
         let b = &self.batch;

@@ -16,7 +16,8 @@
 //!   (partition counts; [`lag`], how far the group is behind), [`migrations`] (the schema crate), [`secrets`] and [`objects`]
 //!   (server-side apply that skips what is already in place);
 //! - [`error`]: the reconciler's errors, each with a metric label and a condition reason;
-//! - [`leader`]: Lease-based leader election; [`metrics`]: `/metrics` and `/healthz`;
+//! - [`leader`]: Lease-based leader election; [`metrics`]: `/metrics` and `/healthz`, on the
+//!   address [`listen`] reads from `--metrics-addr` (every address, IPv6 included, by default);
 //!   [`pipeline_metrics`]: the per-pipeline gauges the dashboards and alerts read.
 
 pub mod autoscale;
@@ -28,6 +29,7 @@ pub mod health;
 pub mod kafka;
 pub mod lag;
 pub mod leader;
+pub mod listen;
 pub mod metrics;
 pub mod migrations;
 pub mod objects;

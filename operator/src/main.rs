@@ -14,6 +14,7 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracehouse_operator::defaults::CollectorDefaults;
 use tracehouse_operator::leader::{Ended, LeaderElector, LeaseConfig};
+use tracehouse_operator::listen;
 use tracehouse_operator::metrics::{self, Metrics};
 use tracehouse_operator::reconcile::{self, Context, Settings};
 use tracehouse_operator::{FIELD_MANAGER, crd};
@@ -43,11 +44,13 @@ struct CrdArgs {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// Address of /metrics, /healthz and /readyz.
+    /// Address of /metrics, /healthz and /readyz: IP:PORT, [IPv6]:PORT or IPv6:PORT (an
+    /// expanded `$(POD_IP):8080`); `[::]` is every IPv4 and IPv6 address.
     #[arg(
         long,
         env = "TRACEHOUSE_OPERATOR_METRICS_ADDR",
-        default_value = "0.0.0.0:8080"
+        default_value = "[::]:8080",
+        value_parser = listen::parse_listen_addr
     )]
     metrics_addr: SocketAddr,
     /// Take part in leader election on a Lease, so only one replica reconciles.

@@ -170,13 +170,14 @@ pub async fn serve(
             registry: Arc::new(registry),
             metrics,
         });
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+    let listener = crate::listen::bind(addr).await.map_err(|e| {
         std::io::Error::new(
             e.kind(),
             format!("cannot listen on {addr} (--metrics-addr): {e}"),
         )
     })?;
-    tracing::info!(%addr, "serving /metrics and /healthz");
+    let bound = listener.local_addr().unwrap_or(addr);
+    tracing::info!(addr = %bound, "serving /metrics and /healthz");
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await

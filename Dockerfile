@@ -2,8 +2,12 @@
 # tracehouse container images: `collector` and `operator`, two small runtime targets, for
 # linux/amd64 and linux/arm64.
 #
-#   docker buildx build --platform linux/amd64,linux/arm64 --target collector -t <registry>/tracehouse/collector:0.1.0 --push .
-#   docker buildx build --platform linux/amd64,linux/arm64 --target operator  -t <registry>/tracehouse/operator:0.1.0  --push .
+#   docker buildx build --platform linux/amd64,linux/arm64 --target collector --build-arg REVISION="$(git rev-parse HEAD)" -t <registry>/tracehouse/collector:0.1.0 --push .
+#   docker buildx build --platform linux/amd64,linux/arm64 --target operator  --build-arg REVISION="$(git rev-parse HEAD)" -t <registry>/tracehouse/operator:0.1.0  --push .
+#
+# Both images carry the org.opencontainers.image.* labels (title, description, source,
+# licenses, version from ARG VERSION, revision from ARG REVISION: the commit they were built
+# from, which tells builds apart while every one says version 0.1.0) and the LICENSE file.
 #
 # Each platform is compiled natively for itself (on a builder of that architecture, or under
 # QEMU emulation): nothing here names an architecture, so the same lines serve both. Each
@@ -65,11 +69,17 @@ FROM scratch AS operator-binaries
 COPY --from=build-operator /out/ /
 
 FROM ${BASE_IMAGE} AS runtime-base
+# The version (Cargo.toml's, the chart's appVersion) and the commit built; pass
+# --build-arg REVISION="$(git rev-parse HEAD)". Both targets inherit these labels.
 ARG VERSION=0.1.0
+ARG REVISION=unknown
 LABEL org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.source="https://github.com/tracehouse/tracehouse" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.vendor="tracehouse"
+# Apache-2.0 asks that a copy of the license travel with the work.
+COPY LICENSE /usr/share/doc/tracehouse/LICENSE
 USER 65532:65532
 
 FROM runtime-base AS collector

@@ -139,7 +139,7 @@ fn commit_as_left(brokers: &str, group: &str, topic: &str, offsets: &[(i32, i64,
             .unwrap();
         tpl.find_partition(topic, *p)
             .unwrap()
-            .set_metadata(metadata.to_string());
+            .set_metadata(*metadata);
     }
     consumer.commit(&tpl, CommitMode::Sync).expect("commit");
 }

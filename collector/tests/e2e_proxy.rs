@@ -37,7 +37,7 @@ impl Nginx {
                  location / {{ proxy_pass {upstream}; proxy_http_version 1.1; }}\n  }}\n}}\n"
         );
         std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-        let child = Command::new("nginx")
+        let mut child = Command::new("nginx")
             .args(["-p", &dir.display().to_string(), "-c"])
             .arg(dir.join("nginx.conf"))
             .stdout(Stdio::null())
@@ -51,6 +51,8 @@ impl Nginx {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        let _ = child.kill();
+        let _ = child.wait();
         panic!("nginx did not listen on {port}");
     }
 

@@ -36,6 +36,21 @@
 //! More collectors or pipelines writing the same table share its window: size it for
 //! the sum of their partitions.
 //!
+//! ## Engines that keep block ids in Keeper (issue 41, finding 5)
+//!
+//! A `ReplicatedMergeTree` — and ClickHouse Cloud's `SharedMergeTree`, which Cloud makes of
+//! every `MergeTree` it is asked for — keeps block ids in Keeper, and keeps one only while
+//! it is within **both** `replicated_deduplication_window` (blocks) and
+//! `replicated_deduplication_window_seconds` (3 600 since 25.10; a week before). So both
+//! are sized: the count as above, the seconds as `safety × (session timeout + retry
+//! horizon)` (180 s at the defaults). Which settings a table takes is read from the engine
+//! `system.tables` names for it, not from the options (Cloud answers `SharedMergeTree` to a
+//! `MergeTree` DDL), and a setting the table does not set is read from
+//! `system.merge_tree_settings` — never assumed: the replicated count defaults to 1 000
+//! before 25.9 and 10 000 after. What a replicated or Cloud engine does with these
+//! statements cannot run here (chdb has no Keeper): it is proven on paper, by the unit
+//! tests below over recorded `system.*` rows and the exact statements.
+//!
 //! ## Only ever raised
 //!
 //! [`change_statements`] raises a table's window to the one asked for and never lowers
@@ -60,13 +75,18 @@ pub const DEFAULT_SAFETY: u64 = 2;
 pub const PARTS_PER_BLOCK: u64 = 2;
 /// The largest window we set (the `TracePipeline`'s `dedupWindow` accepts up to this).
 pub const MAX_WINDOW: u64 = 1_000_000;
-/// ClickHouse's default `replicated_deduplication_window` (26.9): a floor we never lower.
+/// ClickHouse's default `replicated_deduplication_window` from 25.9 (1 000 before): what a
+/// replicated window is never asked below (the server's own default is read, not assumed:
+/// [`ServerDefaults`]).
 pub const REPLICATED_DEFAULT_WINDOW: u64 = 10_000;
 
 /// The setting that holds the window of a plain MergeTree.
 pub const NON_REPLICATED_SETTING: &str = "non_replicated_deduplication_window";
-/// The setting that holds the window of a ReplicatedMergeTree.
+/// The setting that holds the window of a ReplicatedMergeTree (and a SharedMergeTree).
 pub const REPLICATED_SETTING: &str = "replicated_deduplication_window";
+/// The time bound of a Keeper-kept window: a block id older than this is forgotten
+/// whatever the count.
+pub const REPLICATED_SECONDS_SETTING: &str = "replicated_deduplication_window_seconds";
 
 /// What the window depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +126,58 @@ impl PipelineShape {
             .saturating_mul(lingers.max(1))
             .min(MAX_WINDOW)
     }
+
+    /// How long a token must be remembered: the latest it can come back, with the safety
+    /// factor (whole seconds, at least 1).
+    pub fn required_seconds(&self) -> u64 {
+        let horizon = (self.session_timeout + self.retry_horizon).as_secs().max(1);
+        self.safety.max(1).saturating_mul(horizon)
+    }
 }
+
+/// Whether the engine `system.tables` names keeps its block ids in Keeper (replicated, and
+/// Cloud's shared engines), where the window has a time bound beside its count.
+pub fn keeps_ids_in_keeper(engine: &str) -> bool {
+    engine.starts_with("Replicated") || engine.starts_with("Shared")
+}
+
+/// The server's defaults of the window settings, from `system.merge_tree_settings`
+/// (`name`, `value`): what a table that does not set one has.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerDefaults(Vec<(String, u64)>);
+
+impl ServerDefaults {
+    /// The rows of `SELECT name, value FROM system.merge_tree_settings WHERE name IN (…)`.
+    pub fn from_rows<'a>(rows: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        Self(
+            rows.into_iter()
+                .filter_map(|(n, v)| Some((n.to_string(), v.trim().parse().ok()?)))
+                .collect(),
+        )
+    }
+
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+}
+
+/// The engine a `CREATE TABLE` statement (as `system.tables.create_table_query` shows it)
+/// names: `SharedMergeTree` on ClickHouse Cloud for a table asked as `MergeTree`.
+pub fn engine_in(create_query: &str) -> Option<&str> {
+    let at = create_query.find(" ENGINE = ")? + " ENGINE = ".len();
+    let rest = &create_query[at..];
+    let end = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    (end > 0).then(|| &rest[..end])
+}
+
+/// The settings whose server defaults [`ServerDefaults`] needs.
+pub const WINDOW_SETTINGS: [&str; 3] = [
+    NON_REPLICATED_SETTING,
+    REPLICATED_SETTING,
+    REPLICATED_SECONDS_SETTING,
+];
 
 /// The window to ask for, from what the user asked (`requested`: a floor; 0 asks for no
 /// deduplication, which only a table created now gets) and what the pipeline needs.
@@ -123,6 +194,75 @@ pub fn effective_window(requested: u64, required: u64) -> u64 {
 pub struct WindowSetting {
     pub name: &'static str,
     pub value: u64,
+}
+
+/// Every window setting the table needs: [`desired_setting`] for the engine `engine`
+/// (`system.tables.engine`, when the table exists: it wins over the options, since Cloud
+/// makes a `SharedMergeTree` of a `MergeTree`), and for a Keeper-kept window its time bound
+/// of `seconds` ([`PipelineShape::required_seconds`]).
+pub fn desired_settings(
+    opts: &TableOptions,
+    engine: Option<&str>,
+    seconds: u64,
+) -> Vec<WindowSetting> {
+    let keeper = match (engine, &opts.engine) {
+        (_, Engine::Null) => return Vec::new(),
+        (Some(e), _) => keeps_ids_in_keeper(e),
+        (None, Engine::Replicated(_)) => true,
+        (None, Engine::MergeTree) => false,
+    };
+    if !keeper {
+        return vec![WindowSetting {
+            name: NON_REPLICATED_SETTING,
+            value: opts.dedup_window,
+        }];
+    }
+    vec![
+        WindowSetting {
+            name: REPLICATED_SETTING,
+            value: opts.dedup_window.max(REPLICATED_DEFAULT_WINDOW),
+        },
+        WindowSetting {
+            name: REPLICATED_SECONDS_SETTING,
+            value: seconds,
+        },
+    ]
+}
+
+/// The value a table has for `name`: its own (`create_query`'s `SETTINGS`), or the server's
+/// default; `None` when neither can be read (then it is set, never assumed).
+pub fn current_value(name: &str, create_query: &str, defaults: &ServerDefaults) -> Option<u64> {
+    setting_in(create_query, name).or_else(|| defaults.get(name))
+}
+
+/// `ALTER TABLE … MODIFY SETTING` raising, on each of `tables` (name, create query), every
+/// one of `desired` that is smaller there or unknown; one statement per table, none when
+/// all hold (idempotent), never lowering one.
+pub fn change_statements_for(
+    opts: &TableOptions,
+    desired: &[WindowSetting],
+    tables: &[(Ident, String)],
+    defaults: &ServerDefaults,
+) -> Vec<String> {
+    tables
+        .iter()
+        .filter_map(|(table, create)| {
+            let raise: Vec<String> = desired
+                .iter()
+                .filter(|d| d.value > 0)
+                .filter(|d| current_value(d.name, create, defaults).is_none_or(|c| c < d.value))
+                .map(|d| format!("{} = {}", d.name, d.value))
+                .collect();
+            (!raise.is_empty()).then(|| {
+                format!(
+                    "ALTER TABLE {}.{table}{} MODIFY SETTING {}",
+                    opts.database,
+                    crate::ddl::on_cluster(opts),
+                    raise.join(", ")
+                )
+            })
+        })
+        .collect()
 }
 
 /// The window setting `opts` asks for on its engine, if the engine has one: the plain
@@ -327,6 +467,124 @@ mod tests {
             value: 0,
         };
         assert!(change_statements(&o, &off, &[t("otel_traces", 1_000)]).is_empty());
+    }
+
+    #[test]
+    fn keeper_kept_windows_are_told_by_the_engine_the_server_names() {
+        assert!(!keeps_ids_in_keeper("MergeTree"));
+        assert!(keeps_ids_in_keeper("ReplicatedMergeTree"));
+        assert!(keeps_ids_in_keeper("SharedMergeTree"));
+        assert!(keeps_ids_in_keeper("ReplicatedReplacingMergeTree"));
+        assert_eq!(
+            PipelineShape::new(8, Duration::from_secs(1)).required_seconds(),
+            180
+        );
+    }
+
+    /// `system.merge_tree_settings` as this stack's engine (26.9) answers
+    /// `SELECT name, value … WHERE name LIKE '%deduplication_window%'` — recorded here.
+    const ROWS_26_9: [(&str, &str); 3] = [
+        ("non_replicated_deduplication_window", "0"),
+        ("replicated_deduplication_window", "10000"),
+        ("replicated_deduplication_window_seconds", "3600"),
+    ];
+    /// The same on a 25.3 LTS server, transcribed from ClickHouse's settings changes
+    /// history (count 1 000 before 25.9, seconds 604 800 before 25.10): not run here.
+    const ROWS_25_3: [(&str, &str); 3] = [
+        ("non_replicated_deduplication_window", "0"),
+        ("replicated_deduplication_window", "1000"),
+        ("replicated_deduplication_window_seconds", "604800"),
+    ];
+
+    fn replicated() -> TableOptions {
+        let mut o = opts();
+        o.engine = Engine::Replicated(Replication {
+            cluster: Ident::new("cluster", "c").unwrap(),
+            zk_path: Replication::DEFAULT_ZK_PATH.into(),
+            replica: Replication::DEFAULT_REPLICA.into(),
+        });
+        o.dedup_window = 46_080;
+        o
+    }
+
+    #[test]
+    fn a_replicated_table_on_25_3_gets_both_bounds_raised_in_one_statement() {
+        // The table sets neither: before, 10 000 was assumed and nothing was raised.
+        let o = replicated();
+        let create = "CREATE TABLE otel.otel_traces (`a` UInt8) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/otel/otel_traces', '{replica}') ORDER BY a SETTINGS index_granularity = 8192";
+        let want = desired_settings(&o, Some("ReplicatedMergeTree"), 180);
+        let tables = [(
+            Ident::new("table", "otel_traces").unwrap(),
+            create.to_string(),
+        )];
+        let defaults = ServerDefaults::from_rows(ROWS_25_3);
+        assert_eq!(
+            change_statements_for(&o, &want, &tables, &defaults),
+            vec![
+                "ALTER TABLE `otel`.`otel_traces` ON CLUSTER `c` MODIFY SETTING replicated_deduplication_window = 46080"
+                    .to_string()
+            ],
+            "the seconds (a week) already hold"
+        );
+        // On 26.9 the count default is 10 000 and the seconds 3 600: only the count.
+        let defaults = ServerDefaults::from_rows(ROWS_26_9);
+        assert_eq!(
+            change_statements_for(&o, &want, &tables, &defaults).len(),
+            1
+        );
+        // A table someone set to 60 s gets the time bound raised too.
+        let short = format!("{create}, replicated_deduplication_window_seconds = 60");
+        let tables = [(Ident::new("table", "otel_traces").unwrap(), short)];
+        assert_eq!(
+            change_statements_for(&o, &want, &tables, &defaults),
+            vec![
+                "ALTER TABLE `otel`.`otel_traces` ON CLUSTER `c` MODIFY SETTING replicated_deduplication_window = 46080, replicated_deduplication_window_seconds = 180"
+                    .to_string()
+            ]
+        );
+    }
+
+    #[test]
+    fn cloud_s_shared_merge_tree_is_sized_as_replicated_not_with_the_plain_setting() {
+        // Asked for a MergeTree, ClickHouse Cloud made a SharedMergeTree: system.tables says so.
+        let mut o = opts();
+        o.dedup_window = 2_880;
+        let create = "CREATE TABLE otel.otel_traces (`a` UInt8) ENGINE = SharedMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}') ORDER BY a SETTINGS index_granularity = 8192, non_replicated_deduplication_window = 2880";
+        let want = desired_settings(&o, Some("SharedMergeTree"), 180);
+        assert_eq!(
+            want.iter().map(|w| w.name).collect::<Vec<_>>(),
+            [REPLICATED_SETTING, REPLICATED_SECONDS_SETTING]
+        );
+        let tables = [(
+            Ident::new("table", "otel_traces").unwrap(),
+            create.to_string(),
+        )];
+        // Unknown server defaults (the read failed): both are set, never assumed.
+        assert_eq!(
+            change_statements_for(&o, &want, &tables, &ServerDefaults::default()),
+            vec![
+                "ALTER TABLE `otel`.`otel_traces` MODIFY SETTING replicated_deduplication_window = 10000, replicated_deduplication_window_seconds = 180"
+                    .to_string()
+            ]
+        );
+        assert_eq!(engine_in(create), Some("SharedMergeTree"));
+        assert_eq!(
+            engine_in("CREATE TABLE a.b (x UInt8) ENGINE = MergeTree ORDER BY x"),
+            Some("MergeTree")
+        );
+        // The plain MergeTree here keeps its own setting.
+        let plain = desired_settings(&o, Some("MergeTree"), 180);
+        assert_eq!(
+            plain,
+            vec![WindowSetting {
+                name: NON_REPLICATED_SETTING,
+                value: 2_880
+            }]
+        );
+        assert!(
+            change_statements_for(&o, &plain, &tables, &ServerDefaults::from_rows(ROWS_26_9))
+                .is_empty()
+        );
     }
 
     #[test]

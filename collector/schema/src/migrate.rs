@@ -269,29 +269,68 @@ pub(crate) async fn create_queries(
         .collect())
 }
 
-/// Where the window of the traces table and its lookup table stands. Read-only.
+/// The server's defaults of the window settings (`system.merge_tree_settings`); empty when
+/// they cannot be read (then every window setting is set explicitly, never assumed).
+pub(crate) async fn server_defaults(server: &Server) -> dedup_window::ServerDefaults {
+    #[derive(Debug, clickhouse::Row, serde::Deserialize)]
+    struct Row {
+        name: String,
+        value: String,
+    }
+    let names = dedup_window::WINDOW_SETTINGS
+        .iter()
+        .map(|n| quote_str(n))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!("SELECT name, value FROM system.merge_tree_settings WHERE name IN ({names})");
+    match server
+        .fetch_all::<Row>("read the server's window defaults", &sql)
+        .await
+    {
+        Ok(rows) => dedup_window::ServerDefaults::from_rows(
+            rows.iter().map(|r| (r.name.as_str(), r.value.as_str())),
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read system.merge_tree_settings; setting every window setting explicitly");
+            dedup_window::ServerDefaults::default()
+        }
+    }
+}
+
+/// Where the window of the traces table and its lookup table stands: the settings of the
+/// engine the server reports (Cloud's `SharedMergeTree` for a `MergeTree`), their values
+/// or the server's defaults. Read-only.
 pub async fn window_status(
     server: &Server,
     opts: &TableOptions,
 ) -> Result<Option<WindowStatus>, Error> {
-    let Some(desired) = dedup_window::desired_setting(opts) else {
+    if dedup_window::desired_setting(opts).is_none() {
         return Ok(None);
-    };
+    }
     let tables = create_queries(
         server,
         &opts.database,
         &[opts.table.clone(), opts.lookup_table()?],
     )
     .await?;
-    let current = tables
+    let traces = tables
         .iter()
         .find(|(n, _)| n == &opts.table)
-        .map(|(_, q)| dedup_window::current_window(desired.name, q));
+        .map(|(_, q)| q);
+    let engine = traces.and_then(|q| dedup_window::engine_in(q));
+    let seconds =
+        dedup_window::PipelineShape::new(1, std::time::Duration::from_secs(1)).required_seconds();
+    let desired = dedup_window::desired_settings(opts, engine, seconds);
+    let Some(count) = desired.first() else {
+        return Ok(None);
+    };
+    let defaults = server_defaults(server).await;
+    let current = traces.and_then(|q| dedup_window::current_value(count.name, q, &defaults));
     Ok(Some(WindowStatus {
-        setting: desired.name,
-        desired: desired.value,
+        setting: count.name,
+        desired: count.value,
         current,
-        changes: dedup_window::change_statements(opts, &desired, &tables),
+        changes: dedup_window::change_statements_for(opts, &desired, &tables, &defaults),
     }))
 }
 

@@ -108,12 +108,25 @@ pub async fn check_table(
     need: Option<u64>,
 ) -> Result<TableCheck, Error> {
     let shape = adopt::inspect(server, opts, &Creates::TracesTable(opts.table.clone())).await?;
+    // The count of the engine the server reports (Cloud's SharedMergeTree for a MergeTree),
+    // its value or the server's default (unknown reads as 0: off, and said so).
     let window = match dedup_window::desired_setting(opts) {
-        Some(setting) => {
-            migrate::create_queries(server, &opts.database, std::slice::from_ref(&opts.table))
-                .await?
-                .first()
-                .map(|(_, q)| (setting.name, dedup_window::current_window(setting.name, q)))
+        Some(_) => {
+            let tables =
+                migrate::create_queries(server, &opts.database, std::slice::from_ref(&opts.table))
+                    .await?;
+            match tables.first() {
+                Some((_, q)) => {
+                    let defaults = migrate::server_defaults(server).await;
+                    dedup_window::desired_settings(opts, dedup_window::engine_in(q), 0)
+                        .first()
+                        .map(|d| {
+                            let have = dedup_window::current_value(d.name, q, &defaults);
+                            (d.name, have.unwrap_or(0))
+                        })
+                }
+                None => None,
+            }
         }
         None => None,
     };

@@ -122,8 +122,9 @@ struct TableArgs {
     /// them (tracehouse_schema::dedup_window; the collector warns at start when it is not).
     #[arg(long)]
     partitions: Option<u64>,
-    /// The collectors' batch.linger_ms, for sizing the window with --partitions.
-    #[arg(long, default_value_t = 1000)]
+    /// The collectors' batch.linger_ms, for sizing the window with --partitions (default:
+    /// the collector's own default linger, so the window fits collectors left at defaults).
+    #[arg(long, default_value_t = tracehouse_collector::config::BatchConfig::default().linger_ms)]
     linger_ms: u64,
     /// Opt-in layout of Map tables: ResourceAttributeItems / SpanAttributeItems ALIAS
     /// columns with text indexes, for `has(SpanAttributeItems, 'k=v')` (ClickHouse 26.2+;
@@ -461,9 +462,12 @@ mod tests {
         assert_eq!(o.ttl.unwrap().to_string(), "3d");
         assert_eq!(o.dedup_window, 5);
         assert_eq!(options(&["print", "--ttl", "none"]).unwrap().ttl, None);
-        // --partitions raises the window to what they need: 2 × 2 × 96 × 90 s / 1 s.
+        // --partitions raises the window to what they need at the collector's default
+        // linger (200 ms; issue 41 item 8): 2 × 2 × 96 × 90 s / 0.2 s.
         let sized = options(&["print", "--partitions", "96"]).unwrap();
-        assert_eq!(sized.dedup_window, 34_560);
+        assert_eq!(sized.dedup_window, 172_800);
+        let slow = options(&["print", "--partitions", "96", "--linger-ms", "1000"]).unwrap();
+        assert_eq!(slow.dedup_window, 34_560);
         let floor = options(&["print", "--partitions", "1", "--dedup-window", "50000"]).unwrap();
         assert_eq!(floor.dedup_window, 50_000);
         // The opt-in layouts: off unless asked for; Map tables only.

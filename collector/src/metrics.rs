@@ -75,6 +75,9 @@ pub struct Metrics {
     /// need ([`crate::startup`]).
     pub dedup_window: Gauge,
     pub dedup_window_needed: Gauge,
+    /// The time bound of a Keeper-kept window (`replicated_deduplication_window_seconds`);
+    /// 0 for a plain MergeTree, whose window has none.
+    pub dedup_window_seconds: Gauge,
     pub insert_retries: Family<ReasonLabels, Counter>,
     pub insert_errors: Family<ReasonLabels, Counter>,
     /// Inserts split in two (or a bundle into its members): ClickHouse refused part of the
@@ -104,6 +107,9 @@ pub struct Metrics {
     pub span_freshness: Freshness,
     pub lag_records: Family<PartitionLabels, Gauge>,
     pub lag_seconds: Family<PartitionLabels, Gauge<f64, AtomicU64>>,
+    /// Seconds since the oldest batch not yet committed was first sent, per partition: its
+    /// token must outlive this in the table's window (`dedup_window_seconds`).
+    pub oldest_in_flight_seconds: Family<PartitionLabels, Gauge<f64, AtomicU64>>,
     pub inflight_bytes: Gauge,
     pub inflight_inserts: Gauge,
     pub paused_partitions: Gauge,
@@ -133,6 +139,7 @@ impl Metrics {
             reject_breaker_open: Gauge::default(),
             dedup_window: Gauge::default(),
             dedup_window_needed: Gauge::default(),
+            dedup_window_seconds: Gauge::default(),
             insert_retries: Family::default(),
             insert_errors: Family::default(),
             inserts: Counter::default(),
@@ -151,6 +158,7 @@ impl Metrics {
             span_freshness: Freshness::default(),
             lag_records: Family::default(),
             lag_seconds: Family::default(),
+            oldest_in_flight_seconds: Family::default(),
             inflight_bytes: Gauge::default(),
             inflight_inserts: Gauge::default(),
             paused_partitions: Gauge::default(),
@@ -259,6 +267,11 @@ impl Metrics {
             m.dedup_window_needed.clone(),
         );
         r.register(
+            "dedup_window_seconds",
+            "The time bound of the table's window (replicated_deduplication_window_seconds on replicated and Cloud tables; 0: none, a plain MergeTree)",
+            m.dedup_window_seconds.clone(),
+        );
+        r.register(
             "insert_retries",
             "Insert attempts retried, by reason",
             m.insert_retries.clone(),
@@ -339,6 +352,11 @@ impl Metrics {
             CONSUMER_LAG_SECONDS,
             "Age of the oldest record not yet acknowledged, per partition",
             m.lag_seconds.clone(),
+        );
+        r.register(
+            "oldest_in_flight_seconds",
+            "Seconds since the oldest batch not yet committed was first sent, per partition (a replay after dedup_window_seconds is stored twice)",
+            m.oldest_in_flight_seconds.clone(),
         );
         r.register(
             "inflight_bytes",

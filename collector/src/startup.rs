@@ -94,6 +94,9 @@ pub async fn check(cfg: &Config, metrics: &Metrics, stop: impl Future<Output = (
         if let Some(w) = check.dedup_window {
             metrics.dedup_window.set(w as i64);
         }
+        metrics
+            .dedup_window_seconds
+            .set(check.dedup_window_seconds.unwrap_or(0) as i64);
         if check.problems.contains(&TableProblem::Missing) {
             if waited.is_multiple_of(15) {
                 tracing::error!(database = %opts.database, table = %opts.table, "the traces table does not exist; waiting for it (run the schema migrations: the operator does, or `tracehouse-collector schema apply`)");

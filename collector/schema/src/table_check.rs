@@ -68,6 +68,9 @@ pub struct TableCheck {
     /// The table's deduplication window (its setting or the engine default); `None` for
     /// an engine without one (`Null`) or a missing table.
     pub dedup_window: Option<u64>,
+    /// The window's time bound on an engine that keeps block ids in Keeper (replicated,
+    /// Cloud's shared), its setting or the server's default; `None` otherwise.
+    pub dedup_window_seconds: Option<u64>,
 }
 
 /// The pure judgement: `shape` is the adoption verdict of the traces table (`None`:
@@ -110,6 +113,7 @@ pub async fn check_table(
     let shape = adopt::inspect(server, opts, &Creates::TracesTable(opts.table.clone())).await?;
     // The count of the engine the server reports (Cloud's SharedMergeTree for a MergeTree),
     // its value or the server's default (unknown reads as 0: off, and said so).
+    let mut seconds = None;
     let window = match dedup_window::desired_setting(opts) {
         Some(_) => {
             let tables =
@@ -118,12 +122,16 @@ pub async fn check_table(
             match tables.first() {
                 Some((_, q)) => {
                     let defaults = migrate::server_defaults(server).await;
-                    dedup_window::desired_settings(opts, dedup_window::engine_in(q), 0)
-                        .first()
-                        .map(|d| {
-                            let have = dedup_window::current_value(d.name, q, &defaults);
-                            (d.name, have.unwrap_or(0))
-                        })
+                    let settings =
+                        dedup_window::desired_settings(opts, dedup_window::engine_in(q), 0);
+                    seconds = settings
+                        .iter()
+                        .find(|d| d.name == dedup_window::REPLICATED_SECONDS_SETTING)
+                        .and_then(|d| dedup_window::current_value(d.name, q, &defaults));
+                    settings.first().map(|d| {
+                        let have = dedup_window::current_value(d.name, q, &defaults);
+                        (d.name, have.unwrap_or(0))
+                    })
                 }
                 None => None,
             }
@@ -133,6 +141,7 @@ pub async fn check_table(
     Ok(TableCheck {
         problems: judge(shape.as_ref(), window, need),
         dedup_window: window.map(|(_, w)| w),
+        dedup_window_seconds: seconds,
     })
 }
 

@@ -76,6 +76,7 @@ impl ConsumerContext for SourceContext {
             let l = labels(id);
             self.metrics.lag_records.remove(&l);
             self.metrics.lag_seconds.remove(&l);
+            self.metrics.oldest_in_flight_seconds.remove(&l);
         }
         for cmd in out {
             match cmd {
@@ -705,6 +706,13 @@ impl SourceLoop {
                 .oldest_unacknowledged_ms
                 .map_or(0.0, |ts| ((now - ts).max(0) as f64) / 1000.0);
             self.metrics.lag_seconds.get_or_create(&l).set(age);
+            let in_flight = lag
+                .oldest_sent
+                .map_or(0.0, |sent| sent.elapsed().as_secs_f64());
+            self.metrics
+                .oldest_in_flight_seconds
+                .get_or_create(&l)
+                .set(in_flight);
         }
         self.metrics.inflight_bytes.set(self.budget.used() as i64);
     }

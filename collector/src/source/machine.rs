@@ -201,6 +201,9 @@ pub struct PartitionLag<'a> {
     pub committed: Option<i64>,
     /// Kafka timestamp (ms) of the oldest record not yet acknowledged.
     pub oldest_unacknowledged_ms: Option<i64>,
+    /// When the oldest batch not yet committed was first sent: its token must still be in
+    /// the table's deduplication window when a successor replays it.
+    pub oldest_sent: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -210,8 +213,9 @@ struct Partition {
     /// Loaded by the shell before the partition's first record ([`Machine::needs_ledger`]).
     ledger: Option<PartitionLedger>,
     builder: BatchBuilder,
-    /// First offset and Kafka timestamp of each sent, unacknowledged batch, oldest first.
-    pending_ts: VecDeque<(i64, i64)>,
+    /// First offset, Kafka timestamp and send time of each sent, uncommitted batch, oldest
+    /// first.
+    pending_ts: VecDeque<(i64, i64, Instant)>,
     paused: bool,
 }
 
@@ -237,7 +241,7 @@ impl Partition {
         batch.log = ledger.log_for(batch.range);
         let metadata = ledger.open(batch.range);
         self.pending_ts
-            .push_back((batch.range.first, batch.first_timestamp_ms));
+            .push_back((batch.range.first, batch.first_timestamp_ms, Instant::now()));
         Command::Send {
             intent: CommitOffset {
                 partition: self.id.clone(),
@@ -517,7 +521,7 @@ impl Machine {
             while p
                 .pending_ts
                 .front()
-                .is_some_and(|(first, _)| *first < l.committed())
+                .is_some_and(|(first, _, _)| *first < l.committed())
             {
                 p.pending_ts.pop_front();
             }
@@ -652,8 +656,9 @@ impl Machine {
             oldest_unacknowledged_ms: p
                 .pending_ts
                 .front()
-                .map(|(_, ts)| *ts)
+                .map(|(_, ts, _)| *ts)
                 .or(p.builder.first_timestamp_ms()),
+            oldest_sent: p.pending_ts.front().map(|(_, _, sent)| *sent),
         })
     }
 }

@@ -153,8 +153,11 @@ impl Machine {
                 .as_mut()
                 .expect("a partition with records has a ledger");
             let metadata = ledger.open_bundled(batch.range, desc.clone());
-            p.pending_ts
-                .push_back((batch.range.first, batch.first_timestamp_ms));
+            p.pending_ts.push_back((
+                batch.range.first,
+                batch.first_timestamp_ms,
+                std::time::Instant::now(),
+            ));
             intents.push(CommitOffset {
                 partition: p.id.clone(),
                 offset: ledger.committed(),

@@ -103,7 +103,7 @@ pub fn watermarks<'a>(
 }
 
 /// The dead-letter producer. Its own size limit is generous: what a copy may weigh is
-/// decided by `kafka.dead_letter_max_bytes` and the topic ([`crate::dead_letter`]).
+/// decided by `kafka.dead_letter_max_bytes` and the topic ([`crate::insert::dead_letter`]).
 pub fn dead_letter_producer<'a>(
     brokers: &str,
     properties: impl IntoIterator<Item = (&'a String, &'a String)>,

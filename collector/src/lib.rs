@@ -3,9 +3,9 @@
 //! Read top to bottom as the data flows:
 //! kafka source ([`source`]: a pure partition state machine and its rdkafka shell) →
 //! batches ([`batch`], holding [`budget`] permits) → decode/encode workers ([`workers`]:
-//! [`decode`] → [`rows`] → [`encode`]) → inserts ([`insert`]: retries, bisection, the
-//! rejection [`breaker`]; [`sink`], [`retry`]; skipped records to the [`dead_letter`]
-//! topic) → acknowledgements and commits ([`offsets`]).
+//! [`decode`] → [`rows`] → [`encode`]) → inserts ([`insert`], the ClickHouse side as
+//! [`source`] is the Kafka side: retries, bisection, the rejection breaker, the HTTP sink,
+//! skipped records to the dead-letter topic) → acknowledgements and commits ([`offsets`]).
 //! Dependencies point down this list only: [`rows`] reads [`decode`]'s views and writes
 //! with [`wire`] (ClickHouse's binary primitives, a leaf); [`encode`] uses both.
 //! [`pipeline`] wires the stages with bounded queues; [`config`] is what the user writes
@@ -14,25 +14,20 @@
 //! one metric the encoder fills: a leaf).
 
 pub mod batch;
-pub mod breaker;
 pub mod budget;
 pub mod bundle;
-pub mod dead_letter;
 pub mod decode;
 pub mod encode;
 pub mod freshness;
 pub mod http;
 pub mod insert;
-pub mod insert_encoder;
 pub mod kafka_clients;
 pub mod log_limit;
 pub mod metrics;
 pub mod offsets;
 pub mod pipeline;
 pub mod pool;
-pub mod retry;
 pub mod rows;
-pub mod sink;
 pub mod source;
 pub mod startup;
 pub mod wire;

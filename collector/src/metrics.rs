@@ -68,7 +68,7 @@ pub struct Metrics {
     /// Batches given up without an acknowledgement: `revoked` (the partition went to
     /// another member, which replays them).
     pub batches_dropped: Family<ReasonLabels, Counter>,
-    /// 1 while the rejection breaker is open ([`crate::breaker`]): every record is refused,
+    /// 1 while the rejection breaker is open ([`crate::insert::breaker`]): every record is refused,
     /// the configuration is suspect, nothing is skipped.
     pub reject_breaker_open: Gauge,
     /// The traces table's deduplication window at start, and what the topics' partitions

@@ -14,15 +14,15 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::batch::CutPolicy;
-use crate::breaker::RejectBreaker;
 use crate::budget::Budget;
 use crate::config::Config;
 use crate::http::Health;
+use crate::insert::breaker::RejectBreaker;
+use crate::insert::sink::Sink;
 use crate::insert::{Inserts, KafkaDeadLetters};
 use crate::kafka_clients;
 use crate::log_limit::RateLimit;
 use crate::metrics::Metrics;
-use crate::sink::Sink;
 use crate::source::{self, Ack, Holdings, MachineConfig, SourceConfig};
 use crate::workers::{self, EncoderFactory, ToInsert, Work};
 
@@ -113,7 +113,6 @@ fn clickhouse_sink(cfg: &Config) -> anyhow::Result<Sink> {
         &cfg.clickhouse.tls()?,
         Duration::from_millis(cfg.clickhouse.request_timeout_ms),
     )?
-    .with_compression(cfg.clickhouse.compression)
     .with_insert_quorum(cfg.clickhouse.insert_quorum.clone()))
 }
 

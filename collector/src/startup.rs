@@ -8,7 +8,7 @@
 //!   still be running, and consuming now would only turn every insert into a retry;
 //! - its shape differs: an error naming each difference, and go on — inserts then fail with
 //!   the server's own error, which the retry policy and the rejection breaker
-//!   ([`crate::breaker`]) keep from losing data;
+//!   ([`crate::insert::breaker`]) keep from losing data;
 //! - its window is off or smaller than the partitions need: a warning with both numbers
 //!   (`tracehouse_dedup_window_blocks` and `tracehouse_dedup_window_needed_blocks` show
 //!   them): a replay after a crash may then duplicate rows, nothing is lost;
@@ -24,7 +24,7 @@ use tracehouse_schema::dedup_window::PipelineShape;
 use tracehouse_schema::table_check::{self, TableProblem};
 
 use crate::config::Config;
-use crate::insert_encoder::table_options;
+use crate::insert::encoder::table_options;
 use crate::kafka_clients;
 use crate::metrics::Metrics;
 

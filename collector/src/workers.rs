@@ -11,11 +11,12 @@ use bytes::Bytes;
 use crate::batch::BatchRange;
 use crate::batch::{RecordBatch, SkipReason, Skipped};
 use crate::bundle::{Bundle, BundleDesc};
+use crate::config::Compression;
 use crate::decode::DecodeError;
 use crate::freshness::EndTimes;
 
 /// What a worker needs: Kafka record payloads in, one compressed ClickHouse insert body out
-/// (implemented by [`crate::insert_encoder`]'s configured encoder).
+/// (implemented by [`crate::insert::encoder`]'s configured encoder).
 pub trait RecordEncoder: Send {
     /// The `INSERT INTO … (columns) FORMAT …` statement the body is meant for.
     fn insert_query(&self) -> String;
@@ -24,6 +25,10 @@ pub trait RecordEncoder: Send {
     fn append(&mut self, payload: &[u8]) -> Result<u64, DecodeError>;
     /// Take the compressed body of everything appended since the last call.
     fn finish(&mut self) -> Bytes;
+    /// How [`RecordEncoder::finish`]'s bodies are compressed (none by default).
+    fn compression(&self) -> Compression {
+        Compression::None
+    }
     /// Take the end times of the spans appended since the last call (none by default).
     fn take_end_times(&mut self) -> EndTimes {
         EndTimes::default()
@@ -33,6 +38,32 @@ pub trait RecordEncoder: Send {
 /// Makes one encoder per worker thread.
 pub type EncoderFactory = Arc<dyn Fn() -> Box<dyn RecordEncoder> + Send + Sync>;
 
+/// An insert body and how it is compressed: they travel together from the encoder to the
+/// sink, so the sink sends `decompress=1` exactly when the encoder compressed.
+#[derive(Debug, Clone, Default)]
+pub struct Body {
+    pub bytes: Bytes,
+    pub compression: Compression,
+}
+
+impl Body {
+    /// `enc`'s body of everything appended since the last call, as it compressed it.
+    pub fn finish(enc: &mut dyn RecordEncoder) -> Self {
+        Self {
+            bytes: enc.finish(),
+            compression: enc.compression(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
 /// An encoded slice of a batch, ready to insert.
 #[derive(Debug)]
 pub struct Encoded {
@@ -41,7 +72,7 @@ pub struct Encoded {
     pub range: BatchRange,
     /// Indexes into `batch.records` this insert covers.
     pub records: Range<usize>,
-    pub body: Bytes,
+    pub body: Body,
     pub rows: u64,
     /// Records of this slice that could not be decoded.
     pub undecodable: Vec<Skipped>,
@@ -63,7 +94,7 @@ pub enum Work {
 pub struct EncodedBundle {
     pub desc: Arc<BundleDesc>,
     pub parts: Vec<Encoded>,
-    pub body: Bytes,
+    pub body: Body,
     pub rows: u64,
     pub end_times: EndTimes,
 }
@@ -88,7 +119,7 @@ pub fn encode_bundle(enc: &mut dyn RecordEncoder, bundle: Bundle) -> EncodedBund
             range: batch.range,
             batch,
             records: 0..n,
-            body: Bytes::new(),
+            body: Body::default(),
             rows: part_rows,
             undecodable,
             end_times: EndTimes::default(),
@@ -97,7 +128,7 @@ pub fn encode_bundle(enc: &mut dyn RecordEncoder, bundle: Bundle) -> EncodedBund
     EncodedBundle {
         desc: bundle.desc,
         parts,
-        body: enc.finish(),
+        body: Body::finish(enc),
         rows,
         end_times: enc.take_end_times(),
     }
@@ -137,7 +168,7 @@ pub fn encode_slice(
     records: Range<usize>,
 ) -> Encoded {
     let (rows, undecodable) = append_slice(enc, batch, records.clone());
-    let body = enc.finish();
+    let body = Body::finish(enc);
     let end_times = enc.take_end_times();
     let range = if records == (0..batch.records.len()) {
         batch.range
@@ -249,7 +280,7 @@ mod tests {
         );
         assert_eq!(e.undecodable.len(), 1);
         assert_eq!(e.undecodable[0].offset, 11);
-        assert_eq!(&e.body[..], b"3\n4\n");
+        assert_eq!(&e.body.bytes[..], b"3\n4\n");
 
         let half = encode_slice(&mut enc, &batch, 2..3);
         assert_eq!(

@@ -32,7 +32,7 @@ async fn a_window_too_small_for_the_partitions_is_reported_with_both_numbers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_table_is_waited_for_then_every_span_goes_in_once() {
-    tracehouse_collector::sink::install_crypto_provider();
+    tracehouse_collector::insert::sink::install_crypto_provider();
     let w = World::new("startmissing", Attributes::Map);
     query(&format!("DROP DATABASE {}", w.database)).await;
     w.produce(1_000, 2, 2).await;

@@ -12,7 +12,7 @@ clients send:
 - `RowBinary` with `decompress=1` (our collector; Rotel);
 - `JSONEachRow` and `VALUES` in plain text (curl, hand-made inserts);
 
-into each error class the collector classifies (collector/src/retry.rs): parse and type errors,
+into each error class the collector classifies (collector/src/insert/retry.rs): parse and type errors,
 252 for too many partitions and for too many parts, 241 memory, 243 no space, unknown table and
 database, authentication, readonly; and a body that breaks on the server's side of the
 connection (a bad `decompress=1` block, a client that disconnects mid-body) must not commit the

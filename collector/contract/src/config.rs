@@ -38,7 +38,7 @@ pub struct KafkaConfig {
     /// Copy undecodable or oversized records to this topic before skipping them.
     pub dead_letter_topic: Option<String>,
     /// A copy in the dead-letter topic is cut to this many payload bytes (its headers say
-    /// so); the default fits Kafka's default `max.message.bytes`. See `dead_letter.rs`.
+    /// so); the default fits Kafka's default `max.message.bytes`. See the collector's `insert/dead_letter.rs`.
     #[serde(skip_serializing_if = "is_default_dead_letter_max_bytes")]
     pub dead_letter_max_bytes: usize,
 }
@@ -77,7 +77,7 @@ pub struct ClickHouseConfig {
     pub tls: ClickHouseTlsConfig,
     /// After this many records in a row refused alone with no insert succeeding, the
     /// configuration is suspect: stop skipping refused records, retry them (0: never).
-    /// See `breaker.rs`.
+    /// See the collector's `insert/breaker.rs`.
     #[serde(skip_serializing_if = "is_default_reject_breaker_records")]
     pub reject_breaker_records: u64,
     /// How insert bodies travel: `lz4` (default, ClickHouse's block framing, sent with

@@ -145,14 +145,14 @@ pub fn run(args: RunArgs) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    let factory = match tracehouse_collector::insert_encoder::factory(&cfg) {
+    let factory = match tracehouse_collector::insert::encoder::factory(&cfg) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);
         }
     };
-    tracehouse_collector::sink::install_crypto_provider();
+    tracehouse_collector::insert::sink::install_crypto_provider();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("io")

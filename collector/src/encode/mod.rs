@@ -233,6 +233,11 @@ impl Encoder {
         })
     }
 
+    /// How [`Encoder::finish`]'s bodies are compressed.
+    pub fn compression(&self) -> Compression {
+        self.options.compression
+    }
+
     pub fn options(&self) -> EncoderOptions {
         self.options
     }

@@ -17,7 +17,7 @@ pub use tracehouse_schema::Attributes;
 /// A stack variable (`tracehouse_e2e::stack_var`), with rustls' crypto provider installed
 /// first for the collector library's HTTP clients.
 pub fn var(name: &str) -> String {
-    tracehouse_collector::sink::install_crypto_provider();
+    tracehouse_collector::insert::sink::install_crypto_provider();
     tracehouse_e2e::stack_var(name)
 }
 

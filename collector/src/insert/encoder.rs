@@ -47,6 +47,10 @@ impl RecordEncoder for ConfiguredEncoder {
         self.encoder.finish()
     }
 
+    fn compression(&self) -> crate::config::Compression {
+        self.encoder.compression()
+    }
+
     fn take_end_times(&mut self) -> EndTimes {
         self.encoder.take_end_times()
     }

@@ -2,7 +2,9 @@
 //!
 //! The decision is made here and only here, on ClickHouse's exception code (never on the
 //! HTTP status, which ClickHouse maps loosely), so the sink, the tests and the metrics
-//! agree on what "retryable" means.
+//! agree on what "retryable" means. An HTTP error that carries no code did not come from
+//! ClickHouse but from a proxy, an ingress or a load balancer in front of it: that one is
+//! judged by its status ([`classify_http_status`]).
 //!
 //! Invariant: no deterministic error is [`Verdict::Retry`]. An error the same bytes would
 //! get again on every attempt must be `Permanent` (the insert stage bisects the batch and
@@ -24,6 +26,21 @@ pub enum Verdict {
     /// Configuration or permissions: retrying cannot help, splitting data cannot either.
     /// The collector keeps retrying slowly (an operator may fix it) and reports it loudly.
     Fatal,
+}
+
+/// Classify an HTTP error status that carries no ClickHouse exception code.
+pub fn classify_http_status(status: u16) -> Verdict {
+    match status {
+        // The body is over the proxy's limit (nginx's `client_max_body_size` is 1 MiB by
+        // default): smaller inserts get through, so the insert is split.
+        413 => Verdict::Permanent,
+        // Timeouts, rate limits and the proxy's own trouble pass.
+        408 | 429 | 500..=599 => Verdict::Retry,
+        // Any other refusal (401, 403, 404, 400, 414, 431 …) is the proxy's configuration:
+        // retried slowly and reported loudly, never a silent loop.
+        400..=499 => Verdict::Fatal,
+        _ => Verdict::Retry,
+    }
 }
 
 /// Classify a ClickHouse exception: by its code, and by its message for the code that

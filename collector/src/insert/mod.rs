@@ -10,7 +10,7 @@
 //! 2. a permanent rejection isolates the refused records by bisection (each half is
 //!    re-encoded from the batch's records and inserted under the token of its own range), so
 //!    every good row lands and the partition never stalls; a deterministic error is never
-//!    retried as transient ([`crate::retry`]);
+//!    retried as transient ([`retry`]);
 //! 3. transient failures retry with backoff and the same token (a duplicate is a no-op)
 //!    while the batch's partition is held in the batch's generation ([`Holdings`]) and
 //!    until shutdown's deadline abandons it: then nothing is acknowledged and the owner
@@ -18,7 +18,7 @@
 //! 4. when every record is refused, the configuration is suspect: the
 //!    [`RejectBreaker`] stops skipping and the refused record is retried instead;
 //! 5. a dead-letter copy that the topic can never take is made smaller, then given up and
-//!    counted ([`crate::dead_letter`]), so it never holds its batch forever;
+//!    counted ([`dead_letter`]), so it never holds its batch forever;
 //! 6. a bundle ([`crate::bundle`]) is one insert under the bundle's token, retried while
 //!    any member's partition is held (its other members' owners replay the same bundle
 //!    under the same token); each member held is acknowledged on its own. A permanent
@@ -26,8 +26,19 @@
 //!    deterministic as the rejection, so a replay of the bundle does the same;
 //! 7. a body over `clickhouse.max_body_bytes` (a proxy's known limit) is split before it is
 //!    sent, and a proxy's 413 splits it after (`sink::InsertError::Http`): halves go under
-//!    their own ranges' tokens, as in rule 2, so a replay splits the same way or lands the
-//!    same rows whole under the whole range's token — never both, since a 413 stores nothing.
+//!    their own ranges' tokens, as in rule 2, so a replay under the same limit splits the
+//!    same way and deduplicates (a 413 stores nothing). A limit changed between a batch's
+//!    first send and its replay can store it twice, whole and in halves: change
+//!    `max_body_bytes` or the proxy's limit while no batch is in flight, or accept that.
+
+// The ClickHouse side, as `source/` is the Kafka side: the HTTP sink and its error
+// classes, the retry policy, the rejection breaker, the dead-letter topic, the encoder
+// the configuration selects.
+pub mod breaker;
+pub mod dead_letter;
+pub mod encoder;
+pub mod retry;
+pub mod sink;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -35,27 +46,27 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use breaker::RejectBreaker;
+pub use dead_letter::{DeadLetterSink, KafkaDeadLetters, Letter, ParkError};
+use retry::{Backoff, Verdict};
+use sink::{InsertError, Sink};
 
 use crate::batch::{RecordBatch, SkipReason, Skipped};
-use crate::breaker::RejectBreaker;
-pub use crate::dead_letter::{DeadLetterSink, KafkaDeadLetters, Letter, ParkError};
 use crate::freshness;
 use crate::freshness::EndTimes;
 use crate::log_limit::RateLimit;
 use crate::metrics::{Metrics, ReasonLabels};
-use crate::retry::{self, Backoff, Verdict};
-use crate::sink::{InsertError, Sink};
 use crate::source::{Ack, Holdings};
-use crate::workers::{self, Encoded, EncodedBundle, EncoderFactory, ToInsert};
+use crate::workers::{self, Body, Encoded, EncodedBundle, EncoderFactory, ToInsert};
 
-/// Where rows go: one insert attempt of a compressed body under a deduplication token.
+/// Where rows go: one insert attempt of a body, sent as it is compressed, under a
+/// deduplication token.
 pub trait Inserter: Send + Sync + 'static {
     fn insert(
         &self,
         query: &str,
         token: &str,
-        body: Bytes,
+        body: Body,
     ) -> impl Future<Output = Result<(), InsertError>> + Send;
 }
 
@@ -64,7 +75,7 @@ impl Inserter for Sink {
         &self,
         query: &str,
         token: &str,
-        body: Bytes,
+        body: Body,
     ) -> impl Future<Output = Result<(), InsertError>> + Send {
         Sink::insert(self, query, token, body)
     }
@@ -74,7 +85,7 @@ impl Inserter for Sink {
 pub struct Inserts<I, D> {
     pub sink: I,
     pub dead_letters: Option<D>,
-    /// The bound of a dead-letter copy ([`crate::dead_letter`]).
+    /// The bound of a dead-letter copy ([`dead_letter`]).
     pub dead_letter_max_bytes: usize,
     pub query: String,
     pub factory: EncoderFactory,
@@ -113,7 +124,7 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
     }
 
     /// Whether `body` is over `clickhouse.max_body_bytes` (rule 7).
-    fn too_large(&self, body: &Bytes) -> bool {
+    fn too_large(&self, body: &Body) -> bool {
         self.max_body_bytes > 0 && body.len() > self.max_body_bytes
     }
 
@@ -265,7 +276,7 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
     /// One attempt; on success, the metrics of an acknowledged insert.
     async fn attempt(
         &self,
-        body: &Bytes,
+        body: &Body,
         rows: u64,
         end_times: &EndTimes,
         token: &str,
@@ -331,7 +342,7 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
     /// it refused it for good.
     async fn until_done(
         &self,
-        body: &Bytes,
+        body: &Body,
         rows: u64,
         end_times: &EndTimes,
         token: &str,
@@ -451,7 +462,7 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
     }
 
     /// Park the skipped records that carry a payload, each as large a copy as the topic
-    /// takes ([`crate::dead_letter`]).
+    /// takes ([`dead_letter`]).
     async fn dead_letter(&self, dl: &D, batch: &RecordBatch, skipped: &[Skipped]) -> Done {
         for s in skipped {
             let Some(payload) = &s.payload else { continue };
@@ -461,7 +472,7 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
     }
 
     async fn park(&self, dl: &D, batch: &RecordBatch, s: &Skipped, payload: &[u8]) -> Done {
-        let copies = crate::dead_letter::copies(payload, self.dead_letter_max_bytes);
+        let copies = dead_letter::copies(payload, self.dead_letter_max_bytes);
         let degraded = |reason| {
             self.metrics
                 .dead_letter_degraded
@@ -507,5 +518,4 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
 }
 
 #[cfg(test)]
-#[path = "insert_tests.rs"]
 mod tests;

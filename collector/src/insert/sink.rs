@@ -1,17 +1,16 @@
 //! ClickHouse sink: one insert over HTTP, its outcome classified, nothing else.
 //!
-//! The body arrives already encoded and, by default, ClickHouse-LZ4-compressed (sent with
-//! `decompress=1`; `clickhouse.compression: none` sends it as encoded); the sink adds the
+//! The body arrives already encoded and, by default, ClickHouse-LZ4-compressed, carrying how
+//! it was compressed ([`Body`]: the sink sends `decompress=1` exactly then). The sink adds the
 //! deduplication token that makes a retried or replayed batch a no-op, the credentials, and
 //! turns every failure into an [`InsertError`] carrying ClickHouse's exception code when
-//! there is one. Retrying is the caller's business ([`crate::retry`]).
+//! there is one. Retrying is the caller's business ([`crate::insert::retry`]).
 
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use crate::config::{Compression, Credentials};
-use crate::retry::{Verdict, classify_exception};
+use crate::insert::retry::{Verdict, classify_exception, classify_http_status};
+use crate::workers::Body;
 
 /// A failed insert attempt.
 #[derive(Debug, thiserror::Error)]
@@ -35,17 +34,7 @@ impl InsertError {
         match self {
             InsertError::Server { code, message } => classify_exception(*code, message),
             InsertError::Transport(_) => Verdict::Retry,
-            InsertError::Http { status, .. } => match status {
-                // The body is over the proxy's limit (nginx's `client_max_body_size` is 1 MiB
-                // by default): smaller inserts get through, so the insert is split.
-                413 => Verdict::Permanent,
-                // Timeouts, rate limits and the proxy's own trouble pass.
-                408 | 429 | 500..=599 => Verdict::Retry,
-                // Any other refusal (401, 403, 404, 400, 414, 431 …) is the proxy's
-                // configuration: retried slowly and reported loudly, never a silent loop.
-                400..=499 => Verdict::Fatal,
-                _ => Verdict::Retry,
-            },
+            InsertError::Http { status, .. } => classify_http_status(*status),
         }
     }
 
@@ -77,8 +66,6 @@ pub struct Sink {
     client: reqwest::Client,
     base_url: String,
     credentials: Credentials,
-    /// How the bodies handed to [`Sink::insert`] are compressed (the encoder's setting).
-    compression: Compression,
     /// `insert_quorum` for replicated tables (`None`: the server's, i.e. no quorum).
     insert_quorum: Option<String>,
 }
@@ -122,7 +109,6 @@ impl Sink {
             client,
             base_url: base_url.trim_end_matches('/').to_string(),
             credentials,
-            compression: Compression::Lz4,
             insert_quorum: None,
         })
     }
@@ -131,12 +117,6 @@ impl Sink {
     /// replicas have the rows; `auto` is a majority).
     pub fn with_insert_quorum(mut self, quorum: Option<String>) -> Self {
         self.insert_quorum = quorum;
-        self
-    }
-
-    /// Bodies compressed as `compression` says (LZ4 unless told otherwise).
-    pub fn with_compression(mut self, compression: Compression) -> Self {
-        self.compression = compression;
         self
     }
 
@@ -163,11 +143,11 @@ impl Sink {
         }
     }
 
-    /// Send one insert body, compressed as [`Sink::with_compression`] said. `query` is the
-    /// `INSERT INTO … FORMAT …` statement; `token` the deduplication token (same batch ⇒
-    /// same token).
-    pub async fn insert(&self, query: &str, token: &str, body: Bytes) -> Result<(), InsertError> {
-        let decompress = match self.compression {
+    /// Send one insert body, with `decompress=1` when the encoder compressed it (the body
+    /// says). `query` is the `INSERT INTO … FORMAT …` statement; `token` the deduplication
+    /// token (same batch ⇒ same token).
+    pub async fn insert(&self, query: &str, token: &str, body: Body) -> Result<(), InsertError> {
+        let decompress = match body.compression {
             Compression::Lz4 => "1",
             Compression::None => "0",
         };
@@ -182,7 +162,7 @@ impl Sink {
             .header("X-ClickHouse-User", &self.credentials.user)
             .header("X-ClickHouse-Key", &self.credentials.password)
             .header("Content-Type", "application/octet-stream")
-            .body(body)
+            .body(body.bytes)
             .send()
             .await
             .map_err(|e| InsertError::Transport(describe_reqwest(&e)))?;

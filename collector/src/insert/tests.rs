@@ -32,7 +32,8 @@ struct FakeClickHouse {
 }
 
 impl Inserter for FakeClickHouse {
-    async fn insert(&self, _query: &str, token: &str, body: Bytes) -> Result<(), InsertError> {
+    async fn insert(&self, _query: &str, token: &str, body: Body) -> Result<(), InsertError> {
+        let body = body.bytes;
         self.attempts.lock().unwrap().push(token.to_string());
         if self
             .transient
@@ -136,7 +137,7 @@ impl<T: Inserter> Inserter for Arc<T> {
         &self,
         query: &str,
         token: &str,
-        body: Bytes,
+        body: Body,
     ) -> impl Future<Output = Result<(), InsertError>> + Send {
         (**self).insert(query, token, body)
     }

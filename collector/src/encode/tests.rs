@@ -124,3 +124,74 @@ fn body_buffers_are_recycled_once_the_body_is_dropped() {
         assert_eq!((enc.bodies.owned(), enc.bodies.idle()), (3, 2));
     }
 }
+
+/// The encoder fills the freshness sketch ([`crate::freshness`]) in its fused pass.
+mod end_times {
+    use super::*;
+    use crate::decode::Encoding;
+    use crate::freshness::unix_now_ns;
+
+    const S: u64 = 1_000_000_000;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use tracehouse_schema::{InsertFormat, TableOptions};
+
+    fn encoder() -> Encoder {
+        let table = TableOptions::new(
+            Ident::new("database", "otel").unwrap(),
+            Ident::new("table", "otel_traces").unwrap(),
+        );
+        Encoder::new(&table, InsertFormat::Native).unwrap()
+    }
+
+    fn span(end: u64) -> Span {
+        Span {
+            trace_id: vec![1; 16],
+            span_id: vec![2; 8],
+            end_time_unix_nano: end,
+            ..Default::default()
+        }
+    }
+
+    /// A length-delimited field with a one-byte key.
+    fn field(key: u8, body: &[u8]) -> Vec<u8> {
+        let mut out = vec![key];
+        prost::encoding::encode_varint(body.len() as u64, &mut out);
+        out.extend_from_slice(body);
+        out
+    }
+
+    #[test]
+    fn every_appended_span_is_counted_once_and_a_refused_record_not_at_all() {
+        let now = unix_now_ns();
+        let mut enc = encoder();
+        let req = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![span(now - 2 * S), span(now - 2 * S), span(0)],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let payload = req.encode_to_vec();
+        assert_eq!(enc.push_record(&payload, Encoding::OtlpProto).unwrap(), 3);
+        // A good span, then one whose end time has the wrong wire type (varint): the
+        // fast reader takes the record back, prost refuses it; nothing may be counted.
+        let good = span(now - S).encode_to_vec();
+        let mut bad = span(now - S).encode_to_vec();
+        bad.extend_from_slice(&[8 << 3, 1]);
+        let scope = [field(0x12, &good), field(0x12, &bad)].concat();
+        let refused = field(0x0a, &field(0x12, &scope));
+        assert!(enc.push_record(&refused, Encoding::OtlpProto).is_err());
+
+        let t = enc.take_end_times();
+        assert_eq!(t.spans(), 2);
+        assert!(t.base_ns() >= now);
+        let ages: Vec<(f64, u64)> = t.freshness_at(t.base_ns()).collect();
+        assert_eq!(ages.len(), 1);
+        assert_eq!(ages[0].1, 2);
+        assert!((ages[0].0 - 2.0).abs() < 0.2, "{ages:?}");
+        // Taken: the next batch starts empty, with a reference time of its own.
+        assert_eq!(enc.take_end_times().spans(), 0);
+    }
+}

@@ -47,6 +47,10 @@ pub fn collector_config(tp: &TracePipeline) -> Result<collector::Config, BuildEr
     cfg.clickhouse.attribute_keys = ch.schema.attribute_keys_columns;
     cfg.clickhouse.insert_format = ch.insert_format;
     cfg.clickhouse.compression = ch.compression;
+    if let Some(max) = &ch.max_body_bytes {
+        cfg.clickhouse.max_body_bytes = bytes_field("spec.clickhouse.maxBodyBytes", max)? as u64;
+    }
+    cfg.clickhouse.insert_quorum = ch.insert_quorum.clone();
     // Certificates are files mounted from the Secrets; only their paths are written here.
     cfg.clickhouse.tls = clickhouse_tls_files(ch.tls.as_ref());
     // Credentials come from the environment (CLICKHOUSE_USER / CLICKHOUSE_PASSWORD, filled
@@ -89,6 +93,8 @@ fn spec_field(collector_field: &str) -> &'static str {
         "clickhouse.table" => "spec.clickhouse.table",
         "clickhouse.tls" => "spec.clickhouse.tls",
         "clickhouse.max_inflight_inserts" => "spec.collector.maxInflightInserts",
+        "clickhouse.max_body_bytes" => "spec.clickhouse.maxBodyBytes",
+        "clickhouse.insert_quorum" => "spec.clickhouse.insertQuorum",
         "batch.max_bytes" => "spec.collector.batch.maxBytes",
         "batch.max_records" => "spec.collector.batch.maxRecords",
         "limits.max_record_bytes" => "spec.collector.maxRecordBytes",
@@ -138,6 +144,26 @@ mod tests {
         let yaml = tracehouse_contract::yaml::to_string(&cfg).unwrap();
         assert!(yaml.contains("compression: none"), "{yaml}");
         assert_ne!(config_hash(&yaml), config_hash(&default));
+    }
+
+    #[test]
+    fn body_limit_and_quorum_reach_the_collector_and_unset_leave_the_config_as_it_was() {
+        let default =
+            tracehouse_contract::yaml::to_string(&collector_config(&sample()).unwrap()).unwrap();
+        assert!(!default.contains("max_body_bytes") && !default.contains("insert_quorum"));
+        let mut tp = sample();
+        tp.spec.clickhouse.max_body_bytes = Some(crate::crd::ByteSize::Quantity("1Mi".into()));
+        tp.spec.clickhouse.insert_quorum = Some("auto".into());
+        let cfg = collector_config(&tp).unwrap();
+        assert_eq!(cfg.clickhouse.max_body_bytes, 1 << 20);
+        assert_eq!(cfg.clickhouse.insert_quorum.as_deref(), Some("auto"));
+        // The collector's own rule, named by the spec field.
+        tp.spec.clickhouse.max_body_bytes = Some(crate::crd::ByteSize::Int(1000));
+        let e = collector_config(&tp).unwrap_err().to_string();
+        assert!(
+            e.contains("spec.clickhouse.maxBodyBytes") && e.contains("64 KiB"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -245,6 +245,23 @@ pub struct ClickHouseSpec {
     /// twice the collector's peak memory: for a ClickHouse whose network bytes cost nothing).
     #[serde(default)]
     pub compression: Compression,
+    /// The largest insert body to send (`1Mi`, `1000000`; unset: no limit): a larger insert
+    /// is split before it goes out. For a proxy or ingress with a body limit in front of
+    /// ClickHouse (nginx's `client_max_body_size` is 1 MiB by default; an ingress-nginx
+    /// `proxy-body-size` annotation). Without it the collector still splits an insert the
+    /// proxy refuses with 413, after the fact. At least 64 KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_body_bytes: Option<ByteSize>,
+    /// `insert_quorum` for replicated tables: `auto` (a majority of replicas) or a replica
+    /// count. A 200 then means that many replicas hold the rows, so losing the replica that
+    /// answered right after the collector committed its Kafka offset loses none. Unset: one
+    /// replica (the server's default). Slower inserts; no effect on a plain MergeTree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self == 'auto' || self.matches('^[1-9][0-9]{0,2}$')",
+        "message": "spec.clickhouse.insertQuorum must be `auto` or a replica count"
+    }]))]
+    pub insert_quorum: Option<String>,
     /// TLS to an `https://` endpoint: the CA, a client certificate (mutual TLS).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,

@@ -75,6 +75,14 @@ CASES: dict[str, tuple[list[dict], list[tuple[str, list[dict]]]]] = {
         # Paused from minute 10: 15 minutes of pauses by minute 25, then `for` 5m.
         [("20m", []), ("27m", []), ("31m", [pod()])],
     ),
+    "TracehouseReplayNearDedupWindow": (
+        # `orders` writes a replicated table (3 600 s window) and has a batch in flight for 40
+        # minutes, then committed; `payments` a plain MergeTree (0: no time bound), never alerts.
+        both("tracehouse_dedup_window_seconds", "3600x60", "0x60")
+        + both("tracehouse_oldest_in_flight_seconds", "0+60x40 0x20", "0+60x60", PARTITION),
+        # Over half the window from minute 31, then `for` 5m; quiet again once committed.
+        [("30m", []), ("37m", [pipe()]), ("50m", [])],
+    ),
     "TracehousePipelineNotReady": (
         both("tracehouse_operator_pipeline_condition", "0x20", "1x20", {"condition": "Ready"}, pod=False)
         + both("tracehouse_operator_pipeline_condition", "1x20", "1x20", {"condition": "SchemaReady"}, pod=False),

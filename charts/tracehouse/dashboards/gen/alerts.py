@@ -39,6 +39,8 @@ RESTARTS = f"sum by ({BY}, pod) (changes(tracehouse_process_start_time_seconds[3
 OPERATOR_UP = "tracehouse_operator_reconciliations_total"
 WANTED = f"max by ({BY}) (tracehouse_operator_pipeline_desired_replicas)"
 COLLECTORS = f"max by ({BY}) (tracehouse_process_start_time_seconds)"
+IN_FLIGHT_AGE = f"max by ({BY}) (tracehouse_oldest_in_flight_seconds)"
+WINDOW_SECONDS = f"max by ({BY}) (tracehouse_dedup_window_seconds)"
 
 # Where each alert's `runbook_url` points (an anchor per alert: its lower-case name); the
 # chart's prometheusRule.runbookBaseUrl replaces it.
@@ -129,6 +131,22 @@ ALERTS = [
         "partitions. ClickHouse is accepting inserts slower than Kafka delivers records.",
         "Look at insert latency and errors on the Gateway dashboard; scale ClickHouse, or give the "
         "collectors more replicas or a larger budget.",
+    ),
+    Alert(
+        "TracehouseReplayNearDedupWindow",
+        f"{IN_FLIGHT_AGE} / on ({BY}) ({WINDOW_SECONDS} > 0) > 0.5",
+        [IN_FLIGHT_AGE, WINDOW_SECONDS],
+        "5m",
+        "warning",
+        "Pipeline {{ $labels.namespace }}/{{ $labels.pipeline }} has a batch in flight for over half "
+        "the table's deduplication time window",
+        "A batch sent but not yet committed has been in flight for more than half of "
+        "replicated_deduplication_window_seconds (replicated and Cloud tables keep a token only that "
+        "long). If its collector dies and the batch is replayed after the window, its rows are stored "
+        "twice.",
+        "Find why the insert does not complete (TracehouseInsertErrors, the Gateway dashboard's insert "
+        "latency); if batches legitimately take that long, raise the table's "
+        "replicated_deduplication_window_seconds (ALTER TABLE … MODIFY SETTING).",
     ),
     Alert(
         "TracehousePipelineNotReady",

@@ -211,8 +211,9 @@ impl Drop for World {
 
 /// Run a query on the stack's ClickHouse, returning the TSV body.
 pub async fn query(sql: &str) -> String {
+    let url = var("CLICKHOUSE_URL"); // installs the crypto provider the client needs
     let resp = reqwest::Client::new()
-        .post(var("CLICKHOUSE_URL"))
+        .post(url)
         .header("X-ClickHouse-User", var("CLICKHOUSE_USER"))
         .header("X-ClickHouse-Key", var("CLICKHOUSE_PASSWORD"))
         .body(sql.to_string())

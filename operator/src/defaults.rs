@@ -209,8 +209,8 @@ pub fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builders::fixtures::pipeline;
     use crate::crd::TracePipelineStatus;
+    use crate::crd::fixtures::pipeline;
     use serde_json::json;
 
     fn tp(collector: serde_json::Value) -> TracePipeline {

@@ -12,9 +12,8 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::autoscale::PartitionOffsets;
 use crate::crd::LagStatus;
-use crate::kafka::{self, KafkaAccess, KafkaError};
+use crate::kafka::{self, KafkaAccess, KafkaError, PartitionOffsets};
 
 /// The status of `offsets`, with `oldest_ms` the timestamp of the oldest record not yet
 /// committed (when one was read).

@@ -13,12 +13,14 @@
 //!   pods and Deployment;
 //! - [`reconcile`]: the controller — a span per reconcile, one sequence of steps
 //!   (`converge`) and one report (`report`), thin IO around the pure parts, through [`kafka`]
-//!   (partition counts; [`lag`], how far the group is behind), [`migrations`] (the schema crate), [`secrets`] and [`objects`]
+//!   (partition counts, the group's offsets and the Kafka security settings; [`lag`], how far
+//!   the group is behind), [`migrations`] (the schema crate), [`secrets`] and [`objects`]
 //!   (server-side apply that skips what is already in place);
 //! - [`error`]: the reconciler's errors, each with a metric label and a condition reason;
 //! - [`leader`]: Lease-based leader election; [`metrics`]: `/metrics` and `/healthz`, on the
 //!   address [`listen`] reads from `--metrics-addr` (every address, IPv6 included, by default);
-//!   [`pipeline_metrics`]: the per-pipeline gauges the dashboards and alerts read.
+//!   [`pipeline_metrics`]: the per-pipeline gauges the dashboards and alerts read;
+//! - [`quantity`]: Kubernetes quantities (`512Mi`, `500m`) as numbers, the one parser.
 
 pub mod autoscale;
 pub mod builders;
@@ -34,6 +36,7 @@ pub mod metrics;
 pub mod migrations;
 pub mod objects;
 pub mod pipeline_metrics;
+pub mod quantity;
 pub mod reconcile;
 pub mod secrets;
 pub mod status;

@@ -9,14 +9,15 @@
 //!
 //! So a reconcile that finds nothing to change sends no write at all.
 
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, TypeMeta};
-use kube::{Api, Client, Resource, ResourceExt};
-use serde::Serialize;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::FIELD_MANAGER;
+use crate::builders::Owned;
 use crate::error::Error;
+use crate::quantity::quantity;
 
 /// Annotation with the hash of the desired object last applied.
 pub const APPLIED_ANNOTATION: &str = "tracehouse.dev/applied";
@@ -56,101 +57,9 @@ fn contains_at(live: &Value, desired: &Value, quantities: bool) -> bool {
     }
 }
 
-/// A Kubernetes memory quantity in whole bytes, rounded up (`1500m` is 2 bytes); `None`
-/// when it does not parse, is negative or does not fit an `i64`. The one parser is
-/// [`quantity`].
-pub fn quantity_bytes(q: &str) -> Option<i64> {
-    let nanos = quantity(q.trim())?;
-    if nanos < 0 {
-        return None;
-    }
-    i64::try_from((nanos + 999_999_999) / 1_000_000_000).ok()
-}
-
-/// A Kubernetes quantity (`500m`, `0.5`, `1536Mi`, `1.5Gi`, `2e3`) in nano-units; `None`
-/// when it does not parse or does not fit.
-pub fn quantity(s: &str) -> Option<i128> {
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
-        .unwrap_or(s.len());
-    let (number, suffix) = s.split_at(split);
-    let (int, frac) = number.split_once('.').unwrap_or((number, ""));
-    if frac.len() > 9 || (int.is_empty() && frac.is_empty()) {
-        return None;
-    }
-    let negative = int.starts_with('-');
-    let int = int.trim_start_matches(['+', '-']);
-    let mut nanos: i128 = if int.is_empty() { 0 } else { int.parse().ok()? };
-    nanos = nanos.checked_mul(1_000_000_000)?;
-    if !frac.is_empty() {
-        let f: i128 = frac.parse().ok()?;
-        nanos += f * 10i128.pow(9 - frac.len() as u32);
-    }
-    let (num, den): (i128, i128) = match suffix {
-        "" => (1, 1),
-        "n" => (1, 1_000_000_000),
-        "u" => (1, 1_000_000),
-        "m" => (1, 1_000),
-        "k" => (1_000, 1),
-        "M" => (1_000_000, 1),
-        "G" => (1_000_000_000, 1),
-        "T" => (1_000_000_000_000, 1),
-        "P" => (1_000_000_000_000_000, 1),
-        "E" => (1_000_000_000_000_000_000, 1),
-        "Ki" => (1 << 10, 1),
-        "Mi" => (1 << 20, 1),
-        "Gi" => (1 << 30, 1),
-        "Ti" => (1 << 40, 1),
-        "Pi" => (1 << 50, 1),
-        "Ei" => (1 << 60, 1),
-        e if e.starts_with(['e', 'E']) => {
-            let exp: i32 = e[1..].parse().ok()?;
-            if exp >= 0 {
-                (10i128.checked_pow(exp.unsigned_abs())?, 1)
-            } else {
-                (1, 10i128.checked_pow(exp.unsigned_abs())?)
-            }
-        }
-        _ => return None,
-    };
-    let value = nanos.checked_mul(num)? / den;
-    Some(if negative { -value } else { value })
-}
-
 fn hash_of(value: &Value) -> String {
     let digest = Sha256::digest(value.to_string().as_bytes());
     digest[..12].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// One desired object of any kind, as [`ensure`] applies it: its API resource and its body.
-/// The reconciler applies a list of them in order (`builders::Desired::objects`).
-#[derive(Debug, Clone)]
-pub struct Owned {
-    /// The kind, for logs and the write counter.
-    pub kind: &'static str,
-    pub resource: ApiResource,
-    pub object: DynamicObject,
-}
-
-impl Owned {
-    /// `typed` as an [`Owned`]; its JSON (and so its [`APPLIED_ANNOTATION`] hash) is the
-    /// typed object's own.
-    pub fn of<K>(typed: &K) -> Result<Self, serde_json::Error>
-    where
-        K: k8s_openapi::Resource + Resource<DynamicType = ()> + Serialize,
-    {
-        let mut object: DynamicObject = serde_json::from_value(serde_json::to_value(typed)?)?;
-        // Required in an apply body; typed objects may leave them out.
-        object.types = Some(TypeMeta {
-            api_version: K::API_VERSION.to_owned(),
-            kind: K::KIND.to_owned(),
-        });
-        Ok(Self {
-            kind: K::KIND,
-            resource: ApiResource::erase::<K>(&()),
-            object,
-        })
-    }
 }
 
 /// Applies `desired` unless the live object already matches it; returns the live object.
@@ -268,46 +177,5 @@ mod tests {
         assert_ne!(hash_of(&with), hash_of(&without));
         // A field dropped from the desired object still "contains": only the hash tells.
         assert!(contains(&with, &without));
-    }
-
-    #[test]
-    fn an_owned_object_hashes_as_its_typed_self() {
-        use k8s_openapi::api::core::v1::ConfigMap;
-        let typed = ConfigMap {
-            metadata: kube::api::ObjectMeta {
-                name: Some("gw".into()),
-                namespace: Some("ns".into()),
-                labels: Some([("a".to_owned(), "1".to_owned())].into()),
-                ..Default::default()
-            },
-            data: Some([("k".to_owned(), "v".to_owned())].into()),
-            ..Default::default()
-        };
-        let owned = Owned::of(&typed).unwrap();
-        assert_eq!(owned.kind, "ConfigMap");
-        assert_eq!(owned.resource.plural, "configmaps");
-        // The hash on every live object stays valid across the move to one apply loop.
-        let typed_value = serde_json::to_value(&typed).unwrap();
-        assert_eq!(typed_value["kind"], "ConfigMap");
-        assert_eq!(serde_json::to_value(&owned.object).unwrap(), typed_value);
-    }
-
-    #[test]
-    fn quantities_in_bytes() {
-        for (q, bytes) in [
-            ("512Mi", 512 << 20),
-            ("1Gi", 1 << 30),
-            ("1G", 1_000_000_000),
-            ("500M", 500_000_000),
-            ("128974848", 128_974_848),
-            ("1e9", 1_000_000_000),
-            ("1.5Gi", 3 << 29),
-            ("100k", 100_000),
-        ] {
-            assert_eq!(quantity_bytes(q), Some(bytes), "{q}");
-        }
-        for bad in ["", "Mi", "12x", "-1", "1.5.2Gi"] {
-            assert_eq!(quantity_bytes(bad), None, "{bad}");
-        }
     }
 }

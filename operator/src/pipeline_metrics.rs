@@ -18,7 +18,7 @@ use prometheus_client::registry::Registry;
 
 use crate::builders;
 use crate::crd::{TracePipeline, TracePipelineStatus, condition};
-use crate::objects::quantity_bytes;
+use crate::quantity::quantity_bytes;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PipelineLabels {

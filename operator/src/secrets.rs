@@ -13,11 +13,11 @@ use kube::{Api, Client};
 use sha2::{Digest, Sha256};
 use tracehouse_schema::{ClientIdentity, ConnectionConfig, TlsConfig};
 
-use crate::builders;
 use crate::crd::{
     ClickHouseSpec, CredentialsSecretRef, KafkaSpec, SecretKeyRef, TlsSpec, TracePipeline,
 };
 use crate::kafka::KafkaAccess;
+use crate::kafka::security::kafka_security_properties;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
@@ -162,7 +162,7 @@ impl Secrets {
     /// settings with the Secrets' contents inline (the pods get files; the operator values).
     pub async fn kafka_access(&self, spec: &KafkaSpec) -> Result<KafkaAccess, SecretError> {
         let mut properties = spec.properties.clone();
-        for (k, v) in builders::kafka_security_properties(spec.tls.as_ref(), spec.sasl.as_ref()) {
+        for (k, v) in kafka_security_properties(spec.tls.as_ref(), spec.sasl.as_ref()) {
             if !k.ends_with(".location") {
                 properties.insert(k, v);
             }

@@ -9,6 +9,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::*;
 use crate::crd::AutoscalingSpec;
+use crate::kafka::PartitionOffsets;
 
 pub(super) const TICK: i64 = 10;
 pub(super) const LINGER: f64 = 2.0;

@@ -75,6 +75,6 @@ pub use decide::{
 };
 pub use ladder::Ladder;
 pub use owner::{Owner, Window};
-pub use sample::{PartitionOffsets, PodMetrics, PodSample, Sample};
+pub use sample::{PodMetrics, PodSample, Sample};
 pub use sampler::{KafkaView, Sampler};
 pub use sizing::{Autoscaler, Sizing};

@@ -101,7 +101,7 @@ mod tests {
     use crate::crd::ReplicasSpec;
 
     fn spec(count: Option<i32>, autoscaling: bool) -> TracePipelineSpec {
-        let mut s = crate::builders::fixtures::sample().spec;
+        let mut s = crate::crd::fixtures::sample().spec;
         s.replicas = ReplicasSpec {
             count,
             ..Default::default()

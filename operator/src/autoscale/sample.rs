@@ -6,6 +6,8 @@
 
 use k8s_openapi::jiff::Timestamp;
 
+use crate::kafka::PartitionOffsets;
+
 /// Everything read at one moment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
@@ -14,18 +16,6 @@ pub struct Sample {
     pub partitions: Vec<PartitionOffsets>,
     /// Every pod of the gateway Deployment.
     pub pods: Vec<PodSample>,
-}
-
-/// The consumer group's position in one partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartitionOffsets {
-    pub topic: String,
-    pub partition: i32,
-    /// The group's committed offset (the shell gives the partition's start offset when the
-    /// group has not committed yet).
-    pub committed: i64,
-    /// The partition's end offset (high watermark).
-    pub end: i64,
 }
 
 /// One gateway pod.

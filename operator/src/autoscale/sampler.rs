@@ -19,7 +19,7 @@ use crate::builders::{self, METRICS_PORT};
 use crate::crd::TracePipeline;
 use crate::error::Error;
 use crate::kafka::{self, KafkaAccess};
-use crate::objects::quantity_bytes;
+use crate::quantity::quantity_bytes;
 
 /// What the reconcile already read of a pipeline's Kafka, for the autoscaler: how to reach
 /// the brokers, and the topics' partitions.

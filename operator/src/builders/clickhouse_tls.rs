@@ -29,9 +29,9 @@ pub fn clickhouse_tls_files(tls: Option<&TlsSpec>) -> ClickHouseTlsConfig {
 
 #[cfg(test)]
 mod tests {
-    use super::super::kafka_security::tests::secured;
     use super::super::{collector_config, desired};
     use super::*;
+    use crate::crd::fixtures::secured;
 
     #[test]
     fn clickhouse_tls_becomes_mounted_files_and_never_values() {

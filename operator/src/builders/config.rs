@@ -6,9 +6,9 @@ use sha2::{Digest, Sha256};
 use tracehouse_contract::config as collector;
 
 use super::clickhouse_tls::clickhouse_tls_files;
-use super::kafka_security::kafka_security_properties;
 use super::{BuildError, METRICS_PORT, invalid};
 use crate::crd::{ByteSize, TracePipeline};
+use crate::kafka::security::kafka_security_properties;
 
 /// The collector drains for this long on SIGTERM (must stay below the grace period).
 const SHUTDOWN_DEADLINE_MS: u64 = 25_000;
@@ -112,8 +112,8 @@ pub fn config_hash(rendered: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::sample;
     use super::*;
+    use crate::crd::fixtures::sample;
 
     #[test]
     fn collector_config_is_valid_for_the_collector_and_carries_the_spec() {

@@ -19,13 +19,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::clickhouse_tls::{CLICKHOUSE_CA_DIR, CLICKHOUSE_CLIENT_CERT_DIR};
-use super::kafka_security::{KAFKA_CA_DIR, KAFKA_CLIENT_CERT_DIR};
 use super::{
     BuildError, CONFIG_DIR, CONFIG_HASH_ANNOTATION, CONFIG_KEY, CONTAINER, ENV_KAFKA_SASL_PASSWORD,
     ENV_KAFKA_SASL_USERNAME, METRICS_PORT, Names, labels, meta, selector_labels,
 };
 use crate::crd::{CLIENT_CERT_KEY, CLIENT_KEY_KEY, TlsSpec, TracePipeline};
 use crate::defaults::{MetricsBind, PodSettings};
+use crate::kafka::security::{KAFKA_CA_DIR, KAFKA_CLIENT_CERT_DIR};
 
 /// The collector's own shutdown deadline plus a margin before the kubelet kills it.
 const TERMINATION_GRACE_SECONDS: i64 = 35;
@@ -405,4 +405,100 @@ pub(super) fn pdb(tp: &TracePipeline, names: &Names) -> Result<PodDisruptionBudg
         }),
         status: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::desired;
+    use super::*;
+    use crate::crd::fixtures::{pipeline, secured};
+    use crate::kafka::security::kafka_security_properties;
+
+    /// Strimzi's KafkaUser Secrets as they are: a SCRAM user's holds only `password` (the
+    /// user is the Secret's name), a TLS user's `user.crt`/`user.key`/`ca.crt`.
+    #[test]
+    fn strimzi_kafka_user_secrets_are_used_as_they_are() {
+        let tp = pipeline(serde_json::json!({
+            "kafka": {
+                "bootstrapServers": "my-cluster-kafka-bootstrap:9093",
+                "tls": {
+                    "ca": { "name": "my-cluster-cluster-ca-cert", "key": "ca.crt" },
+                    "clientCertSecretName": "tls-user",
+                    "clientCertKey": "user.crt",
+                    "clientKeyKey": "user.key"
+                },
+                "sasl": {
+                    "mechanism": "SCRAM-SHA-512",
+                    "credentials": { "name": "scram-user", "username": "scram-user" }
+                }
+            },
+            "clickhouse": { "endpoint": "http://clickhouse.db:8123" }
+        }));
+        let d = desired(&tp, 2).unwrap();
+        let pod = d.deployment.spec.unwrap().template.spec.unwrap();
+        let env = pod.containers[0].env.clone().unwrap();
+        let user = env
+            .iter()
+            .find(|e| e.name == "KAFKA_SASL_USERNAME")
+            .unwrap();
+        assert_eq!(user.value.as_deref(), Some("scram-user"));
+        let password = env
+            .iter()
+            .find(|e| e.name == "KAFKA_SASL_PASSWORD")
+            .unwrap();
+        let from = password
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            (from.name.as_str(), from.key.as_str()),
+            ("scram-user", "password")
+        );
+        let cert = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "kafka-client-cert")
+            .and_then(|v| v.secret)
+            .unwrap();
+        let items: Vec<(String, String)> = cert
+            .items
+            .unwrap()
+            .into_iter()
+            .map(|i| (i.key, i.path))
+            .collect();
+        assert_eq!(
+            items,
+            [
+                ("user.crt".to_owned(), "tls.crt".to_owned()),
+                ("user.key".to_owned(), "tls.key".to_owned())
+            ]
+        );
+        // The collector reads the same paths as with a kubernetes.io/tls Secret.
+        let p = kafka_security_properties(tp.spec.kafka.tls.as_ref(), tp.spec.kafka.sasl.as_ref());
+        assert_eq!(
+            p["ssl.certificate.location"],
+            format!("{KAFKA_CLIENT_CERT_DIR}/tls.crt")
+        );
+        // A kubernetes.io/tls Secret is mounted whole, as before (no rollout on upgrade).
+        let plain = secured();
+        let d = desired(&plain, 2).unwrap();
+        let v = d
+            .deployment
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+            .volumes
+            .unwrap();
+        let c = v
+            .iter()
+            .find(|v| v.name == "clickhouse-client-cert")
+            .unwrap();
+        assert_eq!(c.secret.as_ref().unwrap().items, None);
+    }
 }

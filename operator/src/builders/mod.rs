@@ -9,16 +9,19 @@
 //! - [`config`]: the collector's configuration, rendered with the collector's own `Config`
 //!   type and checked with its own `validate()` (the operator can never write a file the
 //!   collector refuses), and its hash;
-//! - [`kafka_security`]: librdkafka TLS/SASL settings implied by `spec.kafka.tls`/`sasl`;
+//! - [`crate::kafka::security`] (a floor down, shared with the operator's own Kafka client):
+//!   librdkafka TLS/SASL settings implied by `spec.kafka.tls`/`sasl`;
 //! - [`clickhouse_tls`]: the collector's ClickHouse TLS files implied by `spec.clickhouse.tls`;
 //! - [`table`]: the traces table's options for the schema crate (`spec.clickhouse`);
 //! - [`gateway`]: the Kubernetes objects — the Deployment (container, env, volumes,
-//!   probes, security), the metrics Service and the PodDisruptionBudget.
+//!   probes, security), the metrics Service and the PodDisruptionBudget;
+//! - [`owned`]: each of those objects as the apply takes it ([`Owned`]), in the order
+//!   [`Desired::objects`] gives them.
 
 mod clickhouse_tls;
 mod config;
 mod gateway;
-mod kafka_security;
+mod owned;
 mod table;
 
 use std::collections::BTreeMap;
@@ -32,10 +35,9 @@ use tracehouse_contract::yaml;
 
 use crate::crd::{ReplicasSpec, TracePipeline};
 use crate::defaults::{self, CollectorDefaults};
-use crate::objects::Owned;
 
 pub use config::{collector_config, config_hash};
-pub use kafka_security::kafka_security_properties;
+pub use owned::Owned;
 pub use table::table_options;
 
 /// Pod-template annotation with the hash of the collector configuration: a new config
@@ -275,39 +277,10 @@ pub fn referenced_secrets(tp: &TracePipeline) -> std::collections::BTreeSet<Stri
     .collect()
 }
 
-/// Pipelines the builders' tests share.
-#[cfg(test)]
-pub(crate) mod fixtures {
-    use crate::crd::{TracePipeline, TracePipelineSpec};
-
-    pub fn pipeline(spec: serde_json::Value) -> TracePipeline {
-        let spec: TracePipelineSpec = serde_json::from_value(spec).unwrap();
-        let mut tp = TracePipeline::new("orders", spec);
-        tp.metadata.namespace = Some("shop".into());
-        tp.metadata.uid = Some("0b7c0c3e-3c1d-4a8e-9a57-1f5f2f4c6d10".into());
-        tp
-    }
-
-    pub fn sample() -> TracePipeline {
-        pipeline(serde_json::json!({
-            "kafka": { "bootstrapServers": "kafka-0.kafka:9092,kafka-1.kafka:9092", "topics": ["otlp_spans"] },
-            "clickhouse": {
-                "endpoint": "http://clickhouse.db:8123",
-                "credentials": { "name": "clickhouse-writer" }
-            },
-            "collector": {
-                "image": "ghcr.io/tracehouse/collector:0.1.0",
-                "env": [{ "name": "EXTRA", "value": "1" }]
-            },
-            "replicas": { "partitionsPerReplica": 2, "min": 1, "max": 6 }
-        }))
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::fixtures::sample;
     use super::*;
+    use crate::crd::fixtures::{sample, secured};
     use crate::crd::{CredentialsSecretRef, KafkaSasl, SaslMechanism, SecretKeyRef, TlsSpec};
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     use std::path::PathBuf;
@@ -531,5 +504,34 @@ mod tests {
         assert_snapshot("deployment", &yaml::to_string(&d.deployment).unwrap());
         assert_snapshot("service", &yaml::to_string(&d.service).unwrap());
         assert_snapshot("pdb", &yaml::to_string(&d.pdb).unwrap());
+    }
+
+    #[test]
+    fn every_referenced_secret_feeds_the_roll_annotation() {
+        let tp = secured();
+        let names: Vec<String> = referenced_secrets(&tp).into_iter().collect();
+        assert_eq!(
+            names,
+            [
+                "clickhouse-ca",
+                "clickhouse-client",
+                "clickhouse-writer",
+                "kafka-ca",
+                "kafka-scram"
+            ]
+        );
+        let d = desired(&tp, 2)
+            .unwrap()
+            .with_secrets_hash("sha256:ab".into());
+        let annotations = d
+            .deployment
+            .spec
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .annotations
+            .unwrap();
+        assert_eq!(annotations[SECRETS_HASH_ANNOTATION], "sha256:ab");
     }
 }

@@ -40,8 +40,8 @@ pub fn table_options(spec: &crd::ClickHouseSpec) -> Result<TableOptions, BuildEr
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::sample;
     use super::*;
+    use crate::crd::fixtures::sample;
 
     #[test]
     fn table_options_follow_the_schema_spec() {

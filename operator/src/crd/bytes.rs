@@ -11,7 +11,7 @@ use std::fmt;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::objects::quantity;
+use crate::quantity::quantity;
 
 /// A size in bytes, written as an integer or a quantity.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -29,6 +29,9 @@ mod autoscaling;
 mod bytes;
 mod collector;
 mod endpoints;
+/// Pipelines the unit tests share.
+#[cfg(test)]
+pub(crate) mod fixtures;
 
 pub use autoscaling::{AutoscalingSpec, AutoscalingStatus};
 pub use bytes::ByteSize;

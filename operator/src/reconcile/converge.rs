@@ -8,11 +8,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 
 use super::Context;
 use crate::autoscale::{KafkaView, Sizing};
-use crate::builders;
+use crate::builders::{self, Owned};
 use crate::crd::{SchemaMode, TracePipeline};
 use crate::error::Error;
 use crate::migrations;
-use crate::objects::{self, Change, Owned};
+use crate::objects::{self, Change};
 use crate::reconcile::backends::SchemaRequest;
 use crate::reconcile::gateway;
 use crate::secrets::Secrets;

@@ -2,6 +2,11 @@
 //! the consumer group stands in each ([`offsets`]), and when the oldest record the group has
 //! not consumed was written ([`oldest_unconsumed`]).
 //!
+//! The Kafka vocabulary the rest of the operator shares lives here, below its readers:
+//! [`PartitionOffsets`] (what [`offsets`] reads; the lag in `lag.rs` and the autoscaler's
+//! samples are made of it) and [`security`] (the librdkafka security settings a spec implies,
+//! pure: the builders render them for the collector, `secrets.rs` for this client).
+//!
 //! A fresh client per call: metadata is read at most once per reconcile (every requeue
 //! period), and a fresh client never answers from a stale metadata cache, so a partition
 //! increase is seen at the next reconcile. librdkafka blocks, so the call runs on the
@@ -24,7 +29,7 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::autoscale::PartitionOffsets;
+pub mod security;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaError {
@@ -153,6 +158,18 @@ impl Reports {
 }
 
 impl ConsumerContext for Reports {}
+
+/// The consumer group's position in one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionOffsets {
+    pub topic: String,
+    pub partition: i32,
+    /// The group's committed offset ([`offsets`] gives the partition's start offset when the
+    /// group has not committed yet).
+    pub committed: i64,
+    /// The partition's end offset (high watermark).
+    pub end: i64,
+}
 
 /// How to reach the brokers: bootstrap servers and librdkafka client properties (security
 /// settings with inline PEMs and SASL credentials, never file paths).

@@ -9,12 +9,13 @@
 //!   per pipeline, `status.autoscaling`, the scaling Events);
 //! - [`builders`]: pure desired state (ConfigMap, Deployment, Service, PDB, replica math),
 //!   with [`defaults`]: the chart's collector defaults under each pipeline's own settings;
-//! - [`status`]: pure status and Event derivation; [`health`]: why a gateway fails, from its
-//!   pods and Deployment;
+//! - [`status`]: pure status and Event derivation; [`gateway_diagnosis`]: why a gateway
+//!   fails, from its pods and Deployment;
 //! - [`reconcile`]: the controller — a span per reconcile, one sequence of steps
 //!   (`converge`) and one report (`report`), thin IO around the pure parts, through [`kafka`]
 //!   (partition counts, the group's offsets and the Kafka security settings; [`lag`], how far
-//!   the group is behind), [`migrations`] (the schema crate), [`secrets`] and [`objects`]
+//!   the group is behind), [`schema_step`] (the schema migrations of the traces table, through
+//!   the schema crate), [`secrets`] and [`objects`]
 //!   (server-side apply that skips what is already in place);
 //! - [`error`]: the reconciler's errors, each with a metric label and a condition reason;
 //! - [`leader`]: Lease-based leader election; [`metrics`]: `/metrics` and `/healthz`, on the
@@ -27,17 +28,17 @@ pub mod builders;
 pub mod crd;
 pub mod defaults;
 pub mod error;
-pub mod health;
+pub mod gateway_diagnosis;
 pub mod kafka;
 pub mod lag;
 pub mod leader;
 pub mod listen;
 pub mod metrics;
-pub mod migrations;
 pub mod objects;
 pub mod pipeline_metrics;
 pub mod quantity;
 pub mod reconcile;
+pub mod schema_step;
 pub mod secrets;
 pub mod status;
 

@@ -5,7 +5,7 @@
 //! `Progressing`, never `Ready=False`. The pipeline's pod settings (service account, pull
 //! secrets, labels, annotations, tolerations, the default topology spread) reach the pods.
 //! Byte sizes are written as quantities (`64Mi`) and refused when not whole bytes.
-//! OOM kills need cgroups, which the node agent does not have: `health.rs` unit-tests them
+//! OOM kills need cgroups, which the node agent does not have: `gateway_diagnosis.rs` unit-tests them
 //! on the kubelet's status shape. Real local stack, no mocks (see `common`).
 #![cfg(feature = "stack-tests")]
 

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use tracehouse_e2e::unique_name;
-use tracehouse_operator::migrations;
+use tracehouse_operator::schema_step;
 use tracehouse_schema::lock::latest_claim;
 use tracehouse_schema::lock_decide::Kind;
 use tracehouse_schema::{ConnectionConfig, Ident, LATEST_VERSION, Server, TableOptions};
@@ -39,7 +39,7 @@ async fn a_schema_deadline_while_the_lock_is_held_leaves_no_lock_and_the_next_at
         }
     };
     tokio::select! {
-        r = migrations::ensure(&connection, &opts, identity, Duration::from_secs(10), false) => {
+        r = schema_step::ensure(&connection, &opts, identity, Duration::from_secs(10), false) => {
             panic!("the schema step finished before its deadline could fire: {r:?}")
         }
         () = held => {}
@@ -47,7 +47,7 @@ async fn a_schema_deadline_while_the_lock_is_held_leaves_no_lock_and_the_next_at
 
     // The next reconcile: proceeds at once, finds (or brings) the table up to date.
     let started = Instant::now();
-    let outcome = migrations::ensure(&connection, &opts, identity, Duration::from_secs(10), false)
+    let outcome = schema_step::ensure(&connection, &opts, identity, Duration::from_secs(10), false)
         .await
         .unwrap_or_else(|e| panic!("the next schema step did not proceed: {e}"));
     let took = started.elapsed();

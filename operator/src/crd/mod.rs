@@ -28,15 +28,15 @@ pub use tracehouse_schema::{Attributes, EngineKind, InsertFormat, Layouts, MapSe
 mod autoscaling;
 mod bytes;
 mod collector;
-mod endpoints;
 /// Pipelines the unit tests share.
 #[cfg(test)]
 pub(crate) mod fixtures;
+mod kafka_clickhouse;
 
 pub use autoscaling::{AutoscalingSpec, AutoscalingStatus};
 pub use bytes::ByteSize;
 pub use collector::*;
-pub use endpoints::*;
+pub use kafka_clickhouse::*;
 
 /// API group of the CRD.
 pub const GROUP: &str = "tracehouse.dev";

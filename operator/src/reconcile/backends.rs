@@ -15,9 +15,9 @@ use tracehouse_schema::{ConnectionConfig, TableOptions};
 use crate::crd::LagStatus;
 use crate::kafka::{self, KafkaAccess, KafkaError};
 use crate::lag;
-use crate::migrations::{self, SchemaOutcome};
+use crate::schema_step::{self, SchemaOutcome};
 
-/// The schema step's inputs (`migrations::ensure`'s arguments).
+/// The schema step's inputs (`schema_step::ensure`'s arguments).
 pub struct SchemaRequest<'a> {
     pub connection: &'a ConnectionConfig,
     pub options: &'a TableOptions,
@@ -55,7 +55,7 @@ pub trait Backends: Send + Sync {
         timeout: Duration,
     ) -> BoxFuture<'a, Result<LagStatus, KafkaError>>;
 
-    /// Brings the traces table up to date, or only reads it (`migrations::ensure`).
+    /// Brings the traces table up to date, or only reads it (`schema_step::ensure`).
     fn schema<'a>(
         &'a self,
         request: SchemaRequest<'a>,
@@ -99,7 +99,7 @@ impl Backends for Live {
         &'a self,
         r: SchemaRequest<'a>,
     ) -> BoxFuture<'a, Result<SchemaOutcome, tracehouse_schema::Error>> {
-        migrations::ensure(
+        schema_step::ensure(
             r.connection,
             r.options,
             r.applied_by,

@@ -11,10 +11,10 @@ use crate::autoscale::{KafkaView, Sizing};
 use crate::builders::{self, Owned};
 use crate::crd::{SchemaMode, TracePipeline};
 use crate::error::Error;
-use crate::migrations;
 use crate::objects::{self, Change};
 use crate::reconcile::backends::SchemaRequest;
 use crate::reconcile::gateway;
+use crate::schema_step;
 use crate::secrets::Secrets;
 use crate::status::{Gateway, Observation, Step};
 
@@ -73,7 +73,7 @@ pub(super) async fn converge(
         );
     let mut options = builders::table_options(&spec.clickhouse)?;
     // Sized from the partitions (issue 30, finding 6): `apply` changes it as they grow.
-    options.dedup_window = migrations::dedup_window(
+    options.dedup_window = schema_step::dedup_window(
         options.dedup_window,
         partitions,
         spec.collector.batch.linger_ms,

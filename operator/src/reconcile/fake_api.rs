@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use super::backends::{Backends, SchemaRequest};
 use crate::crd::LagStatus;
 use crate::kafka::{KafkaAccess, KafkaError};
-use crate::migrations::SchemaOutcome;
+use crate::schema_step::SchemaOutcome;
 
 /// The API server's objects and the journal of everything asked of the world.
 #[derive(Default)]

@@ -1,5 +1,5 @@
 //! Looking at the gateway without changing it: its Deployment (paused pipelines) and why
-//! its pods fail, if they do (`crate::health` decides; this reads the pods and the
+//! its pods fail, if they do (`crate::gateway_diagnosis` decides; this reads the pods and the
 //! scheduler's Events). Best effort: what the API refuses reads as "nothing known".
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -13,7 +13,7 @@ use super::Context;
 use crate::builders::{self, Names};
 use crate::crd::TracePipeline;
 use crate::error::Error;
-use crate::health::{self, PodFacts};
+use crate::gateway_diagnosis::{self, PodFacts};
 use crate::status::{Gateway, Observation};
 
 /// Reads the gateway Deployment without changing anything (paused pipelines).
@@ -38,7 +38,7 @@ pub(super) async fn diagnose(
     tp: &TracePipeline,
     ctx: &Context,
     deployment: Option<&Deployment>,
-) -> Option<health::Diagnosis> {
+) -> Option<gateway_diagnosis::Diagnosis> {
     let ns = tp.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let selector = builders::selector_string(tp);
@@ -72,7 +72,7 @@ pub(super) async fn diagnose(
             scheduling_note,
         })
         .collect();
-    health::diagnose(&facts, deployment, &now)
+    gateway_diagnosis::diagnose(&facts, deployment, &now)
 }
 
 /// The newest `FailedScheduling` Event's note for pod `name`.

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::find;
 use crate::crd::{TracePipelineStatus, condition};
-use crate::health::Failure;
+use crate::gateway_diagnosis::Failure;
 
 /// An Event to publish about the pipeline.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::crd::{AutoscalingStatus, LagStatus, TracePipelineStatus, condition};
-use crate::health::{Diagnosis, Failure};
+use crate::gateway_diagnosis::{Diagnosis, Failure};
 
 mod events;
 #[cfg(test)]
@@ -104,7 +104,7 @@ pub struct Observation {
     pub collector_upgrade: Option<Option<String>>,
     pub selector: Option<String>,
     pub gateway: Option<Gateway>,
-    /// Why the gateway's pods or rollout are failing, when they are (`crate::health`).
+    /// Why the gateway's pods or rollout are failing, when they are (`crate::gateway_diagnosis`).
     pub gateway_failure: Option<Diagnosis>,
     /// `status.autoscaling`: `Ok(None)` when the spec has no autoscaling (the field goes);
     /// not run, the stored one stands.

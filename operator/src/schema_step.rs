@@ -1,5 +1,6 @@
-//! Schema migrations of a pipeline's traces table, through the schema crate: read where the
-//! table stands and apply what is pending, before any collector is rolled out.
+//! The reconcile's schema step: the schema migrations of a pipeline's traces table, through
+//! the schema crate — read where the table stands and apply what is pending, before any
+//! collector is rolled out.
 //!
 //! The read (`status`) happens at every reconcile and writes nothing; `apply` (which takes
 //! the schema lock in ClickHouse and records each step) runs only when something is pending.

@@ -1,7 +1,8 @@
-//! Pure: why a gateway is not coming up, named from its pods and its Deployment the way
-//! `kubectl describe` would show it — `ImagePullBackOff`, `CrashLoopBackOff`, `OOMKilled`,
-//! `Unschedulable`, `CreateContainerConfigError`, `ProgressDeadlineExceeded` — so the status
-//! says more than "0 of N ready".
+//! The gateway's failure diagnosis, pure: why a gateway is not coming up, named from its pods
+//! and its Deployment the way `kubectl describe` would show it — `ImagePullBackOff`,
+//! `CrashLoopBackOff`, `OOMKilled`, `Unschedulable`, `CreateContainerConfigError`,
+//! `ProgressDeadlineExceeded` — so the status says more than "0 of N ready". (The operator's
+//! own `/healthz` is `metrics.rs`.)
 //!
 //! Kubelets flip a failing container between states on every retry (`ErrImagePull` ↔
 //! `ImagePullBackOff`, `Running` ↔ `CrashLoopBackOff`, a restarted OOM-killed process that runs

@@ -1,6 +1,6 @@
-//! The `TracePipeline` spec's endpoints: the Kafka side (brokers, topics, group, encoding,
-//! TLS and SASL), the ClickHouse side (URL, table, credentials, TLS) and the schema options
-//! (engine, TTL, deduplication window); Secrets only ever referenced.
+//! `spec.kafka` and `spec.clickhouse` of a `TracePipeline`: the Kafka side (brokers, topics,
+//! group, encoding, TLS and SASL), the ClickHouse side (URL, table, credentials, TLS) and the
+//! schema options (engine, TTL, deduplication window); Secrets only ever referenced.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

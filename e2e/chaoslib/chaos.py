@@ -52,9 +52,11 @@ CASES = {**COLLECTOR_CASES, **OPERATOR_CASES, **PRODUCTION_CASES}
 # its home in a Rust stack test that runs on every e2e/test (kill9: collector/tests/e2e_delivery.rs;
 # outage: e2e_outage.rs; the operator's rebalance and kill: operator/tests), and the matrix owns
 # their randomised and long runs; or they are the long production cases (≥ 96 partitions, a
-# broker down) that take a minute or more each. `--case NAME` runs any of them in either profile.
+# broker down) that take a minute or more each; or fuzz_guided, whose libFuzzer build alone takes
+# minutes on a cold cache (the seeded `fuzz` case stays quick). `--case NAME` runs any of them in
+# either profile.
 FULL_ONLY = {"kill9", "outage", "operator_rebalance", "operator_kill", "many_partitions_kill9",
-             "many_partitions_kill9_late", "sigterm_broker_down"}
+             "many_partitions_kill9_late", "sigterm_broker_down", "fuzz_guided"}
 
 PROFILES = {
     "quick": {"kills": 3, "catch_up_s": 240, "slow_delay_ms": 3000, "slow_s": 20,

@@ -245,12 +245,16 @@ def operator_kill(ctx, w):
         status = wait_converged(tp, replicas, 120)
         schema_version = status.get("schemaVersion")
         rows = ledger(w)
-        windows, noisy = quiet_windows(kube, tp, max(ctx.p["quiet_s"], 2 * REQUEUE_S + 5), 5)
         for p in prods:
             w.wait_produced(p)
         t0 = time.monotonic()
         w.wait_rows(w.expected(), ctx.p["catch_up_s"])
         catch_up = time.monotonic() - t0
+        # The load consumed and committed: status.lag (written at every reconcile while it
+        # changes) has come to rest, so a quiet window can only be broken by a needless write.
+        wait_for("status.lag at 0 records",
+                 lambda: (tp.get().get("status") or {}).get("lag", {}).get("records") == 0, 120, 1.0)
+        windows, noisy = quiet_windows(kube, tp, max(ctx.p["quiet_s"], 2 * REQUEUE_S + 5), 5)
         time.sleep(3)
     finally:
         mem.stop()

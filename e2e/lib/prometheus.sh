@@ -116,10 +116,16 @@ prometheus_up() {
       --token-file "$PROMETHEUS_DATA/token" --out-dir "$PROMETHEUS_DATA/targets"
   fi
   wait_until prometheus-pods 30 test -f "$PROMETHEUS_DATA/targets/tracehouse-operator.json"
-  if pid_alive prometheus; then say "prometheus already running"; return 0; fi
   prometheus_configure
   promtool check config "$PROMETHEUS_DATA/prometheus.yml" >"$LOG_DIR/prometheus-check.log" 2>&1 \
     || { cat "$LOG_DIR/prometheus-check.log" >&2; die "prometheus: invalid configuration; log: $LOG_DIR/prometheus-check.log"; }
+  if pid_alive prometheus; then
+    # Running already (a long-lived stack): reload, so it evaluates this checkout's rules as
+    # they are now (a new alert would otherwise be missing until a restart).
+    kill -HUP "$(cat "$PID_DIR/prometheus.pid")"
+    say "prometheus already running; configuration and rules reloaded"
+    return 0
+  fi
   # Two hours of data is plenty for the stack.
   start_bg prometheus "$PROMETHEUS_PORT" prometheus \
     --config.file "$PROMETHEUS_DATA/prometheus.yml" \

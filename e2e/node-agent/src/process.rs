@@ -278,16 +278,18 @@ mod tests {
         let script = "trap '' TERM; sleep 300 & echo $! > child; wait";
         let mut p = Running::spawn(&spec(dir.path(), script), "start").unwrap();
         let child_file = dir.path().join("child");
+        // The shell creates the file before it writes the pid into it: wait for the number.
+        let read_child = || {
+            std::fs::read_to_string(&child_file)
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+        };
         let mut tries = 0;
-        while !child_file.exists() && tries < 100 {
+        while read_child().is_none() && tries < 250 {
             tokio::time::sleep(Duration::from_millis(20)).await;
             tries += 1;
         }
-        let child: i32 = std::fs::read_to_string(&child_file)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+        let child: i32 = read_child().expect("the shell wrote its child's pid");
         let (code, signal) = exit_code(p.stop(Duration::from_millis(300)).await.unwrap());
         assert_eq!((code, signal), (137, Some(9)));
         tokio::time::sleep(Duration::from_millis(100)).await;

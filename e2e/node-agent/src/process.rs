@@ -257,16 +257,18 @@ mod tests {
             .first_child(Duration::from_secs(5))
             .await
             .expect("a child");
+        // The shell creates the file before it writes the pid into it: wait for the number.
+        let read_child = || {
+            std::fs::read_to_string(dir.path().join("child"))
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+        };
         let mut tries = 0;
-        while !dir.path().join("child").exists() && tries < 100 {
+        while read_child().is_none() && tries < 250 {
             tokio::time::sleep(Duration::from_millis(20)).await;
             tries += 1;
         }
-        let recorded: i32 = std::fs::read_to_string(dir.path().join("child"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+        let recorded = read_child().expect("the shell wrote its child's pid");
         assert_eq!(child, recorded);
         p.stop(Duration::from_millis(100)).await.unwrap();
     }

@@ -238,7 +238,7 @@ pub fn current_value(name: &str, create_query: &str, defaults: &ServerDefaults) 
 /// `ALTER TABLE … MODIFY SETTING` raising, on each of `tables` (name, create query), every
 /// one of `desired` that is smaller there or unknown; one statement per table, none when
 /// all hold (idempotent), never lowering one.
-pub fn change_statements_for(
+pub fn change_statements(
     opts: &TableOptions,
     desired: &[WindowSetting],
     tables: &[(Ident, String)],
@@ -268,17 +268,7 @@ pub fn change_statements_for(
 /// The window setting `opts` asks for on its engine, if the engine has one: the plain
 /// window as given; a replicated one never below the server's default; none for `Null`.
 pub fn desired_setting(opts: &TableOptions) -> Option<WindowSetting> {
-    match opts.engine {
-        Engine::MergeTree => Some(WindowSetting {
-            name: NON_REPLICATED_SETTING,
-            value: opts.dedup_window,
-        }),
-        Engine::Replicated(_) => Some(WindowSetting {
-            name: REPLICATED_SETTING,
-            value: opts.dedup_window.max(REPLICATED_DEFAULT_WINDOW),
-        }),
-        Engine::Null => None,
-    }
+    desired_settings(opts, None, 0).into_iter().next()
 }
 
 /// The value of `name` in a `SETTINGS` clause of a `CREATE TABLE` statement (as
@@ -290,39 +280,6 @@ pub fn setting_in(create_query: &str, name: &str) -> Option<u64> {
         .filter_map(|kv| kv.split_once('='))
         .find(|(k, _)| k.trim() == name)
         .and_then(|(_, v)| v.trim().parse().ok())
-}
-
-/// The window a table has: its own setting, or the engine's server default when unset.
-pub fn current_window(setting: &str, create_query: &str) -> u64 {
-    setting_in(create_query, setting).unwrap_or(if setting == REPLICATED_SETTING {
-        REPLICATED_DEFAULT_WINDOW
-    } else {
-        0
-    })
-}
-
-/// `ALTER TABLE … MODIFY SETTING` for each table whose window is smaller than `desired`
-/// (never lowered, see the module header); `tables` pairs each table (traces, lookup)
-/// with its `create_table_query`. Empty when none is smaller, so running the result is
-/// idempotent.
-pub fn change_statements(
-    opts: &TableOptions,
-    desired: &WindowSetting,
-    tables: &[(Ident, String)],
-) -> Vec<String> {
-    tables
-        .iter()
-        .filter(|(_, create)| current_window(desired.name, create) < desired.value)
-        .map(|(table, _)| {
-            format!(
-                "ALTER TABLE {}.{table}{} MODIFY SETTING {} = {}",
-                opts.database,
-                crate::ddl::on_cluster(opts),
-                desired.name,
-                desired.value
-            )
-        })
-        .collect()
 }
 
 /// The text of a window statement with its number blanked: migration 5 recorded with
@@ -429,12 +386,20 @@ mod tests {
         assert_eq!(setting_in(q, NON_REPLICATED_SETTING), Some(1000));
         assert_eq!(setting_in(q, "index_granularity"), Some(8192));
         assert_eq!(setting_in(q, REPLICATED_SETTING), None);
+        let defaults = ServerDefaults::from_rows(ROWS_26_9);
         assert_eq!(
-            current_window(REPLICATED_SETTING, q),
-            REPLICATED_DEFAULT_WINDOW
+            current_value(REPLICATED_SETTING, q, &defaults),
+            Some(REPLICATED_DEFAULT_WINDOW)
         );
         let bare = "CREATE TABLE otel.t (`a` UInt8) ENGINE = MergeTree ORDER BY a";
-        assert_eq!(current_window(NON_REPLICATED_SETTING, bare), 0);
+        assert_eq!(
+            current_value(NON_REPLICATED_SETTING, bare, &defaults),
+            Some(0)
+        );
+        assert_eq!(
+            current_value(NON_REPLICATED_SETTING, bare, &ServerDefaults::default()),
+            None
+        );
     }
 
     #[test]
@@ -453,20 +418,44 @@ mod tests {
             )
         };
         assert_eq!(
-            change_statements(&o, &want, &[t("otel_traces", 1_000), t("lookup", 2_880)]),
+            change_statements(&o, std::slice::from_ref(&want), &[t("otel_traces", 1_000), t("lookup", 2_880)], &ServerDefaults::from_rows(ROWS_26_9)),
             vec![
                 "ALTER TABLE `otel`.`otel_traces` MODIFY SETTING non_replicated_deduplication_window = 2880"
                     .to_string()
             ]
         );
-        assert!(change_statements(&o, &want, &[t("otel_traces", 2_880)]).is_empty());
+        assert!(
+            change_statements(
+                &o,
+                std::slice::from_ref(&want),
+                &[t("otel_traces", 2_880)],
+                &ServerDefaults::from_rows(ROWS_26_9)
+            )
+            .is_empty()
+        );
         // Never lowered: another pipeline (or the CLI's default) asking for less.
-        assert!(change_statements(&o, &want, &[t("otel_traces", 46_080)]).is_empty());
+        assert!(
+            change_statements(
+                &o,
+                std::slice::from_ref(&want),
+                &[t("otel_traces", 46_080)],
+                &ServerDefaults::from_rows(ROWS_26_9)
+            )
+            .is_empty()
+        );
         let off = WindowSetting {
             name: NON_REPLICATED_SETTING,
             value: 0,
         };
-        assert!(change_statements(&o, &off, &[t("otel_traces", 1_000)]).is_empty());
+        assert!(
+            change_statements(
+                &o,
+                &[off],
+                &[t("otel_traces", 1_000)],
+                &ServerDefaults::from_rows(ROWS_26_9)
+            )
+            .is_empty()
+        );
     }
 
     #[test]
@@ -519,7 +508,7 @@ mod tests {
         )];
         let defaults = ServerDefaults::from_rows(ROWS_25_3);
         assert_eq!(
-            change_statements_for(&o, &want, &tables, &defaults),
+            change_statements(&o, &want, &tables, &defaults),
             vec![
                 "ALTER TABLE `otel`.`otel_traces` ON CLUSTER `c` MODIFY SETTING replicated_deduplication_window = 46080"
                     .to_string()
@@ -528,15 +517,12 @@ mod tests {
         );
         // On 26.9 the count default is 10 000 and the seconds 3 600: only the count.
         let defaults = ServerDefaults::from_rows(ROWS_26_9);
-        assert_eq!(
-            change_statements_for(&o, &want, &tables, &defaults).len(),
-            1
-        );
+        assert_eq!(change_statements(&o, &want, &tables, &defaults).len(), 1);
         // A table someone set to 60 s gets the time bound raised too.
         let short = format!("{create}, replicated_deduplication_window_seconds = 60");
         let tables = [(Ident::new("table", "otel_traces").unwrap(), short)];
         assert_eq!(
-            change_statements_for(&o, &want, &tables, &defaults),
+            change_statements(&o, &want, &tables, &defaults),
             vec![
                 "ALTER TABLE `otel`.`otel_traces` ON CLUSTER `c` MODIFY SETTING replicated_deduplication_window = 46080, replicated_deduplication_window_seconds = 180"
                     .to_string()
@@ -561,7 +547,7 @@ mod tests {
         )];
         // Unknown server defaults (the read failed): both are set, never assumed.
         assert_eq!(
-            change_statements_for(&o, &want, &tables, &ServerDefaults::default()),
+            change_statements(&o, &want, &tables, &ServerDefaults::default()),
             vec![
                 "ALTER TABLE `otel`.`otel_traces` MODIFY SETTING replicated_deduplication_window = 10000, replicated_deduplication_window_seconds = 180"
                     .to_string()
@@ -582,7 +568,7 @@ mod tests {
             }]
         );
         assert!(
-            change_statements_for(&o, &plain, &tables, &ServerDefaults::from_rows(ROWS_26_9))
+            change_statements(&o, &plain, &tables, &ServerDefaults::from_rows(ROWS_26_9))
                 .is_empty()
         );
     }

@@ -330,7 +330,7 @@ pub async fn window_status(
         setting: count.name,
         desired: count.value,
         current,
-        changes: dedup_window::change_statements_for(opts, &desired, &tables, &defaults),
+        changes: dedup_window::change_statements(opts, &desired, &tables, &defaults),
     }))
 }
 

@@ -84,6 +84,8 @@ from options import SPAN_PROFILES, parse
 from procs import (BenchError, SocketBytes, loadavg, machine, machine_busy_seconds, on_signal,
                    proc_cpu_seconds, proc_status_kib, run, say, spawn, stop, stop_all)
 from inserts import blocks_query, insert_figures, parse_blocks, table_stats
+import cost
+import costio
 from report import freshness_table, sweep_table, table
 from series import (Series, arrivals_ddl, arrivals_query, record_arrivals_query, collector_freshness, parse_arrivals,
                     plot, plot_sweep)
@@ -123,6 +125,9 @@ class Bench:
         self.bin_dir = self.dir / "bin"  # --no-build: copies of the binaries
         self.step = ""  # a partition sweep: "_p<partitions>" in this step's names
         self._no_insert_stats = False  # the chserver has no INSERT count: stop asking
+        self.rep = ""  # repeats: "_r<k>" in this repeat's names
+        self.product_tables = {}  # db -> the tables the product's schema made (not the harness's)
+        self.calibration = None  # chserver's own cost per INSERT and per byte (costio.calibrate)
 
     # -- setup
 
@@ -218,12 +223,14 @@ class Bench:
 
     def prepare_database(self, leg):
         a = self.args
-        db = f"bench_{self.run_id}_{leg}{self.step}"
+        db = f"bench_{self.run_id}_{leg}{self.step}{self.rep}"
         self.databases.append(db)
         run([str(self.collector), "schema", "apply", "--database", db, "--engine", a.engine,
              "--attributes", a.attributes, "--clickhouse-url", self.env["CLICKHOUSE_URL"],
              "--user", self.env["CLICKHOUSE_USER"]], timeout=300,
             env={**os.environ, **self.env}, log=self.dir / f"{leg}-schema.log")
+        # What the product stores, before the harness adds tables of its own (bytes on disk).
+        self.product_tables[db] = costio.product_tables(self.ch, db)
         if a.attributes == "json":
             id_expr = "toString(SpanAttributes.loadgen.id)"
             seq_expr = "toString(SpanAttributes.loadgen.seq)"
@@ -303,7 +310,7 @@ class Bench:
     def start_live_topic(self, leg):
         """Live mode: a fresh topic and generator id for this leg."""
         a = self.args
-        self.topic = self.generator = f"bench-{self.run_id}-{leg}{self.step}"
+        self.topic = self.generator = f"bench-{self.run_id}-{leg}{self.step}{self.rep}"
         self.topics.append(self.topic)
         kafka_java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
                    self.env["KAFKA_BROKERS"], "--create", "--topic", self.topic,
@@ -339,7 +346,7 @@ class Bench:
                "--spans-per-record", str(LIVE_SPANS_PER_RECORD),
                "--encoding", "otlp_proto", "--compression", "lz4", "--seed", "1",
                "--generator-id", self.generator, *SPAN_PROFILES[a.span_profile]]
-        return spawn(cmd, self.dir / f"{leg}-produce.json")
+        return spawn(cmd, self.dir / f"{leg}{self.rep}-produce.json")
 
     def run_leg(self, leg):
         a = self.args
@@ -347,16 +354,25 @@ class Bench:
         if a.rate:
             self.start_live_topic(leg)
         db, table, verify_attrs = self.prepare_database(leg)
-        group = f"bench-{self.run_id}-{leg}{self.step}"
+        group = f"bench-{self.run_id}-{leg}{self.step}{self.rep}"
         mport = free_port()
         ch_log = self.own_ch.log if self.own_ch else STATE / "logs" / "clickhouse.log"
         ch_log_offset = ch_log.stat().st_size if ch_log.exists() else 0
         ch_pid, kafka_pid = self._stack_pid("clickhouse"), self._stack_pid("kafka")
+        res = {"spans": n, "database": db, "consumer_group": group,
+               "log": str(self.dir / f"{leg}.log"), "repeat": self.rep.lstrip("_r") or "1"}
+        # The server's and the broker's CPU when nothing runs, and with the harness polling as
+        # it does during the leg and while parts settle: taken off the leg's figures.
+        if a.baseline_seconds > 0:
+            say(f"{leg}: baseline ({a.baseline_seconds:g} s idle, polling, settle polling)")
+            res["baseline"] = costio.baseline(
+                lambda: self._poll(db, table, group, live=bool(a.rate), inserts=True),
+                lambda: self.ch.query(costio.settle_probe(db)),
+                ch_pid, kafka_pid, a.baseline_seconds, POLL)
+        events0 = costio.events(self.ch)
         ch_cpu0, kafka_cpu0 = self._cpu_or_none(ch_pid), self._cpu_or_none(kafka_pid)
         busy0, load0 = machine_busy_seconds(), loadavg()
         sock = SocketBytes(self.ch_port)
-        res = {"spans": n, "database": db, "consumer_group": group,
-               "log": str(self.dir / f"{leg}.log")}
         say(f"{leg}: starting (database {db}, group {group})")
 
         t0 = time.monotonic()
@@ -425,9 +441,6 @@ class Bench:
                         pass
                 time.sleep(POLL)
             t_done = time.monotonic()
-            ch_cpu1, kafka_cpu1 = self._cpu_or_none(ch_pid), self._cpu_or_none(kafka_pid)
-            pids_after = (self._stack_pid("clickhouse"), self._stack_pid("kafka"))
-            busy1, load1 = machine_busy_seconds(), loadavg()
             alive = p.poll() is None
             if alive:  # measure right before stopping
                 sock.sample(p.pid)
@@ -440,10 +453,42 @@ class Bench:
             code = stop(p)
             if loader is not None:
                 stop(loader)
+        # The leg's window for the server and the broker ends when the collector has stopped
+        # (its last inserts and commits on the way out included).
+        t_stopped = time.monotonic()
+        ch_cpu1, kafka_cpu1 = self._cpu_or_none(ch_pid), self._cpu_or_none(kafka_pid)
+        busy1, load1 = machine_busy_seconds(), loadavg()
+        # Then the server's merges until the parts settle: no merge and no new part for
+        # --settle-quiet seconds (a Null table makes no parts: nothing to wait for).
+        if a.engine == "merge-tree":
+            say(f"{leg}: waiting for the parts to settle (no merge, no new part for "
+                f"{a.settle_quiet:g} s)")
+            res["settle"] = costio.settle(self.ch, db, a.settle_quiet, a.settle_timeout)
+            if not res["settle"]["settled"]:
+                say(f"{leg}: parts did not settle within {a.settle_timeout:g} s")
+        else:
+            res["settle"] = {"seconds": 0.0, "settled": True, "probe_errors": 0,
+                             "note": "null engine: no parts to settle"}
+        t_settled = time.monotonic()
+        ch_cpu2 = self._cpu_or_none(ch_pid)
+        pids_after = (self._stack_pid("clickhouse"), self._stack_pid("kafka"))
+        events1 = costio.events(self.ch)
+        res["events"] = cost.events_delta(events0, events1)
+        if a.engine == "merge-tree":
+            try:
+                res["disk"] = costio.disk(self.ch, db, self.product_tables.get(db, []), n)
+            except (BenchError, ValueError) as e:
+                res["disk"] = {"error": str(e)}
+        res["cpu_windows"] = {
+            "leg_seconds": round(t_stopped - t0, 3), "settle_seconds": round(t_settled - t_stopped, 3),
+            "server_leg_cpu": None if ch_cpu0 is None or ch_cpu1 is None else round(ch_cpu1 - ch_cpu0, 3),
+            "server_settle_cpu": None if ch_cpu1 is None or ch_cpu2 is None else round(ch_cpu2 - ch_cpu1, 3),
+            "broker_leg_cpu": None if kafka_cpu0 is None or kafka_cpu1 is None
+            else round(kafka_cpu1 - kafka_cpu0, 3)}
         wall = t_done - t0
         if loader is not None:
             try:
-                text = (self.dir / f"{leg}-produce.json").read_text()
+                text = (self.dir / f"{leg}{self.rep}-produce.json").read_text()
                 self.produced = json.loads(text[text.index("{"):])
             except (OSError, ValueError):
                 self.produced = None
@@ -476,6 +521,14 @@ class Bench:
         # collector's) until every row was in, not the wait for the last offset commit.
         res.update(self.insert_accounting(
             db, (t_rows_in or t_done) - (t_load if a.rate else t0), n))
+        if a.engine == "merge-tree" and not a.no_optimize:
+            try:
+                say(f"{leg}: OPTIMIZE … FINAL (measured apart)")
+                res["optimize_final"] = {k: round(v, 3) if v is not None else None for k, v in
+                                         costio.optimize_final(self.ch, db, self.product_tables.get(db, []),
+                                                               ch_pid).items()}
+            except BenchError as e:
+                res["optimize_final"] = {"error": str(e)}
         if a.rate and not a.keep:  # a topic per leg: the broker keeps fewer partitions open
             self.delete_topic(self.topic)
         if not a.keep:  # no background merges of this leg's parts during the next leg
@@ -530,6 +583,19 @@ class Bench:
         if disturbed:
             res["disturbed"] = sorted(set(disturbed))
             say(f"{leg}: DISTURBED, no speeds reported: {'; '.join(res['disturbed'])}")
+        w = res["cpu_windows"]
+        bill = cost.leg_cost(
+            n, cpu, {"insert_cpu": w["server_leg_cpu"], "insert_s": w["leg_seconds"],
+                     "settle_cpu": w["server_settle_cpu"], "settle_s": w["settle_seconds"]},
+            {"cpu": w["broker_leg_cpu"], "seconds": w["leg_seconds"]}, res.get("baseline"),
+            self.calibration, res.get("inserts"), res.get("insert_body_bytes"),
+            res.get("optimize_final") if "cpu" in (res.get("optimize_final") or {}) else None)
+        blocks = res.get("insert_blocks")
+        bill["rows_per_part"] = round(n / blocks, 1) if blocks else None
+        if res["verified"] and not disturbed and res["settle"].get("settled"):
+            res["cost"] = bill
+        else:  # kept for the record, out of the tables
+            res["cost_unverified"] = bill
         if res["verified"] and not disturbed:
             res["spans_per_cpu_second"] = round(n / cpu) if cpu > 0 else None
             res["otlp_mb_per_cpu_second"] = (round(self.produced["bytes"] / cpu / 1e6, 1)
@@ -547,6 +613,21 @@ class Bench:
             res["mb_per_second"] = None
         res.pop("exact", None)
         return res
+
+    def _poll(self, db, table, group, live, inserts):
+        """What the leg's loop asks the server and the broker at each step (the row count, the
+        end offsets in live mode, the group's committed offsets; and, every other step, the
+        INSERT count the series keep): the baseline repeats it with no collector running."""
+        self._polls = getattr(self, "_polls", 0) + 1
+        for f in (lambda: self.ch.count(f"`{db}`.`{table}`"),
+                  lambda: self.kafka.end_offsets(self.topic, self.args.partitions) if live else None,
+                  lambda: self.kafka.committed(group, self.topic, self.args.partitions)):
+            try:
+                f()
+            except BenchError:
+                pass
+        if inserts and self._polls % 2 == 0:
+            self._inserts_so_far(db)
 
     def _inserts_so_far(self, db):
         """INSERT statements into the leg's otel_traces so far (for the series), None if unknown."""
@@ -577,6 +658,7 @@ class Bench:
             say(f"blocks of {db}.{table}: {e}")
             blocks = None
         out = insert_figures(stats, blocks, window_s, spans)
+        out["insert_body_bytes"] = stats.get("body_bytes") if stats else None
         out["insert_blocks_source"] = f"system.parts of {table}"
         return out
 
@@ -656,19 +738,26 @@ class Bench:
 
 
 def run_legs(b, a):
-    """Every leg once, in order: {leg: its figures}; a leg that failed says why."""
-    report = {}
-    for leg in a.legs:
-        try:
-            report[leg] = b.run_leg(leg)
-        except BenchError as e:
-            say(f"{leg}: error: {e}")
-            report[leg] = {"spans": a.spans, "verified": False, "error": str(e),
-                           **{k: None for k in ("cpu_seconds", "wall_seconds",
-                                                "spans_per_cpu_second", "mb_per_second",
-                                                "otlp_mb_per_cpu_second",
-                                                "peak_rss_mib", "lost", "duplicates")}}
-    return report
+    """Every leg --repeats times, the order rotated each repeat (cost.rotate): {leg: the
+    medians of its repeats, the repeats under "repeats"}; a leg that failed says why."""
+    runs = {leg: [] for leg in a.legs}
+    for r in range(a.repeats):
+        b.rep = f"_r{r + 1}" if a.repeats > 1 else ""
+        order = cost.rotate(a.legs, r)
+        if a.repeats > 1:
+            say(f"repeat {r + 1} of {a.repeats}: {', '.join(order)}")
+        for leg in order:
+            try:
+                runs[leg].append(b.run_leg(leg))
+            except BenchError as e:
+                say(f"{leg}: error: {e}")
+                runs[leg].append({"spans": a.spans, "verified": False, "error": str(e),
+                                  **{k: None for k in ("cpu_seconds", "wall_seconds",
+                                                       "spans_per_cpu_second", "mb_per_second",
+                                                       "otlp_mb_per_cpu_second",
+                                                       "peak_rss_mib", "lost", "duplicates")}})
+    b.rep = ""
+    return {leg: cost.median_of_repeats(runs[leg]) for leg in a.legs}
 
 
 def main():
@@ -688,6 +777,8 @@ def main():
     try:
         b.ensure_stack()
         b.build()
+        say("calibrating chserver's own cost per INSERT and per byte")
+        b.calibration = costio.calibrate(b.ch, b.env, b._stack_pid("clickhouse"))
         if a.partitions_sweep:
             # The same live run at each partition count, every leg, one after the other; each
             # step's artifacts in a folder of its own.
@@ -716,8 +807,8 @@ def main():
         "partitions": a.partitions,
         "partitions_sweep": a.partitions_sweep,
         "mode": "live" if a.rate else "pre-filled",
-        "clickhouse": "own chserver of the run (--own-clickhouse)" if a.own_clickhouse
-                      else "the stack's chserver",
+        "clickhouse": "own chserver of the run" if a.own_clickhouse
+                      else "the stack's chserver (--shared-clickhouse)",
         "collector_bin": a.collector_bin,
         "prebuilt_binaries": getattr(b, "prebuilt", None),
         "tracehouse_linger_ms": a.linger_ms,
@@ -745,6 +836,29 @@ def main():
                  "insert_window_seconds (live: producer start until every row was in; "
                  "pre-filled: collector start until every row was in).",
         "artifacts": str(b.dir),
+        "repeats": a.repeats,
+        "cost_method": {
+            "calibration": b.calibration,
+            "baseline_seconds": a.baseline_seconds,
+            "settle_quiet_seconds": a.settle_quiet if a.engine == "merge-tree" else None,
+            "optimize_final": not a.no_optimize and a.engine == "merge-tree",
+            "notes": "system CPU per span = collector process + ClickHouse server + Kafka broker "
+                     "(utime+stime from /proc). ClickHouse: from the collector's start until it "
+                     "stopped, then until the parts settled (no system.merges row and no new "
+                     "active part for settle_quiet_seconds); broker: from the collector's start "
+                     "until it stopped (live: the producer's requests are in it, the same for "
+                     "every leg). Each net of a baseline measured before the leg: the process's "
+                     "CPU per second idle, with the harness polling as during the leg "
+                     "(server_poll, broker_poll) and as while settling (server_settle), times "
+                     "the window's length. chserver's own path: calibrated per INSERT and per "
+                     "MiB of body (costio.calibrate), applied to the leg's INSERTs and body bytes "
+                     "as chserver counted them; it is inside the ClickHouse figure, and an upper "
+                     "bound. OPTIMIZE … FINAL of the product's tables after settling, net of the "
+                     "idle CPU, is not in the sum. events: system.events deltas of the run's own "
+                     "chserver from before the leg until settled (the harness's polls included). "
+                     "Bytes on disk: active parts of the product's tables after settling; the keys "
+                     "columns' share counts their compressed data and marks and their bloom-filter "
+                     "indexes. With repeats, every figure is the median of the repeats."},
     }
     Path(a.out).write_text(json.dumps(report, indent=2) + "\n")
     png = Path(a.out).with_suffix(".png")
@@ -767,6 +881,10 @@ def main():
           f"{a.partitions} partitions — {report['run']['date']}, "
           f"{report['run']['machine']['cpus']} CPUs, {report['run']['machine']['memory_gib']} GiB\n")
     print(md)
+    print(f"\nWhat a span costs the system ({a.engine} engine"
+          + (", a parse diagnostic: nothing stored" if a.engine == "null" else "") + "):\n")
+    print(cost.cost_table(report, a.legs))
+    print(f"\n{cost.cost_note(report['run'])}")
     if a.rate:
         print(f"\n{freshness_table(report, a.legs, a.rate)}")
     for leg in a.legs:

@@ -29,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "querybenchlib"))
 
+import cost  # noqa: E402
 import report  # noqa: E402
 import qreport  # noqa: E402
 
@@ -124,6 +125,10 @@ def bench_block(rep, source):
              f"{run.get('engine')} engine, {run.get('partitions')} partitions. Report: "
              f"[`{source}`]({_rel(source)}).{_binaries(run)}", "", "```", run["command"], "```", "",
              report.table(rep, legs)]
+    if "cost_method" in run:
+        lines += ["", f"What a span costs the system, per process ({run.get('engine')} engine"
+                  + (", a parse diagnostic: nothing is stored" if run.get("engine") == "null" else "")
+                  + "): CPU µs per span, " + cost.cost_note(run), "", cost.cost_table(rep, legs)]
     if run.get("mode") == "live":
         lines += ["", report.freshness_table(rep, legs, run["rate_spans_per_second"])]
     png = Path(source).with_suffix(".png")

@@ -51,7 +51,25 @@ def parse(doc, otelcol_config):
                          "$CARGO_TARGET_DIR/release/, and tracehouse-loadgen beside it) without "
                          "building; the report records their sha256, since their commit is unknown")
     ap.add_argument("--out", required=True, help="JSON report file")
-    ap.add_argument("--engine", choices=["null", "merge-tree"], default="null")
+    ap.add_argument("--engine", choices=["null", "merge-tree"], default="merge-tree",
+                    help="merge-tree (default): the product's own DDL (`tracehouse-collector "
+                         "schema apply`: codecs, skip indexes, the trace-id lookup view, the "
+                         "deduplication window); null: a parse diagnostic (nothing is stored, "
+                         "no parts, no merges, no bytes on disk)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="run every leg this many times, the leg order rotated each repeat, and "
+                         "report the medians (default 3; --repeats 1 for a quick look)")
+    ap.add_argument("--settle-quiet", type=float, default=30,
+                    help="after a leg, wait until no merge has run and no part has appeared for "
+                         "this long (seconds, default 30); the server's CPU until then is the "
+                         "leg's merge cost")
+    ap.add_argument("--settle-timeout", type=float, default=900,
+                    help="give up waiting for the parts to settle after this long (default 900 s)")
+    ap.add_argument("--baseline-seconds", type=float, default=10,
+                    help="before each leg, measure the server's and the broker's idle CPU and "
+                         "the harness's own polling for this long per phase (default 10 s)")
+    ap.add_argument("--no-optimize", action="store_true",
+                    help="skip the OPTIMIZE … FINAL measured after settling")
     ap.add_argument("--attributes", choices=["json", "map"], default="json")
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--partitions-sweep", metavar="N,N,…",
@@ -59,9 +77,12 @@ def parse(doc, otelcol_config):
                          "at each (e.g. 8,64,256); one JSON and one PNG of inserts/s, parts per "
                          "minute and freshness against the partition count")
     ap.add_argument("--own-clickhouse", action="store_true",
-                    help="run a chserver of this work tree's own for the run (own port, data "
-                         "and state, removed at the end) instead of the stack's: its CPU is the "
-                         "run's alone, and it counts INSERT statements (GET /chserver/inserts)")
+                    help="the default (kept for older commands): a chserver of this work tree's "
+                         "own for the run (own port, data and state, removed at the end), so "
+                         "its CPU and its system.events are the run's alone")
+    ap.add_argument("--shared-clickhouse", action="store_true",
+                    help="use the stack's chserver instead of one of the run's own (its CPU and "
+                         "system.events then include whatever else uses it)")
     ap.add_argument("--span-profile", choices=sorted(SPAN_PROFILES), default="full",
                     help="loadgen span shape (default full: about 1.08 KB per span)")
     ap.add_argument("--legs", default="tracehouse,otelcol",
@@ -97,6 +118,13 @@ def parse(doc, otelcol_config):
             ap.error("--partitions-sweep: comma-separated positive partition counts")
         if a.rate is None:
             ap.error("--partitions-sweep is a live-mode run: give --rate (and --duration)")
+    if a.repeats < 1:
+        ap.error("--repeats must be at least 1")
+    if a.partitions_sweep is not None and a.repeats > 1:
+        a.repeats = 1  # a sweep is one run per partition count
+    if a.shared_clickhouse and a.own_clickhouse:
+        ap.error("--shared-clickhouse and --own-clickhouse contradict each other")
+    a.own_clickhouse = not a.shared_clickhouse
     if a.timeout is None:
         a.timeout = 300 + a.spans / 1000
 

@@ -1,14 +1,28 @@
 #!/usr/bin/env python3
 """e2e/bench — tracehouse-collector side by side with the OpenTelemetry Collector and Rotel.
 
-    e2e/bench --spans N --out FILE [--engine null|merge-tree] [--attributes json|map]
-              [--span-profile full|light|minimal]
+    e2e/bench --spans N --out FILE [--engine merge-tree|null] [--attributes json|map]
+              [--span-profile full|light|minimal] [--repeats 3]
               [--partitions 8] [--legs tracehouse,otelcol,rotel] [--timeout SECONDS] [--keep]
               [--collector-bin PATH]
     e2e/bench --rate SPANS_PER_SECOND [--duration 60] --out FILE [the options above]
     e2e/bench --rate R --duration S --partitions-sweep 8,64,256 --out FILE [the options above]
-    (any of them with --own-clickhouse: a chserver of the run's own, from this work tree;
+    (a chserver of the run's own, from this work tree, unless --shared-clickhouse;
     --no-build: the release binaries already built, their sha256 in the report)
+
+What a span costs the system (cost.py, costio.py), per leg, in one table: CPU µs per span of
+the collector process, of the ClickHouse server while the leg ran and then until its parts
+settled (no system.merges row and no new part for --settle-quiet 30 s), and of the Kafka broker
+(a JVM on this machine) over the leg, each net of a baseline measured before the leg (the
+process idle, and with the harness polling as it does during the leg and while settling, taken
+off over the same durations); chserver's own request path, calibrated at the start of the run
+(one-row and 8 MiB INSERTs into a Null table) per INSERT and per MiB, shown as its own line;
+OPTIMIZE … FINAL measured apart; system.events deltas; parts created and rows per part; bytes
+on disk per span after settling and the keys columns' share. The engine is MergeTree with the
+product's own DDL by default (`tracehouse-collector schema apply`: codecs, skip indexes, the
+trace-id lookup view, the deduplication window); --engine null is a parse diagnostic. Every
+leg runs --repeats times (default 3), the leg order rotated each repeat; the report has the
+medians and each repeat.
 
 On the local stack (started with `e2e/stack up kafka clickhouse` if it is not running; it is
 left running afterwards, since other work may share it — `--stop-stack` stops it at the end

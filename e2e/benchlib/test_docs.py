@@ -52,6 +52,17 @@ class ChaosBlockTest(unittest.TestCase):
 
 
 class BenchBlockTest(unittest.TestCase):
+    def test_a_report_with_costs_gets_the_system_table_and_its_method(self):
+        rep = {"tracehouse": dict(LEG, cost={"system_us": 40.0}),
+               "otelcol": dict(LEG, cost={"system_us": 80.0}),
+               "run": dict(BENCH["run"], engine="merge-tree", repeats=3,
+                           cost_method={"baseline_seconds": 10, "settle_quiet_seconds": 30})}
+        md = bench_block(rep, "e2e/bench-results/none.json")
+        self.assertIn("What a span costs the system, per process (merge-tree engine): CPU µs "
+                      "per span, median of 3 repeats, the leg order rotated", md)
+        self.assertIn("| **system CPU per span** | 40.0 µs | 80.0 µs | 0.50× |", md)
+        self.assertNotIn("What a span costs", bench_block(BENCH, "x.json"))  # older reports
+
     def test_every_leg_and_the_ratio_in_the_order_tracehouse_otelcol_rotel(self):
         md = bench_block(BENCH, "e2e/bench-results/none.json")
         self.assertIn("**2026-11-24 21:39 UTC**, commit `7e1d041`", md)

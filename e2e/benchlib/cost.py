@@ -278,9 +278,14 @@ COST_ROWS = [
 ]
 
 
-def cost_table(report, legs):
+SUMMARY_PATHS = ("cost.collector_us", "cost.clickhouse_insert_us", "cost.clickhouse_merge_us",
+                 "cost.kafka_us", "cost.system_us", "cost.system_less_chserver_us")
+
+
+def cost_table(report, legs, summary=False):
     """The per-leg bill in one table: CPU µs per span per process and in all, INSERTs, parts,
-    bytes on disk, the system.events deltas per span; tracehouse's ratio to each peer."""
+    bytes on disk, the system.events deltas per span; tracehouse's ratio to each peer.
+    summary: the CPU lines, INSERTs, parts and bytes on disk only."""
     peers = [leg for leg in legs if leg != "tracehouse"] if "tracehouse" in legs else []
     head = "| per span | " + " | ".join(legs) + "".join(f" | tracehouse / {q}" for q in peers) + " |"
     lines = [head, "|---|" + "---:|" * (len(legs) + len(peers))]
@@ -295,10 +300,15 @@ def cost_table(report, legs):
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
     for label, path, unit in COST_ROWS:
-        row(label, [_get(report[leg], path) for leg in legs], unit)
+        if not summary or path in SUMMARY_PATHS:
+            row(label, [_get(report[leg], path) for leg in legs], unit)
     row("INSERT statements", [report[leg].get("inserts") for leg in legs])
     row("parts created (blocks written)", [report[leg].get("insert_blocks") for leg in legs])
     row("rows per part created", [_get(report[leg], "cost.rows_per_part") for leg in legs])
+    if summary:
+        row("**bytes on disk per span** (after settling)",
+            [_get(report[leg], "disk.bytes_on_disk_per_span") for leg in legs], " B")
+        return "\n".join(lines)
     row("active parts after settling", [_get(report[leg], "disk.parts_active_after_settling")
                                          for leg in legs])
     row("seconds until parts settled", [_get(report[leg], "settle.seconds") for leg in legs], " s")

@@ -9,9 +9,10 @@ A document is hand-written prose around generated blocks. A block names its kind
     <!-- end generated -->
 
 and `e2e/docs` rewrites what lies between the two markers (each alone on its line) — the run's
-date, commit and command, then its tables — and nothing else. Kinds: `bench` (an e2e/bench report, a partition sweep's
-too), `chaos` (an e2e/chaos report), `querybench` (an e2e/querybench result), `columncost` (an
-e2e/column-cost report). To add a run: copy its JSON beside the others,
+date, commit and command, then its tables — and nothing else. Kinds: `bench` (an e2e/bench
+report, a partition sweep's too), `cost` (an e2e/bench report's system cost per span alone, for
+a summary), `chaos` (an e2e/chaos report), `querybench` (an e2e/querybench result),
+`columncost` (an e2e/column-cost report). To add a run: copy its JSON beside the others,
 put a marker where its table belongs, run `e2e/docs`, commit both.
 
 With --check nothing is written: it fails naming each stale document, each marker whose report
@@ -137,6 +138,20 @@ def bench_block(rep, source):
     return "\n".join(lines)
 
 
+def cost_block(rep, source):
+    """The top summary of an e2e/bench report: one line on the run, then what a span costs the
+    system per process (cost.cost_table's summary rows); the full tables are its `bench` block."""
+    run = rep["run"]
+    legs = [leg for leg in LEGS if leg in rep]
+    what = (f"live {run['rate_spans_per_second']:,.0f} spans/s for {_num(run['duration_seconds'])} s"
+            if run.get("mode") == "live" else f"pre-filled {rep[legs[0]]['spans']:,} spans")
+    lines = [f"**{what}, `{run.get('span_profile')}` spans, {run.get('attributes')} table, "
+             f"{run.get('engine')} engine** — {_when(run['date'])}, commit `{run['git']}`, "
+             f"{cost.cost_note(run).split(';')[0]}. Report: [`{source}`]({_rel(source)}).",
+             "", "```", run["command"], "```", "", cost.cost_table(rep, legs, summary=True)]
+    return "\n".join(lines)
+
+
 def _binaries(run):
     """How the binaries came about, when they were not built from the commit the run names."""
     pre = run.get("prebuilt_binaries")
@@ -192,7 +207,7 @@ def querybench_block(result, source):
 
 
 KINDS = {"bench": bench_block, "chaos": chaos_block, "querybench": querybench_block,
-         "columncost": columncost_block}
+         "columncost": columncost_block, "cost": cost_block}
 
 
 def _rel(path):

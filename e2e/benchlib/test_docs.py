@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from docs import DocError, bench_block, chaos_block, columncost_block, render  # noqa: E402
+from docs import DocError, bench_block, chaos_block, columncost_block, cost_block, render  # noqa: E402
 
 CHAOS = {"profile": "quick", "seed": 7, "revision": "abc1234", "took_s": 512.9,
          "started": "2026-11-26T15:19:16+00:00", "command": "e2e/chaos --case kill9",
@@ -62,6 +62,20 @@ class BenchBlockTest(unittest.TestCase):
                       "per span, median of 3 repeats, the leg order rotated", md)
         self.assertIn("| **system CPU per span** | 40.0 µs | 80.0 µs | 0.50× |", md)
         self.assertNotIn("What a span costs", bench_block(BENCH, "x.json"))  # older reports
+
+    def test_the_cost_summary_block(self):
+        rep = {"tracehouse": dict(LEG, cost={"system_us": 40.0, "kafka_us": 3.0},
+                                  disk={"bytes_on_disk_per_span": 150.0}),
+               "otelcol": dict(LEG, cost={"system_us": 80.0, "kafka_us": 6.0},
+                               disk={"bytes_on_disk_per_span": 160.0}),
+               "run": dict(BENCH["run"], engine="merge-tree", repeats=1, duration_seconds=60.0,
+                           cost_method={"settle_quiet_seconds": 30})}
+        md = cost_block(rep, "e2e/bench-results/none.json")
+        self.assertIn("**live 60,000 spans/s for 60 s, `minimal` spans, json table, merge-tree "
+                      "engine** — 2026-11-24 21:39 UTC, commit `7e1d041`, median of 1 repeat.", md)
+        self.assertIn("| **system CPU per span** | 40.0 µs | 80.0 µs | 0.50× |", md)
+        self.assertIn("| **bytes on disk per span** (after settling) | 150.0 B | 160.0 B | 0.94× |", md)
+        self.assertNotIn("OPTIMIZE", md)
 
     def test_every_leg_and_the_ratio_in_the_order_tracehouse_otelcol_rotel(self):
         md = bench_block(BENCH, "e2e/bench-results/none.json")

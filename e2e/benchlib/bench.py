@@ -508,6 +508,13 @@ class Bench:
                 self.produced = None
             res["produced"] = self.produced
         if a.rate:
+            # The freshness view is the harness's, not the product's: its blocks (one per block
+            # inserted into otel_traces) are in the server's figures, for every leg alike per
+            # block, so a leg that inserts more often pays more of it.
+            try:
+                res["harness_arrivals_blocks"] = parse_blocks(self.ch.query(blocks_query(db, "arrivals")))
+            except (BenchError, ValueError):
+                res["harness_arrivals_blocks"] = None
             try:
                 res["freshness_clickhouse"] = parse_arrivals(self.ch.query(arrivals_query(db)))
                 res["freshness_record"] = parse_arrivals(
@@ -603,7 +610,8 @@ class Bench:
                      "settle_cpu": w["server_settle_cpu"], "settle_s": w["settle_seconds"]},
             {"cpu": w["broker_leg_cpu"], "seconds": w["leg_seconds"]}, res.get("baseline"),
             self.calibration, res.get("inserts"), res.get("insert_body_bytes"),
-            res.get("optimize_final") if "cpu" in (res.get("optimize_final") or {}) else None)
+            res.get("optimize_final") if "cpu" in (res.get("optimize_final") or {}) else None,
+            res.get("harness_arrivals_blocks"))
         blocks = res.get("insert_blocks")
         bill["rows_per_part"] = round(n / blocks, 1) if blocks else None
         if res["verified"] and not disturbed and res["settle"].get("settled"):

@@ -128,7 +128,7 @@ def per_span_us(cpu_seconds, spans):
 
 
 def leg_cost(spans, collector_cpu, server, broker, baseline, calibration, inserts,
-             body_bytes, optimize=None):
+             body_bytes, optimize=None, harness_blocks=None):
     """The leg's bill in CPU µs per span.
 
     server: {"insert_cpu", "insert_s", "settle_cpu", "settle_s"} — CPU-seconds of the
@@ -137,13 +137,18 @@ def leg_cost(spans, collector_cpu, server, broker, baseline, calibration, insert
     broker: {"cpu", "seconds"} over the leg (the collector's start until it stopped);
     baseline: rates in CPU-seconds per second: "server_poll" (idle + the harness's progress
     polls), "server_settle" (idle + the settle polls), "server_idle", "broker_poll";
-    optimize: {"cpu", "seconds"} of OPTIMIZE … FINAL after settling, or None."""
+    optimize: {"cpu", "seconds"} of OPTIMIZE … FINAL after settling, or None;
+    harness_blocks: blocks the harness's own freshness view wrote (live mode), estimated at
+    the calibration's cost of one small part each and taken off with chserver's path."""
     b = baseline or {}
     ins = net(server.get("insert_cpu"), b.get("server_poll"), server.get("insert_s"))
     mer = net(server.get("settle_cpu"), b.get("server_settle"), server.get("settle_s"))
     kaf = net(broker.get("cpu"), b.get("broker_poll"), broker.get("seconds"))
     ch = None if ins is None else ins + (mer or 0.0)
     own = chserver_share(calibration, inserts, body_bytes)
+    view = None
+    if harness_blocks and calibration and calibration.get("per_part_us") is not None:
+        view = harness_blocks * max(calibration["per_part_us"], 0.0) * 1e-6
     parts = [collector_cpu, ch, kaf]
     total = None if any(x is None for x in parts) else sum(parts)
     out = {
@@ -154,8 +159,9 @@ def leg_cost(spans, collector_cpu, server, broker, baseline, calibration, insert
         "kafka_us": per_span_us(kaf, spans),
         "system_us": per_span_us(total, spans),
         "chserver_own_us": per_span_us(own, spans),
+        "harness_view_us": per_span_us(view, spans),
         "system_less_chserver_us": per_span_us(
-            None if total is None or own is None else total - own, spans),
+            None if total is None or own is None else total - own - (view or 0.0), spans),
         "optimize_final_us": None,
     }
     if optimize:
@@ -273,7 +279,9 @@ COST_ROWS = [
     ("Kafka broker", "cost.kafka_us", " µs"),
     ("**system CPU per span**", "cost.system_us", " µs"),
     ("of it, chserver's own request path (calibrated)", "cost.chserver_own_us", " µs"),
-    ("system CPU per span less chserver's own path", "cost.system_less_chserver_us", " µs"),
+    ("of it, the harness's freshness view (live mode, estimated)", "cost.harness_view_us", " µs"),
+    ("system CPU per span less chserver's path (and the harness's view)",
+     "cost.system_less_chserver_us", " µs"),
     ("OPTIMIZE … FINAL afterwards (apart, not in the sum)", "cost.optimize_final_us", " µs"),
 ]
 
@@ -300,8 +308,11 @@ def cost_table(report, legs, summary=False):
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
     for label, path, unit in COST_ROWS:
+        values = [_get(report[leg], path) for leg in legs]
+        if path == "cost.harness_view_us" and all(v is None for v in values):
+            continue  # pre-filled runs have no freshness view
         if not summary or path in SUMMARY_PATHS:
-            row(label, [_get(report[leg], path) for leg in legs], unit)
+            row(label, values, unit)
     row("INSERT statements", [report[leg].get("inserts") for leg in legs])
     row("parts created (blocks written)", [report[leg].get("insert_blocks") for leg in legs])
     row("rows per part created", [_get(report[leg], "cost.rows_per_part") for leg in legs])

@@ -170,6 +170,10 @@ def calibrate(ch, env, server_pid, small=200, large=4, large_mib=8, rounds=3):
     ch.query(f"DROP DATABASE IF EXISTS `{db}` SYNC")
     ch.query(f"CREATE DATABASE `{db}`")
     ch.query(f"CREATE TABLE `{db}`.t (s String) ENGINE = Null")
+    # The same one-row INSERTs into a MergeTree (merges stopped): the difference is what
+    # writing one small part costs (used to estimate the harness's freshness view).
+    ch.query(f"CREATE TABLE `{db}`.p (s String) ENGINE = MergeTree ORDER BY tuple()")
+    ch.query(f"SYSTEM STOP MERGES `{db}`.p")
     poster = Poster(env)
     stmt = f"INSERT INTO `{db}`.t (s) FORMAT RowBinary"
     tiny = _row_binary_strings(1, 1)
@@ -178,7 +182,7 @@ def calibrate(ch, env, server_pid, small=200, large=4, large_mib=8, rounds=3):
         t0, c0 = time.monotonic(), cpu_or_none(server_pid)
         time.sleep(3)
         idle = rate(c0, cpu_or_none(server_pid), time.monotonic() - t0) or 0.0
-        points = []
+        points, parts = [], []
         for _ in range(rounds):
             for n, body in ((small, tiny), (large, big)):
                 c0, t0 = cpu_or_none(server_pid), time.monotonic()
@@ -186,14 +190,22 @@ def calibrate(ch, env, server_pid, small=200, large=4, large_mib=8, rounds=3):
                     poster.post(body, query=stmt)
                 c1, t1 = cpu_or_none(server_pid), time.monotonic()
                 points.append((n, n * len(body), c1 - c0 - idle * (t1 - t0)))
+            c0, t0 = cpu_or_none(server_pid), time.monotonic()
+            for _ in range(small):
+                poster.post(tiny, query=f"INSERT INTO `{db}`.p (s) FORMAT RowBinary")
+            c1, t1 = cpu_or_none(server_pid), time.monotonic()
+            parts.append((c1 - c0 - idle * (t1 - t0)) / small)
     finally:
         poster.close()
         ch.query(f"DROP DATABASE IF EXISTS `{db}` SYNC")
     fit = fit_insert_and_byte(points)
     small_us = statistics.median(c / n for n, _, c in points[0::2]) * 1e6
     out = {"points": [[n, b, round(c, 4)] for n, b, c in points], "idle_per_second": round(idle, 5),
-           "small_insert_us": round(small_us, 1), **(fit or {"per_insert_us": None,
+           "small_insert_us": round(small_us, 1),
+           "small_part_insert_us": round(statistics.median(parts) * 1e6, 1),
+           "per_part_us": round(statistics.median(parts) * 1e6 - small_us, 1), **(fit or {"per_insert_us": None,
                                                            "per_mib_ms": None})}
     say(f"chserver's own path: {out['per_insert_us']} µs per INSERT, {out['per_mib_ms']} ms per "
-        f"MiB (a one-row INSERT: {out['small_insert_us']} µs)")
+        f"MiB (a one-row INSERT: {out['small_insert_us']} µs; one more small part: "
+        f"{out['per_part_us']} µs)")
     return out

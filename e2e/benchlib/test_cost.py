@@ -102,6 +102,17 @@ class CpuTest(unittest.TestCase):
         self.assertEqual(got["system_less_chserver_us"], 60.0)
         self.assertEqual(got["optimize_final_us"], 10.0)      # 0.011 - 0.001·1
 
+    def test_the_harness_view_is_estimated_per_block_and_taken_off_with_chserver(self):
+        got = cost.leg_cost(1000, 0.01, {"insert_cpu": 0.05, "insert_s": 1.0},
+                            {"cpu": 0.0, "seconds": 1.0}, None,
+                            {"per_insert_us": 1000.0, "per_mib_ms": 0.0, "per_part_us": 2000.0},
+                            5, 0, harness_blocks=5)
+        self.assertEqual(got["system_us"], 60.0)
+        self.assertEqual(got["chserver_own_us"], 5.0)
+        self.assertEqual(got["harness_view_us"], 10.0)
+        self.assertEqual(got["system_less_chserver_us"], 45.0)
+        self.assertNotIn("freshness view (live", cost.cost_table(REPORT, ["tracehouse", "otelcol"]))
+
     def test_a_missing_process_leaves_the_sum_unknown(self):
         got = cost.leg_cost(1000, None, {"insert_cpu": 0.05, "insert_s": 1.0},
                             {"cpu": 0.03, "seconds": 1.0}, None, None, 1, 0)

@@ -12,11 +12,9 @@ use prometheus_client::registry::Registry;
 
 use crate::freshness::Freshness;
 
-pub const PREFIX: &str = "tracehouse";
-/// Per-partition lag in records (high watermark − committed offset); the autoscaler's input.
-pub const CONSUMER_LAG_RECORDS: &str = "consumer_lag_records";
-/// Per-partition lag in seconds: age of the oldest record not yet acknowledged by ClickHouse.
-pub const CONSUMER_LAG_SECONDS: &str = "consumer_lag_seconds";
+use tracehouse_contract::metric_names::{
+    self as names, CONSUMER_LAG_RECORDS, CONSUMER_LAG_SECONDS, PREFIX,
+};
 
 /// Span end time → insert acknowledged, per span: how fresh the data in ClickHouse is.
 pub const SPAN_FRESHNESS_SECONDS: &str = "span_freshness_seconds";
@@ -207,7 +205,7 @@ impl Metrics {
         );
         let r = registry.sub_registry_with_prefix(PREFIX);
         r.register(
-            "records_consumed",
+            names::RECORDS_CONSUMED.stem,
             "Kafka records consumed",
             m.records_consumed.clone(),
         );
@@ -217,7 +215,7 @@ impl Metrics {
             m.bytes_consumed.clone(),
         );
         r.register(
-            "spans_decoded",
+            names::SPANS_DECODED.stem,
             "Spans decoded from records",
             m.spans_decoded.clone(),
         );
@@ -344,12 +342,12 @@ impl Metrics {
             m.span_freshness.clone(),
         );
         r.register(
-            CONSUMER_LAG_RECORDS,
+            CONSUMER_LAG_RECORDS.stem,
             "Records not yet committed per partition (high watermark - committed)",
             m.lag_records.clone(),
         );
         r.register(
-            CONSUMER_LAG_SECONDS,
+            CONSUMER_LAG_SECONDS.stem,
             "Age of the oldest record not yet acknowledged, per partition",
             m.lag_seconds.clone(),
         );
@@ -359,7 +357,7 @@ impl Metrics {
             m.oldest_in_flight_seconds.clone(),
         );
         r.register(
-            "inflight_bytes",
+            names::INFLIGHT_BYTES.stem,
             "Record payload bytes held between Kafka and ClickHouse",
             m.inflight_bytes.clone(),
         );
@@ -384,7 +382,7 @@ impl Metrics {
             m.assigned_partitions.clone(),
         );
         r.register(
-            "process_resident_memory_bytes",
+            names::RESIDENT_MEMORY_BYTES.stem,
             "Resident set size of the process",
             m.resident_memory_bytes.clone(),
         );

@@ -110,7 +110,7 @@ fn clickhouse_sink(cfg: &Config) -> anyhow::Result<Sink> {
     Ok(Sink::new(
         &cfg.clickhouse.url,
         cfg.clickhouse.credentials()?,
-        &cfg.clickhouse.tls()?,
+        &crate::startup::clickhouse_tls(&cfg.clickhouse)?,
         Duration::from_millis(cfg.clickhouse.request_timeout_ms),
     )?
     .with_insert_quorum(cfg.clickhouse.insert_quorum.clone()))

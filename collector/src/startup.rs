@@ -19,11 +19,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use tracehouse_schema::TlsConfig;
 use tracehouse_schema::client::{ConnectionConfig, Server};
 use tracehouse_schema::dedup_window::PipelineShape;
 use tracehouse_schema::table_check::{self, TableProblem};
 
-use crate::config::Config;
+use crate::config::{ClickHouseConfig, Config, ConfigError};
 use crate::insert::encoder::table_options;
 use crate::kafka_clients;
 use crate::metrics::Metrics;
@@ -47,11 +48,27 @@ fn topic_partitions(cfg: &Config) -> Option<u64> {
     Some(total)
 }
 
+/// TLS to ClickHouse from the files `clickhouse.tls` names (the CA bundle, the client
+/// certificate and key), read now; a file that cannot be read names the field.
+pub fn clickhouse_tls(c: &ClickHouseConfig) -> Result<TlsConfig, ConfigError> {
+    let t = &c.tls;
+    TlsConfig::from_files(
+        t.ca_file.as_deref(),
+        t.client_cert_file.as_deref(),
+        t.client_key_file.as_deref(),
+        t.insecure_skip_verify,
+    )
+    .map_err(|e| ConfigError::Invalid {
+        field: "clickhouse.tls",
+        reason: e.to_string(),
+    })
+}
+
 /// Check the table; returns when the collector may start consuming (or `stop` resolved,
 /// then `false`).
 pub async fn check(cfg: &Config, metrics: &Metrics, stop: impl Future<Output = ()>) -> bool {
     let c = &cfg.clickhouse;
-    let server = match (c.credentials(), c.tls(), table_options(cfg)) {
+    let server = match (c.credentials(), clickhouse_tls(c), table_options(cfg)) {
         (Ok(creds), Ok(tls), Ok(opts)) => Server::new(&ConnectionConfig {
             url: c.url.clone(),
             user: Some(creds.user),

@@ -13,9 +13,9 @@
 use std::time::Duration;
 
 use tracehouse_schema::dedup_window::{PipelineShape, effective_window};
-use tracehouse_schema::migrate::{Action, State};
+use tracehouse_schema::{Action, State};
 use tracehouse_schema::{
-    ApplyOptions, ConnectionConfig, Layout, LockConfig, Server, Status, TableOptions, layouts,
+    ApplyOptions, ConnectionConfig, Layout, LockConfig, Server, Status, TableOptions,
 };
 
 /// Where the schema stands after this step.
@@ -106,7 +106,7 @@ pub async fn ensure(
             dedup_window: status.window.as_ref().and_then(|w| w.current),
             missing: missing(&status),
             retention: status.ttl.clone(),
-            layouts: layouts::applied(&status),
+            layouts: status.applied_layouts(),
             kept_layouts: status.kept_layouts.clone(),
         });
     }
@@ -149,7 +149,7 @@ pub async fn ensure(
     Ok(SchemaOutcome {
         missing: Vec::new(),
         retention: report.status.ttl.clone(),
-        layouts: layouts::applied(&report.status),
+        layouts: report.status.applied_layouts(),
         kept_layouts: report.status.kept_layouts.clone(),
         version: recorded_version(&report.status),
         dedup_window: report.status.window.as_ref().and_then(|w| w.current),

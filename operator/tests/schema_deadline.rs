@@ -63,7 +63,7 @@ async fn a_schema_deadline_while_the_lock_is_held_leaves_no_lock_and_the_next_at
     // Nothing leaked, and the interrupted run was not cut short: each migration once.
     let latest = latest_claim(&server, &opts).await.unwrap().unwrap();
     assert_eq!(latest.kind, Some(Kind::Release), "{latest:?}");
-    let ledger = tracehouse_schema::ledger::read(&server, &opts)
+    let ledger = tracehouse_schema::ledger_io::read(&server, &opts)
         .await
         .unwrap();
     assert_eq!(ledger.len(), LATEST_VERSION as usize);

@@ -464,18 +464,6 @@ impl std::fmt::Debug for Credentials {
 }
 
 impl ClickHouseConfig {
-    /// Read the TLS files named in `tls` (the CA bundle, the client certificate and key).
-    pub fn tls(&self) -> Result<tracehouse_schema::TlsConfig, ConfigError> {
-        let t = &self.tls;
-        tracehouse_schema::TlsConfig::from_files(
-            t.ca_file.as_deref(),
-            t.client_cert_file.as_deref(),
-            t.client_key_file.as_deref(),
-            t.insecure_skip_verify,
-        )
-        .map_err(|e| invalid("clickhouse.tls", e.to_string()))
-    }
-
     /// Resolve credentials: `user`/`password_file` first, then `CLICKHOUSE_USER`/`CLICKHOUSE_PASSWORD`.
     pub fn credentials(&self) -> Result<Credentials, ConfigError> {
         let user = self

@@ -4,13 +4,15 @@
 //! - [`config`]: the collector's configuration, its defaults and its pure validation;
 //! - [`yaml`]: the one door to the YAML library (the config file, the ConfigMap, the CRD);
 //! - [`Encoding`]: how records on the topic are encoded;
-//! - [`telemetry`]: the log format and the `/metrics` text both binaries serve.
+//! - [`telemetry`]: the log format and the `/metrics` text both binaries serve;
+//! - [`metric_names`]: the collector's metrics another program reads (the autoscaler).
 //!
 //! Nothing here knows Kafka, ClickHouse or Kubernetes clients: the crate is small so that
 //! depending on it costs nothing, and no dependency points from it back to a binary's crate.
 
 pub mod config;
 mod encoding;
+pub mod metric_names;
 pub mod telemetry;
 pub mod yaml;
 

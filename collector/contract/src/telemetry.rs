@@ -1,8 +1,11 @@
 //! The conventions both binaries share for what operators read: the log format and the
 //! `/metrics` response.
 
+#[cfg(feature = "http")]
 use axum::http::{StatusCode, header};
+#[cfg(feature = "http")]
 use axum::response::IntoResponse;
+#[cfg(feature = "http")]
 use prometheus_client::registry::Registry;
 
 /// Logs to stderr, as text or (`format == "json"`) JSON lines; `RUST_LOG` filters, default
@@ -20,8 +23,9 @@ pub fn init_logging(format: &str) {
     }
 }
 
-/// `registry` in the OpenMetrics text format, as a `/metrics` response (the operator
+/// `registry` in the OpenMetrics text format, as a `/metrics` response (feature `http`) (the operator
 /// serves its own registry with this too).
+#[cfg(feature = "http")]
 pub fn openmetrics(registry: &Registry) -> axum::response::Response {
     let mut out = String::new();
     match prometheus_client::encoding::text::encode(&mut out, registry) {

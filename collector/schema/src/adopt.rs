@@ -4,8 +4,8 @@
 //! compared with the model. If every column the collector writes is there with the
 //! same type, on the expected engine, the migration is recorded as adopted and
 //! nothing runs. Otherwise nothing is changed and the differences are reported: an
-//! existing table is never altered blindly. The comparison is pure
-//! ([`check_traces_table`] and friends); only fetching the shape does IO.
+//! existing table is never altered blindly. The comparison here is pure
+//! ([`check_traces_table`] and friends); fetching the shape is [`crate::catalog`]'s.
 //!
 //! What is compared: engine, column names and types (codecs and extra defaulted columns
 //! only noted). What is not: skip indexes (bloom filters or the text indexes of
@@ -13,19 +13,14 @@
 //! partition keys, and column or table comments (`system.columns.type` never carries the
 //! comment; the create-query parsers take comments out first, see [`crate::create_query`]).
 
-use serde::Deserialize;
-
-use crate::client::Server;
-use crate::error::Error;
-use crate::ident::{Ident, quote_str};
-use crate::migrations::Creates;
 use crate::model::{self, Attributes, Engine, SpanColumn, TableOptions};
 use crate::types::ClickHouseType;
 use crate::version::V_CREATE_TRACES_TABLE;
 
 /// A column as `system.columns` describes it (its `comment` is not read: see the module
 /// header).
-#[derive(Debug, Clone, PartialEq, Eq, clickhouse::Row, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[cfg_attr(feature = "server", derive(clickhouse::Row))]
 pub struct ExistingColumn {
     pub name: String,
     pub ch_type: String,
@@ -64,72 +59,6 @@ impl Verdict {
             Self::Conflict { differences }
         }
     }
-}
-
-#[derive(Debug, clickhouse::Row, Deserialize)]
-struct EngineRow {
-    engine: String,
-}
-
-/// `system.tables.engine` of `database.name`, or `None` if there is no such object.
-pub async fn table_engine(
-    server: &Server,
-    database: &Ident,
-    name: &Ident,
-) -> Result<Option<String>, Error> {
-    let sql = format!(
-        "SELECT engine FROM system.tables WHERE database = {} AND name = {}",
-        quote_str(database.as_str()),
-        quote_str(name.as_str())
-    );
-    let rows: Vec<EngineRow> = server
-        .fetch_all(&format!("look up {database}.{name}"), &sql)
-        .await?;
-    Ok(rows.into_iter().next().map(|r| r.engine))
-}
-
-pub async fn table_exists(server: &Server, database: &Ident, name: &Ident) -> Result<bool, Error> {
-    Ok(table_engine(server, database, name).await?.is_some())
-}
-
-/// The columns of `database.name` in table order.
-pub async fn existing_columns(
-    server: &Server,
-    database: &Ident,
-    name: &Ident,
-) -> Result<Vec<ExistingColumn>, Error> {
-    let sql = format!(
-        "SELECT name, type AS ch_type, default_kind, compression_codec FROM system.columns \
-         WHERE database = {} AND table = {} ORDER BY position",
-        quote_str(database.as_str()),
-        quote_str(name.as_str())
-    );
-    server
-        .fetch_all(&format!("describe {database}.{name}"), &sql)
-        .await
-}
-
-/// Compares the object `creates` names with the model; `None` if it does not exist.
-pub async fn inspect(
-    server: &Server,
-    opts: &TableOptions,
-    creates: &Creates,
-) -> Result<Option<Verdict>, Error> {
-    let name = creates.name();
-    let Some(engine) = table_engine(server, &opts.database, name).await? else {
-        return Ok(None);
-    };
-    Ok(Some(match creates {
-        Creates::LookupView(_) => check_lookup_view(&engine),
-        Creates::TracesTable(_) => {
-            let cols = existing_columns(server, &opts.database, name).await?;
-            check_traces_table(opts, &engine, &cols)
-        }
-        Creates::LookupTable(_) => {
-            let cols = existing_columns(server, &opts.database, name).await?;
-            check_lookup_table(opts, &engine, &cols)
-        }
-    }))
 }
 
 /// Engines (as `system.tables` names them) that satisfy the configured engine.
@@ -286,6 +215,7 @@ pub fn check_lookup_view(engine: &str) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ident::Ident;
 
     fn opts(attributes: Attributes, keys: bool) -> TableOptions {
         let mut o = TableOptions::new(

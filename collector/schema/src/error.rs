@@ -66,6 +66,7 @@ pub enum Error {
     #[error("lost the schema lock on {scope} (lease expired, now held by {holder}); stopped")]
     LockLost { scope: String, holder: String },
 
+    #[cfg(feature = "server")]
     #[error("{context}: {source}")]
     ClickHouse {
         context: String,
@@ -73,11 +74,13 @@ pub enum Error {
         source: clickhouse::error::Error,
     },
 
+    #[cfg(feature = "server")]
     #[error("unexpected answer from ClickHouse: {0}")]
     Protocol(String),
 
     /// The connection's TLS failed (or TLS and plaintext were mixed up): retrying will not
     /// help until the certificate, the CA or the URL is fixed.
+    #[cfg(feature = "server")]
     #[error("{context}: TLS to ClickHouse failed, {}: {detail}", failure.describe())]
     Tls {
         context: String,
@@ -86,6 +89,7 @@ pub enum Error {
     },
 }
 
+#[cfg(feature = "server")]
 impl Error {
     pub(crate) fn clickhouse(context: impl Into<String>, source: clickhouse::error::Error) -> Self {
         Self::ClickHouse {
@@ -107,13 +111,14 @@ impl Error {
 }
 
 /// Reads `N` from a `Code: N. DB::Exception: …` body.
+#[cfg(feature = "server")]
 fn parse_code(body: &str) -> Option<u32> {
     let rest = &body[body.find("Code: ")? + "Code: ".len()..];
     let end = rest.find(|c: char| !c.is_ascii_digit())?;
     rest[..end].parse().ok()
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "server"))]
 mod tests {
     use super::*;
 

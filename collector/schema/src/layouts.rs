@@ -9,14 +9,14 @@
 //!
 //! **An opt-in migration in an append-only, numbered list.** Its number is taken like any
 //! other's, so the list stays contiguous and the ledger keeps one row per version:
-//! - options that do not ask for the layout record it as `skipped` (mode [`Mode::Skipped`], no
+//! - options that do not ask for the layout record it as `skipped` (mode [`crate::ledger::Mode::Skipped`], no
 //!   statements), so the table reads as up to date at [`crate::LATEST_VERSION`];
 //! - options that ask for it later find it recorded `skipped` and see it pending again: it
 //!   runs (its statements are idempotent) and is recorded a second time, `applied`; the ledger
 //!   reads the `applied` row before the `skipped` one ([`crate::ledger::read_ledger_sql`]);
 //! - options that stop asking for it find it applied and keep it: nothing is ever dropped
 //!   (an ALIAS column stores nothing, a text index is dropped by hand if unwanted); the status
-//!   lists it in [`kept`], which the operator shows;
+//!   lists it in [`crate::status::kept`], which the operator shows;
 //! - it depends only on migration 1 (the table and its Map columns), so it may run after
 //!   versions numbered above it.
 //!
@@ -35,11 +35,7 @@
 
 use std::fmt;
 
-use crate::client::Server;
-use crate::ddl;
 use crate::error::Error;
-use crate::ident::quote_ident;
-use crate::ledger::{AppliedRecord, Mode};
 use crate::model::{Attributes, MapSerialization, TableOptions};
 use crate::version::{V_ATTRIBUTE_ITEMS, V_MAP_BUCKETS};
 
@@ -128,54 +124,6 @@ impl Layout {
             Self::MapBuckets => opts.layouts.map_serialization == MapSerialization::Buckets,
         }
     }
-
-    /// The statements that add it (idempotent, additive).
-    ///
-    /// Migration 6 ends with `MATERIALIZE INDEX … SETTINGS mutations_sync = 2`, the one
-    /// statement of the list that is a mutation (it writes index files for the parts that existed
-    /// before `ADD INDEX`, and rewrites no rows): on the 26.9 engine, a text index over an ALIAS
-    /// column whose expression has a lambda breaks every `has(SpanAttributeItems, …)` while the
-    /// table mixes parts with and without the index (`Code: 43 … First argument for function
-    /// arrayMap must be a function`: the lambda is lost when the index's expression is rebuilt
-    /// for the parts lacking it). Parts all without it, or all with it, answer. So the layout is
-    /// recorded (and shown in the status) only once every part has it; on a large table this
-    /// waits while the index is built, which the operator's schema deadline only stops
-    /// waiting for (the apply runs to its end).
-    pub(crate) fn render(self, opts: &TableOptions) -> Vec<String> {
-        let alter = format!(
-            "ALTER TABLE {}{}",
-            ddl::qualified(opts, &opts.table),
-            ddl::on_cluster(opts)
-        );
-        match self {
-            Self::AttributeItems => {
-                let columns: Vec<String> = alias_columns()
-                    .iter()
-                    .map(|(name, expr)| {
-                        format!(
-                            "    ADD COLUMN IF NOT EXISTS {} Array(String) ALIAS {expr}",
-                            quote_ident(name)
-                        )
-                    })
-                    .collect();
-                let materialize: Vec<String> = crate::model::indexes(opts)
-                    .iter()
-                    .filter(|i| i.since == V_ATTRIBUTE_ITEMS)
-                    .map(|i| format!("    MATERIALIZE INDEX {}", quote_ident(i.name)))
-                    .collect();
-                // Three statements: the indexes name the columns the first one adds, and the
-                // parts written before them get them (see above).
-                std::iter::once(format!("{alter}\n{}", columns.join(",\n")))
-                    .chain(ddl::add_indexes(opts, V_ATTRIBUTE_ITEMS))
-                    .chain(std::iter::once(format!(
-                        "{alter}\n{} SETTINGS mutations_sync = 2",
-                        materialize.join(",\n")
-                    )))
-                    .collect()
-            }
-            Self::MapBuckets => vec![format!("{alter}\nMODIFY SETTING {MAP_BUCKETS_SETTINGS}")],
-        }
-    }
 }
 
 /// The settings of [`Layout::MapBuckets`], as e2e/querybench measured them: with the
@@ -248,85 +196,11 @@ pub fn gate(opts: &TableOptions, server_version: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// The IO shell of [`gate`]: reads `version()` once, only when `opts` ask for a layout;
-/// `apply` calls it before anything runs.
-pub(crate) async fn check_server(server: &Server, opts: &TableOptions) -> Result<(), Error> {
-    if opts.layouts.is_default() {
-        return Ok(());
-    }
-    #[derive(clickhouse::Row, serde::Deserialize)]
-    struct VersionRow {
-        version: String,
-    }
-    let rows: Vec<VersionRow> = server
-        .fetch_all("read the server version", "SELECT version() AS version")
-        .await?;
-    let version = rows
-        .into_iter()
-        .next()
-        .map(|r| r.version)
-        .unwrap_or_default();
-    gate(opts, &version)
-}
-
 /// Whether an opt-in migration is wanted by the options it was rendered for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OptIn {
     pub layout: Layout,
     pub wanted: bool,
-}
-
-/// Where an opt-in migration stands, from the options and its ledger row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum OptInState {
-    /// Counts as recorded: `skipped` and still not asked for, or applied (asked for or not:
-    /// an applied layout is kept).
-    Recorded,
-    /// Asked for and not applied yet (no row, or `skipped`): run it.
-    Run,
-    /// Not asked for and not recorded: record it `skipped`.
-    Skip,
-    /// Asked for and recorded `applied`/`adopted`: compare its checksum as any migration's.
-    Compare,
-}
-
-pub(crate) fn opt_in_state(opt_in: OptIn, record: Option<&AppliedRecord>) -> OptInState {
-    let skipped = record.map(|r| r.mode == Mode::Skipped.as_str());
-    match (opt_in.wanted, skipped) {
-        (false, Some(_)) => OptInState::Recorded,
-        (false, None) => OptInState::Skip,
-        (true, None | Some(true)) => OptInState::Run,
-        (true, Some(false)) => OptInState::Compare,
-    }
-}
-
-/// The layouts recorded as applied that `opts` no longer ask for: kept on the table (never
-/// dropped), worth a warning.
-pub fn kept(opts: &TableOptions, records: &[AppliedRecord]) -> Vec<Layout> {
-    Layout::ALL
-        .into_iter()
-        .filter(|l| !l.wanted(opts))
-        .filter(|l| {
-            records
-                .iter()
-                .any(|r| r.version == l.version() && r.mode != Mode::Skipped.as_str())
-        })
-        .collect()
-}
-
-/// The layouts the table has: recorded in the ledger as run (`applied` or `adopted`),
-/// asked for or not.
-pub fn applied(status: &crate::migrate::Status) -> Vec<Layout> {
-    status
-        .migrations
-        .iter()
-        .filter_map(|m| match (&m.state, m.migration.opt_in) {
-            (crate::migrate::State::Applied(r), Some(o)) if r.mode != Mode::Skipped.as_str() => {
-                Some(o.layout)
-            }
-            _ => None,
-        })
-        .collect()
 }
 
 /// Layouts as status lines show them: `attributeItems,mapSerialization=Buckets`; `none`.

@@ -18,19 +18,6 @@ fn with(attribute_items: bool, buckets: bool) -> TableOptions {
     o
 }
 
-fn record(version: u32, mode: Mode) -> AppliedRecord {
-    AppliedRecord {
-        version,
-        name: "x".into(),
-        checksum: String::new(),
-        mode: mode.as_str().into(),
-        applied_at: String::new(),
-        applied_by: String::new(),
-        records: 1,
-        statements: String::new(),
-    }
-}
-
 #[test]
 fn the_opt_in_migrations_are_numbered_like_any_other() {
     let opt_in: Vec<_> = MIGRATIONS
@@ -128,48 +115,6 @@ fn layouts_never_change_the_text_of_the_migrations_every_table_runs() {
 }
 
 #[test]
-fn an_opt_in_migration_is_skipped_run_kept_or_compared() {
-    let want = |wanted| OptIn {
-        layout: Layout::AttributeItems,
-        wanted,
-    };
-    let skipped = record(6, Mode::Skipped);
-    let applied = record(6, Mode::Applied);
-    let adopted = record(6, Mode::Adopted);
-    // Not asked for: recorded `skipped` once, then up to date.
-    assert_eq!(opt_in_state(want(false), None), OptInState::Skip);
-    assert_eq!(
-        opt_in_state(want(false), Some(&skipped)),
-        OptInState::Recorded
-    );
-    // Asked for later: runs although a `skipped` row exists.
-    assert_eq!(opt_in_state(want(true), None), OptInState::Run);
-    assert_eq!(opt_in_state(want(true), Some(&skipped)), OptInState::Run);
-    assert_eq!(
-        opt_in_state(want(true), Some(&applied)),
-        OptInState::Compare
-    );
-    assert_eq!(
-        opt_in_state(want(true), Some(&adopted)),
-        OptInState::Compare
-    );
-    // Not asked for any more: kept as recorded, never dropped, and listed.
-    assert_eq!(
-        opt_in_state(want(false), Some(&applied)),
-        OptInState::Recorded
-    );
-    let plain = with(false, false);
-    assert_eq!(
-        kept(
-            &plain,
-            &[record(6, Mode::Applied), record(7, Mode::Skipped)]
-        ),
-        vec![Layout::AttributeItems]
-    );
-    assert!(kept(&with(true, false), &[record(6, Mode::Applied)]).is_empty());
-}
-
-#[test]
 fn the_gate_names_the_option_and_the_versions() {
     assert_eq!(ServerVersion::parse("26.9.2.1"), Some(ServerVersion(26, 9)));
     assert_eq!(
@@ -213,11 +158,11 @@ fn the_gate_names_the_option_and_the_versions() {
 fn layouts_are_for_stored_map_tables() {
     let mut json = with(true, false);
     json.attributes = Attributes::Json;
-    let e = json.validate().unwrap_err().to_string();
+    let e = check_options(&json).unwrap_err().to_string();
     assert!(e.contains("attribute_items is for Map attributes"), "{e}");
     let mut null = with(false, true);
     null.engine = Engine::Null;
-    let e = null.validate().unwrap_err().to_string();
+    let e = check_options(&null).unwrap_err().to_string();
     assert!(
         e.contains("map_serialization=Buckets needs a stored table"),
         "{e}"

@@ -8,13 +8,13 @@
 //!
 //! Version [`SETTINGS_VERSION`] (0) is not a migration: its rows record changes of table
 //! settings that are desired state rather than history (the deduplication window, see
-//! [`crate::dedup_window`]), one row per change, and are left out of [`read`].
+//! [`crate::dedup_window`]), one row per change, and are left out of what
+//! [`read_ledger_sql`] reads. This file is the ledger's shape and SQL; reading and writing
+//! rows is [`crate::ledger_io`]'s.
 
 use serde::Deserialize;
 
-use crate::client::Server;
 use crate::ddl::{merge_tree_engine, on_cluster};
-use crate::error::Error;
 use crate::ident::{Ident, quote_str};
 use crate::migrations::Rendered;
 use crate::model::TableOptions;
@@ -51,7 +51,8 @@ impl Mode {
 }
 
 /// What the ledger says about one version.
-#[derive(Debug, Clone, PartialEq, Eq, clickhouse::Row, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "server", derive(clickhouse::Row))]
 pub struct AppliedRecord {
     pub version: u32,
     pub name: String,
@@ -65,7 +66,7 @@ pub struct AppliedRecord {
     pub statements: String,
 }
 
-pub(crate) fn ledger_ident() -> Ident {
+pub fn ledger_ident() -> Ident {
     Ident::new("table", LEDGER_TABLE).expect("constant name is valid")
 }
 
@@ -135,17 +136,6 @@ pub fn record_sql(
         quote_str(ctx.lock_token),
         ctx.duration_ms,
     )
-}
-
-/// The ledger rows for `opts.table`; empty if the ledger table does not exist yet
-/// (reading must never create anything: `plan` and `status` are read-only).
-pub async fn read(server: &Server, opts: &TableOptions) -> Result<Vec<AppliedRecord>, Error> {
-    if !crate::adopt::table_exists(server, &opts.database, &ledger_ident()).await? {
-        return Ok(Vec::new());
-    }
-    server
-        .fetch_all("read the migration ledger", &read_ledger_sql(opts))
-        .await
 }
 
 #[cfg(test)]

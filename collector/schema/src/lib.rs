@@ -1,11 +1,8 @@
 //! The one definition of the tracehouse traces table in ClickHouse, shared by the
-//! collector and the operator — and, despite the name, the ClickHouse connection both use:
-//! an HTTP client ([`client`]: [`Server`], [`ConnectionConfig`]) and its TLS ([`tls`],
-//! [`tls_probe`]), which the collector's insert path and the load generator's verifier take
-//! from here too. Two parts, then: the table (model, DDL, migrations, ledger, lock) and the
-//! connection to a server (client, TLS); the table's async API is the only part that needs
-//! both.
+//! collector and the operator, in two floors that point one way:
 //!
+//! **The pure side** (always built; what `tracehouse-contract` depends on): the table, its
+//! SQL and the rules, with no ClickHouse client, no TLS and no runtime.
 //! - [`model`]: the table itself — [`TableOptions`], [`columns`], [`insert_columns`],
 //!   [`indexes`] — compatible with the OpenTelemetry Collector ClickHouse exporter's
 //!   `otel_traces` (Map and JSON variants) and its trace-id lookup table and view; the
@@ -18,29 +15,33 @@
 //!   append-only list of additive migrations with checksums; [`version`] numbers them
 //!   (the model's `since` and the migrations both name versions from there, so neither
 //!   imports the other).
-//! - [`status`], [`plan`], [`apply`]: the async API that brings a server up to date
-//!   under a lock ([`lock`]), recording each step in a ledger ([`ledger`]) and adopting
-//!   tables the exporter or ClickStack created ([`adopt`]).
-//!
-//! - [`dedup_window`]: how large the insert-deduplication window must be for a pipeline
-//!   (the arithmetic is in its header), and the statements that change it; `apply` keeps
-//!   the tables at [`TableOptions::dedup_window`].
+//! - [`mod@status`]: where each migration stands from its ledger row ([`ledger`]: the rows'
+//!   shape and SQL), the opt-in layouts' recording rules; [`adopt`]: whether an existing
+//!   object is ours to adopt; [`lock_decide`]: the schema lock's decisions.
+//! - [`dedup_window`] and [`retention`]: how large the insert-deduplication window must be
+//!   for a pipeline (the arithmetic is in its header) and what TTL the tables keep, and the
+//!   statements that change them.
 //! - [`layouts`]: the opt-in layouts of the Map table (item ALIAS columns with text indexes,
-//!   bucketed Map serialization), their migrations, how an opt-in migration lives in the
-//!   append-only list, and the server-version gate.
-//! - [`table_check`]: the collector's start-up check of the table's shape and window.
+//!   bucketed Map serialization), which options take them, and the server-version gate.
 //! - [`create_query`]: an existing table's `create_table_query` as the TTL and window
 //!   parsers read it (comments taken out).
 //!
-//! - [`client`]: the HTTP connection to ClickHouse (URL, credentials from the environment,
-//!   statements sent verbatim), with TLS failures named; [`tls`]: TLS to ClickHouse (CA
-//!   bundle, client certificate), for every client path, the collector's inserts included;
-//!   [`tls_probe`]: tells "this port does not speak TLS" from other handshake failures.
+//! **The server side** (feature `server`, on by default): the connection and the runners.
+//! - `client`: the HTTP connection to ClickHouse (`Server`, `ConnectionConfig`: URL,
+//!   credentials from the environment, statements sent verbatim), with TLS failures named;
+//!   `tls`: TLS to ClickHouse (CA bundle, client certificate) for every client path, the
+//!   collector's inserts and the load generator's verifier included; `tls_probe`.
+//! - `catalog`: what the server has (system tables); `ledger_io`: the ledger's rows read
+//!   and written; `dedup_window::read`, `retention::read`: where the window and the TTL
+//!   stand, beside their rules.
+//! - `migrate`: `status`, `plan` and `apply`, the async API that brings a server up to date
+//!   under the schema lock (`lock`); `table_check`: the collector's start-up check.
 //!
 //! User-supplied names only ever reach SQL as [`Ident`]s (see [`ident`]).
 
+// The pure side: the table, its SQL and the rules. No ClickHouse client; the contract
+// crate depends on this much only (`default-features = false`).
 pub mod adopt;
-pub mod client;
 pub mod create_query;
 pub mod ddl;
 pub mod dedup_window;
@@ -48,36 +49,56 @@ pub mod error;
 pub mod ident;
 pub mod layouts;
 pub mod ledger;
-pub mod lock;
 pub mod lock_decide;
-pub mod migrate;
 pub mod migrations;
 pub mod model;
 pub mod options;
 pub mod retention;
 pub mod settings;
-pub mod table_check;
-pub mod tls;
-pub mod tls_probe;
+pub mod status;
 pub mod types;
 pub mod version;
 
+// The server side (feature `server`, on by default): the HTTP client and its TLS, and the
+// async runners that read the server and bring it up to date.
+#[cfg(feature = "server")]
+pub mod catalog;
+#[cfg(feature = "server")]
+pub mod client;
+#[cfg(feature = "server")]
+pub mod ledger_io;
+#[cfg(feature = "server")]
+pub mod lock;
+#[cfg(feature = "server")]
+pub mod migrate;
+#[cfg(feature = "server")]
+pub mod table_check;
+#[cfg(feature = "server")]
+pub mod tls;
+#[cfg(feature = "server")]
+pub mod tls_probe;
+
+#[cfg(feature = "server")]
 pub use client::{ConnectionConfig, Server};
 pub use ddl::{InsertFormat, insert_into, insert_sql};
+pub use dedup_window::WindowStatus;
 pub use error::Error;
 pub use ident::Ident;
 pub use layouts::Layout;
 pub use ledger::{AppliedRecord, Mode};
+#[cfg(feature = "server")]
 pub use lock::LockConfig;
-pub use migrate::{
-    Action, ApplyOptions, ApplyReport, State, Status, WindowStatus, apply, plan, status,
-};
+#[cfg(feature = "server")]
+pub use migrate::{ApplyOptions, ApplyReport, apply, plan, status};
 pub use model::{
     Attributes, Column, Engine, EngineKind, Layouts, MapSerialization, Replication, SpanColumn,
     TableOptions, Ttl, columns, indexes, insert_columns,
 };
 pub use settings::{Setting, SettingError, TableSettings};
+pub use status::{Action, State, Status};
+#[cfg(feature = "server")]
 pub use table_check::{TableCheck, TableProblem, check_table};
+#[cfg(feature = "server")]
 pub use tls::{ClientIdentity, TlsConfig, TlsError, TlsFailure};
 pub use types::ClickHouseType;
 pub use version::LATEST_VERSION;

@@ -305,7 +305,7 @@ impl Claimant {
 /// Who holds the lock on `opts.table` now, for humans and tests: the latest row (`None`
 /// when the lock table or the scope has none). Read-only.
 pub async fn latest_claim(server: &Server, opts: &TableOptions) -> Result<Option<Latest>, Error> {
-    if !crate::adopt::table_exists(server, &opts.database, &lock_ident()).await? {
+    if !crate::catalog::table_exists(server, &opts.database, &lock_ident()).await? {
         return Ok(None);
     }
     let rows: Vec<LatestRow> = server

@@ -22,7 +22,8 @@ use sha2::{Digest, Sha256};
 use crate::ddl;
 use crate::error::Error;
 use crate::ident::Ident;
-use crate::layouts::{Layout, OptIn};
+use crate::ident::quote_ident;
+use crate::layouts::{self, Layout, OptIn};
 use crate::model::TableOptions;
 pub use crate::version::LATEST_VERSION;
 use crate::version::{
@@ -160,7 +161,7 @@ impl Migration {
                 ddl::enable_insert_deduplication(opts)?.unwrap_or_default(),
                 None,
             ),
-            Step::Layout(l) if l.wanted(opts) => (l.render(opts), None),
+            Step::Layout(l) if l.wanted(opts) => (layout_statements(l, opts), None),
             Step::Layout(_) => (Vec::new(), None),
         };
         Ok(Rendered {
@@ -180,6 +181,7 @@ impl Migration {
 /// Renders every migration for `opts`, oldest first.
 pub fn render_all(opts: &TableOptions) -> Result<Vec<Rendered>, Error> {
     opts.validate()?;
+    layouts::check_options(opts)?;
     MIGRATIONS.iter().map(|m| m.render(opts)).collect()
 }
 
@@ -221,6 +223,57 @@ pub fn script(opts: &TableOptions) -> Result<String, Error> {
         }
     }
     Ok(out)
+}
+
+/// The statements that add `layout` (idempotent, additive).
+///
+/// Migration 6 ends with `MATERIALIZE INDEX … SETTINGS mutations_sync = 2`, the one
+/// statement of the list that is a mutation (it writes index files for the parts that existed
+/// before `ADD INDEX`, and rewrites no rows): on the 26.9 engine, a text index over an ALIAS
+/// column whose expression has a lambda breaks every `has(SpanAttributeItems, …)` while the
+/// table mixes parts with and without the index (`Code: 43 … First argument for function
+/// arrayMap must be a function`: the lambda is lost when the index's expression is rebuilt
+/// for the parts lacking it). Parts all without it, or all with it, answer. So the layout is
+/// recorded (and shown in the status) only once every part has it; on a large table this
+/// waits while the index is built, which the operator's schema deadline only stops
+/// waiting for (the apply runs to its end).
+pub(crate) fn layout_statements(layout: Layout, opts: &TableOptions) -> Vec<String> {
+    let alter = format!(
+        "ALTER TABLE {}{}",
+        ddl::qualified(opts, &opts.table),
+        ddl::on_cluster(opts)
+    );
+    match layout {
+        Layout::AttributeItems => {
+            let columns: Vec<String> = layouts::alias_columns()
+                .iter()
+                .map(|(name, expr)| {
+                    format!(
+                        "    ADD COLUMN IF NOT EXISTS {} Array(String) ALIAS {expr}",
+                        quote_ident(name)
+                    )
+                })
+                .collect();
+            let materialize: Vec<String> = crate::model::indexes(opts)
+                .iter()
+                .filter(|i| i.since == V_ATTRIBUTE_ITEMS)
+                .map(|i| format!("    MATERIALIZE INDEX {}", quote_ident(i.name)))
+                .collect();
+            // Three statements: the indexes name the columns the first one adds, and the
+            // parts written before them get them (see above).
+            std::iter::once(format!("{alter}\n{}", columns.join(",\n")))
+                .chain(ddl::add_indexes(opts, V_ATTRIBUTE_ITEMS))
+                .chain(std::iter::once(format!(
+                    "{alter}\n{} SETTINGS mutations_sync = 2",
+                    materialize.join(",\n")
+                )))
+                .collect()
+        }
+        Layout::MapBuckets => vec![format!(
+            "{alter}\nMODIFY SETTING {}",
+            layouts::MAP_BUCKETS_SETTINGS
+        )],
+    }
 }
 
 #[cfg(test)]

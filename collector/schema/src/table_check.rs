@@ -5,11 +5,11 @@
 
 use std::fmt;
 
-use crate::adopt::{self, Verdict};
+use crate::adopt::Verdict;
+use crate::catalog;
 use crate::client::Server;
 use crate::dedup_window;
 use crate::error::Error;
-use crate::migrate;
 use crate::migrations::Creates;
 use crate::model::TableOptions;
 
@@ -110,18 +110,18 @@ pub async fn check_table(
     opts: &TableOptions,
     need: Option<u64>,
 ) -> Result<TableCheck, Error> {
-    let shape = adopt::inspect(server, opts, &Creates::TracesTable(opts.table.clone())).await?;
+    let shape = catalog::inspect(server, opts, &Creates::TracesTable(opts.table.clone())).await?;
     // The count of the engine the server reports (Cloud's SharedMergeTree for a MergeTree),
     // its value or the server's default (unknown reads as 0: off, and said so).
     let mut seconds = None;
     let window = match dedup_window::desired_setting(opts) {
         Some(_) => {
             let tables =
-                migrate::create_queries(server, &opts.database, std::slice::from_ref(&opts.table))
+                catalog::create_queries(server, &opts.database, std::slice::from_ref(&opts.table))
                     .await?;
             match tables.first() {
                 Some((_, q)) => {
-                    let defaults = migrate::server_defaults(server).await;
+                    let defaults = catalog::server_defaults(server).await;
                     let settings =
                         dedup_window::desired_settings(opts, dedup_window::engine_in(q), 0);
                     seconds = settings

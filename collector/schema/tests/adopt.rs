@@ -6,8 +6,8 @@
 mod common;
 
 use common::connect;
-use tracehouse_schema::migrate::{Action, State};
 use tracehouse_schema::migrations::render_all;
+use tracehouse_schema::{Action, State};
 use tracehouse_schema::{ApplyOptions, Attributes, Error, Mode, apply, status};
 
 /// The exporter's Map-variant traces table, lookup table and view, written the way

@@ -14,7 +14,7 @@
 mod common;
 
 use common::{Ch, connect, trace_id};
-use tracehouse_schema::migrate::{Action, State};
+use tracehouse_schema::{Action, State};
 use tracehouse_schema::{
     ApplyOptions, Attributes, Mode, TableOptions, Ttl, apply, check_table, status,
 };

@@ -6,8 +6,8 @@
 mod common;
 
 use common::{Ch, connect, trace_id};
-use tracehouse_schema::migrate::{Action, State};
 use tracehouse_schema::model::lookup_columns;
+use tracehouse_schema::{Action, State};
 use tracehouse_schema::{
     ApplyOptions, Attributes, Engine, Error, LATEST_VERSION, Mode, TableOptions, Ttl, apply,
     columns, indexes, plan, status,

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{Ch, connect};
-use tracehouse_schema::migrate::{Action, State};
+use tracehouse_schema::{Action, State};
 use tracehouse_schema::{
     ApplyOptions, Attributes, LATEST_VERSION, Layout, Layouts, MapSerialization, Mode,
     TableOptions, apply, check_table, indexes, status,

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Subcommand;
-use tracehouse_schema::migrate::{Action, State, Status};
+use tracehouse_schema::{Action, State, Status};
 use tracehouse_schema::{
     ApplyOptions, Attributes, ConnectionConfig, Engine, EngineKind, Error, Layouts, LockConfig,
     MapSerialization, Replication, Server, SettingError, TableOptions, TableSettings, migrations,

@@ -59,6 +59,9 @@
 //! different windows on one table do not undo each other: the largest stands. Lowering a
 //! window is a deliberate act, by hand (`ALTER TABLE … MODIFY SETTING`).
 
+#[cfg(feature = "server")]
+pub mod read;
+
 use std::time::Duration;
 
 use crate::ident::Ident;
@@ -296,6 +299,20 @@ pub fn without_window_values(statements: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// Where the deduplication window stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowStatus {
+    /// The engine's setting (`non_replicated_deduplication_window`, …).
+    pub setting: &'static str,
+    /// What the options ask for.
+    pub desired: u64,
+    /// The traces table's window now (its setting or the engine default); `None` while
+    /// the table does not exist.
+    pub current: Option<u64>,
+    /// What `apply` runs to raise every table to `desired`; empty when none is smaller.
+    pub changes: Vec<String>,
 }
 
 #[cfg(test)]

@@ -11,6 +11,9 @@
 //! `MODIFY TTL` also rewrites the TTL of existing parts (`materialize_ttl_after_modify`, on by
 //! default), which on a large table is a background mutation, not an instant change.
 
+#[cfg(feature = "server")]
+pub mod read;
+
 use crate::ident::Ident;
 use crate::options::TableOptions;
 

@@ -4,16 +4,14 @@
 //! collectors run (and most needed when they do not) and with or without `spec.autoscaling`
 //! (whose own samples add the collectors' view: `status.autoscaling`).
 //!
-//! [`summary`] is pure; [`read`] is the IO around it.
-
-use std::collections::BTreeMap;
-use std::time::Duration;
+//! [`summary`] is pure, over the offsets the reconcile reads once through its `Backends`
+//! (the same read the autoscaler's samples are made of).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::crd::LagStatus;
-use crate::kafka::{self, KafkaAccess, KafkaError, PartitionOffsets};
+use crate::kafka::PartitionOffsets;
 
 /// The status of `offsets`, with `oldest_ms` the timestamp of the oldest record not yet
 /// committed (when one was read).
@@ -30,19 +28,6 @@ pub fn summary(offsets: &[PartitionOffsets], oldest_ms: Option<i64>) -> LagStatu
             .and_then(|ms| Timestamp::from_second(ms.div_euclid(1000)).ok())
             .map(Time),
     }
-}
-
-/// Reads the lag of `group` over the partitions in `counts` (per topic, from
-/// [`kafka::partitions`]).
-pub async fn read(
-    access: &KafkaAccess,
-    group: &str,
-    counts: &BTreeMap<String, i32>,
-    timeout: Duration,
-) -> Result<LagStatus, KafkaError> {
-    let offsets = kafka::offsets(access, group, counts, timeout).await?;
-    let oldest = kafka::oldest_unconsumed(access, group, &offsets, timeout).await?;
-    Ok(summary(&offsets, oldest))
 }
 
 #[cfg(test)]

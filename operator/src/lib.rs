@@ -5,17 +5,22 @@
 //!   `status.autoscaling` included);
 //! - [`autoscale`]: autoscaling on lag and memory — the pure decision (replica owner,
 //!   partition ladder, window of samples → replicas and reason) inside its IO shell (the
-//!   sampler of Kafka offsets and pod /metrics, and the reconcile's sizing step: the window
-//!   per pipeline, `status.autoscaling`, the scaling Events);
+//!   sampler over the reconcile's offsets and pods and the pods' /metrics, and the
+//!   reconcile's sizing step: the window per pipeline, `status.autoscaling`, the scaling
+//!   Events);
 //! - [`builders`]: pure desired state (ConfigMap, Deployment, Service, PDB, replica math),
 //!   with [`defaults`]: the chart's collector defaults under each pipeline's own settings;
 //! - [`status`]: pure status and Event derivation; [`gateway_diagnosis`]: why a gateway
-//!   fails, from its pods and Deployment;
+//!   fails, from its pods and Deployment; [`gateway_pods`]: a pod's readiness and the
+//!   collector's memory limit; [`offsets_retention`]: the warning for a pipeline stopped
+//!   longer than the broker keeps its group's offsets;
 //! - [`reconcile`]: the controller — a span per reconcile, one sequence of steps
-//!   (`converge`) and one report (`report`), thin IO around the pure parts, through [`kafka`]
-//!   (partition counts, the group's offsets and the Kafka security settings; [`lag`], how far
-//!   the group is behind), [`schema_step`] (the schema migrations of the traces table, through
-//!   the schema crate), [`secrets`] and [`objects`]
+//!   (`converge`) and one report (`report`), thin IO around the pure parts, every read of
+//!   the world outside Kubernetes through one door (`reconcile::Backends`): [`kafka`] (one
+//!   client per pipeline: partition counts, the group's offsets, the broker's offsets
+//!   retention; the Kafka security settings; [`lag`], how far the group is behind) and
+//!   [`schema_step`] (the schema migrations of the traces table, through the schema crate);
+//!   [`secrets`] (each Secret read once, everything else derived) and [`objects`]
 //!   (server-side apply that skips what is already in place);
 //! - [`error`]: the reconciler's errors, each with a metric label and a condition reason;
 //! - [`leader`]: Lease-based leader election; [`metrics`]: `/metrics` and `/healthz`, on the
@@ -29,12 +34,14 @@ pub mod crd;
 pub mod defaults;
 pub mod error;
 pub mod gateway_diagnosis;
+pub mod gateway_pods;
 pub mod kafka;
 pub mod lag;
 pub mod leader;
 pub mod listen;
 pub mod metrics;
 pub mod objects;
+pub mod offsets_retention;
 pub mod pipeline_metrics;
 pub mod quantity;
 pub mod reconcile;

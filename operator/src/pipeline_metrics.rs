@@ -7,7 +7,8 @@
 //! Scrape the operator with `honor_labels: true` so the pipeline's `namespace` is kept over
 //! the operator pod's (e2e/lib/prometheus.sh and the chart's PodMonitor do).
 //!
-//! [`gauges`] is pure (spec + status → values); [`PipelineMetrics`] only stores them.
+//! [`gauges`] is pure (spec + status + the live gateway's memory limit → values);
+//! [`PipelineMetrics`] only stores them.
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -16,9 +17,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::builders;
 use crate::crd::{TracePipeline, TracePipelineStatus, condition};
-use crate::quantity::quantity_bytes;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PipelineLabels {
@@ -53,26 +52,19 @@ pub struct Gauges {
     pub incoming_spans_per_second: Option<i64>,
 }
 
-/// What the gauges of `tp` should read at `now`, given the status just computed for it.
-pub fn gauges(tp: &TracePipeline, status: &TracePipelineStatus, now: Timestamp) -> Gauges {
+/// What the gauges of `tp` should read at `now`, given the status just computed for it and
+/// the collector's memory limit in the gateway Deployment the reconcile read (`None`: not read).
+pub fn gauges(
+    tp: &TracePipeline,
+    status: &TracePipelineStatus,
+    now: Timestamp,
+    memory_limit_bytes: Option<i64>,
+) -> Gauges {
     let broker_lag_seconds = status.lag.as_ref().map(|l| {
         l.oldest_unconsumed_time.as_ref().map_or(0, |t| {
             now.as_second().saturating_sub(t.0.as_second()).max(0)
         })
     });
-    let memory_limit_bytes = builders::desired(tp, status.partitions.unwrap_or(1).max(1))
-        .ok()
-        .and_then(|d| {
-            let spec = d.deployment.spec?.template.spec?;
-            let limits = spec
-                .containers
-                .first()?
-                .resources
-                .as_ref()?
-                .limits
-                .clone()?;
-            quantity_bytes(&limits.get("memory")?.0)
-        });
     Gauges {
         conditions: status
             .conditions
@@ -167,9 +159,15 @@ impl PipelineMetrics {
         );
     }
 
-    /// Sets the gauges of `tp` from the status just computed for it.
-    pub fn observe(&self, tp: &TracePipeline, status: &TracePipelineStatus) {
-        let g = gauges(tp, status, Timestamp::now());
+    /// Sets the gauges of `tp` from the status just computed for it; the memory limit only
+    /// when this reconcile read the gateway (`Some`), else it keeps its last value.
+    pub fn observe(
+        &self,
+        tp: &TracePipeline,
+        status: &TracePipelineStatus,
+        memory_limit_bytes: Option<i64>,
+    ) {
+        let g = gauges(tp, status, Timestamp::now(), memory_limit_bytes);
         let labels = labels(tp);
         for (condition, value) in g.conditions {
             self.condition
@@ -191,7 +189,9 @@ impl PipelineMetrics {
         set(&self.schema_version, g.schema_version);
         set(&self.partitions, g.partitions);
         set(&self.desired_replicas, g.desired_replicas);
-        set(&self.memory_limit_bytes, g.memory_limit_bytes);
+        if let Some(limit) = g.memory_limit_bytes {
+            self.memory_limit_bytes.get_or_create(&labels).set(limit);
+        }
         set(&self.lag_seconds, g.lag_seconds);
         set(&self.lag_records, g.lag_records);
         set(&self.incoming_spans_per_second, g.incoming_spans_per_second);
@@ -267,7 +267,7 @@ mod tests {
     }
 
     #[test]
-    fn gauges_follow_the_status_and_the_gateway_spec() {
+    fn gauges_follow_the_status_and_the_live_gateway() {
         let tp = pipeline(serde_json::json!({
             "maxInflightBytes": 67108864,
             "resources": { "limits": { "memory": "512Mi" } }
@@ -282,7 +282,7 @@ mod tests {
             desired_replicas: Some(2),
             ..Default::default()
         };
-        let g = gauges(&tp, &status, Timestamp::now());
+        let g = gauges(&tp, &status, Timestamp::now(), Some(512 << 20));
         assert_eq!(
             g.conditions,
             [("Ready".to_owned(), 1), ("SchemaReady".to_owned(), 0)]
@@ -307,13 +307,13 @@ mod tests {
             }),
             ..Default::default()
         };
-        let g = gauges(&tp, &status, now);
+        let g = gauges(&tp, &status, now, None);
         assert_eq!((g.lag_records, g.lag_seconds), (Some(40), Some(100)));
         status.lag = Some(crate::crd::LagStatus::default());
-        let g = gauges(&tp, &status, now);
+        let g = gauges(&tp, &status, now, None);
         assert_eq!((g.lag_records, g.lag_seconds), (Some(0), Some(0)));
         status.lag = None;
-        let g = gauges(&tp, &status, now);
+        let g = gauges(&tp, &status, now, None);
         assert_eq!((g.lag_records, g.lag_seconds), (None, None));
     }
 
@@ -328,7 +328,7 @@ mod tests {
             schema_version: Some(5),
             ..Default::default()
         };
-        m.observe(&tp, &status);
+        m.observe(&tp, &status, Some(1 << 30));
         let text = |r: &Registry| {
             let mut out = String::new();
             prometheus_client::encoding::text::encode(&mut out, r).unwrap();
@@ -338,7 +338,7 @@ mod tests {
         for line in [
             r#"tracehouse_operator_pipeline_condition{namespace="shop",pipeline="orders",condition="Ready"} 1"#,
             r#"tracehouse_operator_pipeline_schema_version{namespace="shop",pipeline="orders"} 5"#,
-            // The operator's default collector resources: a 1 GiB limit.
+            // The live gateway's limit, as the reconcile read it.
             r#"tracehouse_operator_pipeline_memory_limit_bytes{namespace="shop",pipeline="orders"} 1073741824"#,
         ] {
             assert!(out.contains(line), "{line} missing from:\n{out}");

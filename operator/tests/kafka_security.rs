@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tracehouse_e2e::stack_var;
-use tracehouse_operator::kafka::{KafkaAccess, KafkaError, partitions};
+use tracehouse_operator::kafka::{KafkaAccess, KafkaClient, KafkaError};
 
 fn pem(var: &str) -> String {
     let path = stack_var(var);
@@ -39,13 +39,17 @@ type MixUp = (
 );
 
 async fn read(access: &KafkaAccess) -> Result<BTreeMap<String, i32>, KafkaError> {
-    // A topic every stack has once a consumer group committed: the offsets topic.
-    partitions(
+    let timeout = Duration::from_secs(10);
+    // A fresh client for each mix-up: a failure is named by what its own handshake reported.
+    let client = std::sync::Arc::new(KafkaClient::connect(
         access,
-        &["__consumer_offsets".to_owned()],
-        Duration::from_secs(10),
-    )
-    .await
+        "tracehouse-operator-security-test",
+        timeout,
+    )?);
+    // A topic every stack has once a consumer group committed: the offsets topic.
+    client
+        .partitions(&["__consumer_offsets".to_owned()], timeout)
+        .await
 }
 
 #[tokio::test]

@@ -7,10 +7,10 @@
 //!   ([`decide()`], and its [`reason`]s) and the `status.autoscaling` it leaves ([`report`]).
 //!   What a user writes and reads (`spec.autoscaling`, `status.autoscaling`) is the
 //!   resource's: [`crate::crd::AutoscalingSpec`], [`crate::crd::AutoscalingStatus`].
-//! - The shell, IO: [`sampler`] takes the samples (the group's offsets from Kafka, each pod's
-//!   readiness and /metrics); [`sizing`] is the reconcile's sizing step around the core (the
-//!   window per pipeline, the decision, its `status.autoscaling`, Event and metric). Applying
-//!   the count is the reconcile's job.
+//! - The shell, IO: [`sampler`] makes the samples from what the reconcile read once (the
+//!   group's offsets, the gateway's pods) and each ready pod's /metrics; [`sizing`] is the
+//!   reconcile's sizing step around the core (the window per pipeline, the decision, its
+//!   `status.autoscaling`, Event and metric). Applying the count is the reconcile's job.
 //!
 //! **The step rule.** The gateway only ever runs a rung of the partition ladder
 //! ([`ladder`]): for P partitions, the fewest replicas for each number of partitions the
@@ -76,5 +76,5 @@ pub use decide::{
 pub use ladder::Ladder;
 pub use owner::{Owner, Window};
 pub use sample::{PodMetrics, PodSample, Sample};
-pub use sampler::{KafkaView, Sampler};
-pub use sizing::{Autoscaler, Sizing};
+pub use sampler::PodMetricsSource;
+pub use sizing::{Autoscaler, Seen, Sizing};

@@ -1,156 +1,109 @@
-//! IO shell around the pure core: the autoscaler's eyes. One [`Sample`] of a pipeline, taken
-//! now — the consumer group's offsets from Kafka ([`kafka::offsets`]) and every gateway pod's
-//! readiness and /metrics ([`scrape::pod_metrics`]). No metrics server or adapter: the
-//! operator reads both itself.
+//! IO shell around the pure core: the autoscaler's eyes. One [`Sample`] of a pipeline, made
+//! of what the reconcile already read — the consumer group's offsets (the same read the lag
+//! comes from) and the gateway's pods (the one pod list) — and every ready pod's /metrics,
+//! read through a [`PodMetricsSource`] (the reconcile's `Backends`, faked in its tests) and
+//! parsed by [`scrape::pod_metrics`]. No metrics server or adapter: the operator reads both
+//! itself.
 //!
-//! Thin IO: what the numbers mean is the core's business ([`super::decide()`]). A pod whose /metrics
-//! cannot be read is sampled with `metrics: None`, and the decision holds on it.
+//! Thin IO: what the numbers mean is the core's business ([`super::decide()`]). A pod whose
+//! /metrics cannot be read is sampled with `metrics: None`, and the decision holds on it.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::ListParams;
-use kube::{Api, Client, ResourceExt};
+use kube::ResourceExt;
 
 use super::{PodMetrics, PodSample, Sample, scrape};
-use crate::builders::{self, METRICS_PORT};
+use crate::builders::METRICS_PORT;
 use crate::crd::TracePipeline;
-use crate::error::Error;
-use crate::kafka::{self, KafkaAccess};
-use crate::quantity::quantity_bytes;
+use crate::gateway_pods::{is_ready, memory_limit};
+use crate::kafka::PartitionOffsets;
 
-/// What the reconcile already read of a pipeline's Kafka, for the autoscaler: how to reach
-/// the brokers, and the topics' partitions.
-#[derive(Clone, Copy)]
-pub struct KafkaView<'a> {
-    pub access: &'a KafkaAccess,
-    /// Partitions per topic.
-    pub counts: &'a BTreeMap<String, i32>,
-    /// Bounds each request to the brokers.
-    pub timeout: Duration,
+/// Where a gateway pod's /metrics text comes from.
+pub trait PodMetricsSource: Send + Sync {
+    /// The /metrics text of the pod at `ip`, or why it could not be read.
+    fn pod_metrics<'a>(&'a self, ip: &'a str) -> BoxFuture<'a, Result<String, String>>;
 }
 
-impl KafkaView<'_> {
-    /// Partitions of the topics, summed.
-    pub fn partitions(&self) -> i32 {
-        self.counts.values().sum()
+/// The collector's /metrics address on pod `ip` (IPv6 in brackets).
+pub fn metrics_url(ip: &str) -> String {
+    if ip.contains(':') {
+        format!("http://[{ip}]:{METRICS_PORT}/metrics")
+    } else {
+        format!("http://{ip}:{METRICS_PORT}/metrics")
     }
 }
 
-/// Reads the samples; one per operator.
-#[derive(Clone)]
-pub struct Sampler {
-    http: reqwest::Client,
-}
-
-impl Sampler {
-    /// `timeout` bounds each pod's scrape.
-    pub fn new(timeout: Duration) -> anyhow::Result<Self> {
-        // reqwest is built without a default TLS provider; the scrapes are plain HTTP, but
-        // the client still wants one installed.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .build()?;
-        Ok(Self { http })
-    }
-
-    /// One sample of `tp`: offsets of every partition `kafka` counts, and the gateway's pods.
-    pub async fn observe(
-        &self,
-        client: &Client,
-        tp: &TracePipeline,
-        kafka: KafkaView<'_>,
-    ) -> Result<Sample, Error> {
-        let partitions = kafka::offsets(
-            kafka.access,
-            &tp.consumer_group(),
-            kafka.counts,
-            kafka.timeout,
-        )
-        .await?;
-        let pods = self.pods(client, tp).await?;
-        Ok(Sample {
-            at: Timestamp::now(),
-            partitions,
-            pods,
-        })
-    }
-
-    async fn pods(&self, client: &Client, tp: &TracePipeline) -> Result<Vec<PodSample>, Error> {
-        let api: Api<Pod> = Api::namespaced(client.clone(), &tp.namespace().unwrap_or_default());
-        let list = api
-            .list(&ListParams::default().labels(&builders::selector_string(tp)))
-            .await?;
-        let budget = tp
-            .spec
-            .collector
-            .max_inflight_bytes
-            .bytes()
-            .and_then(|b| u64::try_from(b).ok())
-            .unwrap_or(0);
-        let scrapes = list.items.iter().map(|pod| async move {
-            let ready = is_ready(pod);
-            let metrics = match pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()) {
-                Some(ip) if ready => self.scrape(ip, budget, memory_limit(pod)).await,
-                _ => None,
-            };
-            PodSample {
-                name: pod.name_any(),
-                ready,
-                metrics,
-            }
-        });
-        Ok(futures::future::join_all(scrapes).await)
-    }
-
-    async fn scrape(&self, ip: &str, budget: u64, limit: Option<u64>) -> Option<PodMetrics> {
-        let url = format!("http://{ip}:{METRICS_PORT}/metrics");
-        let text = async {
-            self.http
-                .get(&url)
-                .send()
-                .await?
-                .error_for_status()?
-                .text()
-                .await
+/// One sample of `tp` at `at`: `offsets` of every partition, and `pods` with each ready one's
+/// /metrics, all read at once.
+pub async fn sample<S: PodMetricsSource + ?Sized>(
+    source: &S,
+    tp: &TracePipeline,
+    offsets: &[PartitionOffsets],
+    pods: &[Pod],
+    at: Timestamp,
+) -> Sample {
+    let budget = tp
+        .spec
+        .collector
+        .max_inflight_bytes
+        .bytes()
+        .and_then(|b| u64::try_from(b).ok())
+        .unwrap_or(0);
+    let scrapes = pods.iter().map(|pod| async move {
+        let ready = is_ready(pod);
+        let limit = pod.spec.as_ref().and_then(memory_limit);
+        let metrics = match pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()) {
+            Some(ip) if ready => read(source, ip, budget, limit).await,
+            _ => None,
         };
-        match text.await {
-            Ok(text) => match scrape::pod_metrics(&text, budget, limit) {
-                Ok(m) => Some(m),
-                Err(e) => {
-                    tracing::debug!(%url, error = %e, "collector metrics incomplete");
-                    None
-                }
-            },
+        PodSample {
+            name: pod.name_any(),
+            ready,
+            metrics,
+        }
+    });
+    Sample {
+        at,
+        partitions: offsets.to_vec(),
+        pods: futures::future::join_all(scrapes).await,
+    }
+}
+
+async fn read<S: PodMetricsSource + ?Sized>(
+    source: &S,
+    ip: &str,
+    budget: u64,
+    limit: Option<u64>,
+) -> Option<PodMetrics> {
+    match source.pod_metrics(ip).await {
+        Ok(text) => match scrape::pod_metrics(&text, budget, limit) {
+            Ok(m) => Some(m),
             Err(e) => {
-                tracing::debug!(%url, error = %e, "cannot scrape collector metrics");
+                tracing::debug!(ip, error = %e, "collector metrics incomplete");
                 None
             }
+        },
+        Err(e) => {
+            tracing::debug!(ip, error = %e, "cannot scrape collector metrics");
+            None
         }
     }
 }
 
-fn is_ready(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// The collector container's memory limit.
-fn memory_limit(pod: &Pod) -> Option<u64> {
-    let spec = pod.spec.as_ref()?;
-    let c = spec
-        .containers
-        .iter()
-        .find(|c| c.name == builders::CONTAINER)
-        .or(spec.containers.first())?;
-    let q = c.resources.as_ref()?.limits.as_ref()?.get("memory")?;
-    quantity_bytes(&q.0).and_then(|b| u64::try_from(b).ok())
+    #[test]
+    fn metrics_urls_bracket_ipv6_addresses() {
+        assert_eq!(
+            metrics_url("10.0.0.7"),
+            format!("http://10.0.0.7:{METRICS_PORT}/metrics")
+        );
+        assert_eq!(
+            metrics_url("fd00::7"),
+            format!("http://[fd00::7]:{METRICS_PORT}/metrics")
+        );
+    }
 }

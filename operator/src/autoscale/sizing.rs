@@ -1,6 +1,7 @@
 //! IO shell around the pure core: the reconcile's sizing step. Who owns the replica count
 //! ([`Owner`]) → how many replicas the gateway runs; with `spec.autoscaling`, one new sample
-//! ([`Sampler`]) into the pipeline's window, the decision ([`decide()`]), its
+//! ([`sampler::sample`], from what the reconcile already read: [`Seen`]) into the pipeline's
+//! window, the decision ([`decide()`]), its
 //! `status.autoscaling` ([`report`]), its `ScaledUp`/`ScaledDown` Event and its metric.
 //!
 //! State: the window of samples per pipeline, in memory. What the decisions must remember
@@ -12,15 +13,29 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client, ResourceExt};
 
-use super::{Decision, History, KafkaView, Owner, Sampler, Window, decide, owner, report};
+use super::sampler::{self, PodMetricsSource};
+use super::{Decision, History, Owner, Window, decide, owner, report};
 use crate::builders::Names;
 use crate::crd::{AutoscalingSpec, AutoscalingStatus, TracePipeline};
 use crate::error::Error;
+use crate::kafka::PartitionOffsets;
 use crate::metrics::Metrics;
+
+/// What this reconcile already read, for the autoscaler: nothing is read twice.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    /// Partitions of the topics, summed.
+    pub partitions: i32,
+    /// The group's offsets, the read the lag comes from (`None`: it failed).
+    pub offsets: Option<&'a [PartitionOffsets]>,
+    /// The gateway's pods, the reconcile's one list (`None`: it failed).
+    pub pods: Option<&'a [Pod]>,
+}
 
 /// What the sizing step settled for one reconcile.
 #[derive(Debug, Default)]
@@ -44,17 +59,14 @@ pub fn sample_interval(spec: &AutoscalingSpec) -> Duration {
 }
 
 /// The autoscaler of every pipeline this operator reconciles.
+#[derive(Default)]
 pub struct Autoscaler {
-    sampler: Sampler,
     windows: Mutex<HashMap<String, Window>>,
 }
 
 impl Autoscaler {
-    pub fn new(sampler: Sampler) -> Self {
-        Self {
-            sampler,
-            windows: Mutex::new(HashMap::new()),
-        }
+    pub fn new() -> Self {
+        Self::default()
     }
 
     fn windows(&self) -> std::sync::MutexGuard<'_, HashMap<String, Window>> {
@@ -66,16 +78,18 @@ impl Autoscaler {
         self.windows().remove(key);
     }
 
-    /// The replicas for `tp` over the partitions of its topics (`kafka`).
-    pub async fn size(
+    /// The replicas for `tp` over the partitions of its topics, from what the reconcile saw
+    /// (`seen`); the pods' /metrics, when a sample is due, through `source`.
+    pub async fn size<S: PodMetricsSource + ?Sized>(
         &self,
         client: &Client,
         metrics: &Metrics,
         key: &str,
         tp: &TracePipeline,
-        kafka: KafkaView<'_>,
+        seen: Seen<'_>,
+        source: &S,
     ) -> Result<Sizing, Error> {
-        let partitions = kafka.partitions();
+        let partitions = seen.partitions;
         let owner = Owner::of(&tp.spec);
         let Some(spec) = &tp.spec.autoscaling else {
             self.forget(key);
@@ -99,15 +113,18 @@ impl Autoscaler {
                 Timestamp::now().duration_since(t).as_secs_f64() >= interval.as_secs_f64() * 0.8
             });
         if due {
-            match self.sampler.observe(client, tp, kafka).await {
-                Ok(sample) => self
-                    .windows()
-                    .entry(key.to_owned())
-                    .or_default()
-                    .push(sample, spec),
-                Err(e) => {
-                    tracing::warn!(pipeline = %key, error = %e, "autoscaler: cannot take a sample")
+            match (seen.offsets, seen.pods) {
+                (Some(offsets), Some(pods)) => {
+                    let sample = sampler::sample(source, tp, offsets, pods, Timestamp::now()).await;
+                    self.windows()
+                        .entry(key.to_owned())
+                        .or_default()
+                        .push(sample, spec);
                 }
+                _ => tracing::warn!(
+                    pipeline = %key,
+                    "autoscaler: no sample (the group's offsets or the gateway's pods could not be read)"
+                ),
             }
         }
         let current = current_replicas(client, tp)

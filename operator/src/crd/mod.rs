@@ -57,13 +57,19 @@ pub mod condition {
     /// False when it is settled (`RolloutComplete`) or stuck (`ProgressDeadlineExceeded`,
     /// which also makes the pipeline not Ready). Moving is not unavailability.
     pub const PROGRESSING: &str = "Progressing";
+    /// A ready collector consumes the topics. False while the pipeline is paused or no
+    /// gateway pod is ready; its transition time is when consuming stopped, and its reason
+    /// warns when that nears (`OffsetsExpiringSoon`) or passes (`OffsetsMayHaveExpired`) the
+    /// broker's `offsets.retention.minutes` (`operator/src/offsets_retention.rs`).
+    pub const CONSUMING: &str = "Consuming";
     /// Every type above.
-    pub const ALL: [&str; 5] = [
+    pub const ALL: [&str; 6] = [
         READY,
         SCHEMA_READY,
         KAFKA_REACHABLE,
         GATEWAY_AVAILABLE,
         PROGRESSING,
+        CONSUMING,
     ];
 }
 

@@ -1,9 +1,16 @@
-//! What the reconciler reads and changes outside Kubernetes: the brokers (partition counts,
-//! the dead-letter topic, the consumer group's lag) and the traces table's schema.
+//! The one door to everything a reconcile reads or changes outside Kubernetes: the brokers
+//! (partition counts, the dead-letter topic, the consumer group's offsets and its oldest
+//! unconsumed record, the broker's offsets retention), the gateway pods' /metrics (the
+//! autoscaler's samples), and the traces table's schema.
 //!
-//! One trait, so that a reconcile runs against the real brokers and server in the operator
-//! ([`Live`]) and against fakes in its tests (`reconcile/tests.rs`), where the order of
-//! these calls and of the API writes is asserted without a stack.
+//! One trait, so that a reconcile runs against the real brokers, pods and server in the
+//! operator ([`Live`]) and against fakes in its tests (`reconcile/tests.rs`), where the order
+//! of these calls and of the API writes is asserted without a stack. Each call reads once;
+//! what is derived from a read (the lag, the autoscaler's sample) is derived by the caller,
+//! purely, from the one answer.
+//!
+//! [`Live`] keeps one Kafka client per pipeline ([`crate::kafka::Clients`]): every call names
+//! its pipeline ([`Brokers`]), and [`Backends::forget`] drops the client of one that is gone.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,10 +19,22 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use tracehouse_schema::{ConnectionConfig, TableOptions};
 
-use crate::crd::LagStatus;
-use crate::kafka::{self, KafkaAccess, KafkaError};
-use crate::lag;
+use crate::autoscale::PodMetricsSource;
+use crate::autoscale::sampler::metrics_url;
+use crate::kafka::{Clients, KafkaAccess, KafkaClient, KafkaError, PartitionOffsets};
 use crate::schema_step::{self, SchemaOutcome};
+
+/// One pipeline's brokers, as every Kafka read of the reconcile names them.
+#[derive(Debug, Clone, Copy)]
+pub struct Brokers<'a> {
+    /// `namespace/name`: whose client serves the read.
+    pub pipeline: &'a str,
+    pub access: &'a KafkaAccess,
+    /// The pipeline's consumer group, whose offsets are read (never joined).
+    pub group: &'a str,
+    /// Bounds each request.
+    pub timeout: Duration,
+}
 
 /// The schema step's inputs (`schema_step::ensure`'s arguments).
 pub struct SchemaRequest<'a> {
@@ -28,71 +47,124 @@ pub struct SchemaRequest<'a> {
     pub verify_only: bool,
 }
 
-/// The brokers and the ClickHouse schema, as the reconciler sees them.
-pub trait Backends: Send + Sync {
-    /// Partitions per topic (`kafka::partitions`).
+/// The brokers, the gateway pods' metrics ([`PodMetricsSource`], what the autoscaler's
+/// sampler reads through) and the ClickHouse schema, as the reconciler sees them.
+pub trait Backends: PodMetricsSource + Send + Sync {
+    /// Partitions per topic.
     fn partitions<'a>(
         &'a self,
-        access: &'a KafkaAccess,
+        brokers: Brokers<'a>,
         topics: &'a [String],
-        timeout: Duration,
     ) -> BoxFuture<'a, Result<BTreeMap<String, i32>, KafkaError>>;
 
-    /// Whether the dead-letter topic exists (`kafka::dead_letter_topic`).
+    /// Whether the dead-letter topic exists.
     fn dead_letter_topic<'a>(
         &'a self,
-        access: &'a KafkaAccess,
+        brokers: Brokers<'a>,
         topic: &'a str,
-        timeout: Duration,
     ) -> BoxFuture<'a, Result<(), KafkaError>>;
 
-    /// How far `group` is behind on the partitions in `counts` (`lag::read`).
-    fn lag<'a>(
+    /// The group's committed and end offsets of every partition in `counts` (partitions per
+    /// topic): the lag and the autoscaler's samples are made of them.
+    fn offsets<'a>(
         &'a self,
-        access: &'a KafkaAccess,
-        group: &'a str,
+        brokers: Brokers<'a>,
         counts: &'a BTreeMap<String, i32>,
-        timeout: Duration,
-    ) -> BoxFuture<'a, Result<LagStatus, KafkaError>>;
+    ) -> BoxFuture<'a, Result<Vec<PartitionOffsets>, KafkaError>>;
+
+    /// When the oldest record the group has not committed was written (ms since the epoch),
+    /// over the partitions of `offsets` that are behind.
+    fn oldest_unconsumed<'a>(
+        &'a self,
+        brokers: Brokers<'a>,
+        offsets: &'a [PartitionOffsets],
+    ) -> BoxFuture<'a, Result<Option<i64>, KafkaError>>;
+
+    /// The broker's `offsets.retention.minutes` (`None`: it does not say); `topic`, one of
+    /// the pipeline's, finds a broker to ask.
+    fn offsets_retention<'a>(
+        &'a self,
+        brokers: Brokers<'a>,
+        topic: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, KafkaError>>;
 
     /// Brings the traces table up to date, or only reads it (`schema_step::ensure`).
     fn schema<'a>(
         &'a self,
         request: SchemaRequest<'a>,
     ) -> BoxFuture<'a, Result<SchemaOutcome, tracehouse_schema::Error>>;
+
+    /// Lets go of what is held for `pipeline` (`namespace/name`), which is gone.
+    fn forget(&self, pipeline: &str);
 }
 
-/// The real brokers and server.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Live;
+/// The real brokers, pods and server.
+#[derive(Debug)]
+pub struct Live {
+    kafka: Clients,
+    http: reqwest::Client,
+}
+
+impl Live {
+    /// `scrape_timeout` bounds each pod's /metrics read.
+    pub fn new(scrape_timeout: Duration) -> anyhow::Result<Self> {
+        // reqwest is built without a default TLS provider; the scrapes are plain HTTP, but
+        // the client still wants one installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(scrape_timeout)
+            .connect_timeout(scrape_timeout)
+            .build()?;
+        Ok(Self {
+            kafka: Clients::default(),
+            http,
+        })
+    }
+
+    fn client(&self, b: Brokers<'_>) -> Result<std::sync::Arc<KafkaClient>, KafkaError> {
+        self.kafka.get(b.pipeline, b.access, b.group, b.timeout)
+    }
+}
 
 impl Backends for Live {
     fn partitions<'a>(
         &'a self,
-        access: &'a KafkaAccess,
+        b: Brokers<'a>,
         topics: &'a [String],
-        timeout: Duration,
     ) -> BoxFuture<'a, Result<BTreeMap<String, i32>, KafkaError>> {
-        kafka::partitions(access, topics, timeout).boxed()
+        async move { self.client(b)?.partitions(topics, b.timeout).await }.boxed()
     }
 
     fn dead_letter_topic<'a>(
         &'a self,
-        access: &'a KafkaAccess,
+        b: Brokers<'a>,
         topic: &'a str,
-        timeout: Duration,
     ) -> BoxFuture<'a, Result<(), KafkaError>> {
-        kafka::dead_letter_topic(access, topic, timeout).boxed()
+        async move { self.client(b)?.dead_letter_topic(topic, b.timeout).await }.boxed()
     }
 
-    fn lag<'a>(
+    fn offsets<'a>(
         &'a self,
-        access: &'a KafkaAccess,
-        group: &'a str,
+        b: Brokers<'a>,
         counts: &'a BTreeMap<String, i32>,
-        timeout: Duration,
-    ) -> BoxFuture<'a, Result<LagStatus, KafkaError>> {
-        lag::read(access, group, counts, timeout).boxed()
+    ) -> BoxFuture<'a, Result<Vec<PartitionOffsets>, KafkaError>> {
+        async move { self.client(b)?.offsets(counts, b.timeout).await }.boxed()
+    }
+
+    fn oldest_unconsumed<'a>(
+        &'a self,
+        b: Brokers<'a>,
+        offsets: &'a [PartitionOffsets],
+    ) -> BoxFuture<'a, Result<Option<i64>, KafkaError>> {
+        async move { self.client(b)?.oldest_unconsumed(offsets, b.timeout).await }.boxed()
+    }
+
+    fn offsets_retention<'a>(
+        &'a self,
+        b: Brokers<'a>,
+        topic: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, KafkaError>> {
+        async move { self.client(b)?.offsets_retention(topic, b.timeout).await }.boxed()
     }
 
     fn schema<'a>(
@@ -106,6 +178,29 @@ impl Backends for Live {
             r.lock_timeout,
             r.verify_only,
         )
+        .boxed()
+    }
+
+    fn forget(&self, pipeline: &str) {
+        self.kafka.forget(pipeline);
+    }
+}
+
+impl PodMetricsSource for Live {
+    fn pod_metrics<'a>(&'a self, ip: &'a str) -> BoxFuture<'a, Result<String, String>> {
+        async move {
+            let url = metrics_url(ip);
+            let text = async {
+                self.http
+                    .get(&url)
+                    .send()
+                    .await?
+                    .error_for_status()?
+                    .text()
+                    .await
+            };
+            text.await.map_err(|e| format!("{url}: {e}"))
+        }
         .boxed()
     }
 }

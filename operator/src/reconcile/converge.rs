@@ -1,21 +1,29 @@
-//! One reconcile of one pipeline, as a sequence: observe the brokers, build the desired
-//! objects (pure, `builders`), size the gateway, bring the schema up to date, then apply the
-//! objects in order — the Deployment last. Each step that can fail records its reason in the
+//! One reconcile of one pipeline, as a sequence: read its Secrets (each once), observe the
+//! brokers (partitions, then the group's offsets once: the lag and the autoscaler's sample
+//! are made of them) and the gateway's pods (listed once), build the desired objects (pure,
+//! `builders`), size the gateway, bring the schema up to date, then apply the objects in
+//! order — the Deployment last. Each step that can fail records its reason in the
 //! [`Observation`] before the error goes on, so the status names the step that failed.
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::Resource as _;
 use k8s_openapi::api::apps::v1::Deployment;
 
 use super::Context;
-use crate::autoscale::{KafkaView, Sizing};
+use crate::autoscale::{Seen, Sizing};
 use crate::builders::{self, Owned};
-use crate::crd::{SchemaMode, TracePipeline};
+use crate::crd::{SchemaMode, TracePipeline, TracePipelineSpec};
 use crate::error::Error;
+use crate::gateway_pods;
+use crate::kafka::PartitionOffsets;
+use crate::lag;
 use crate::objects::{self, Change};
-use crate::reconcile::backends::SchemaRequest;
+use crate::offsets_retention::{Consumers, Retention, Stopped};
+use crate::reconcile::backends::{Brokers, SchemaRequest};
 use crate::reconcile::gateway;
 use crate::schema_step;
-use crate::secrets::Secrets;
+use crate::secrets::{self, Secrets};
 use crate::status::{Gateway, Observation, Step};
 
 /// Records `error` as the failure of `step` and hands it on.
@@ -34,43 +42,50 @@ pub(super) async fn converge(
     obs: &mut Observation,
 ) -> Result<Sizing, Error> {
     let spec = &tp.spec;
-    let secrets = Secrets::for_pipeline(ctx.client.clone(), tp);
-    let timeout = ctx.settings.kafka_timeout;
+    let key = super::key(tp);
+    let group = tp.consumer_group();
+    // Every Secret the pipeline names, each read once; all the rest is derived from this.
+    let secrets = Secrets::for_pipeline(ctx.client.clone(), tp)
+        .read(&secrets::secret_names(tp))
+        .await?;
+    let access = secrets.kafka_access(&spec.kafka)?;
+    let brokers = Brokers {
+        pipeline: &key,
+        access: &access,
+        group: &group,
+        timeout: ctx.settings.kafka_timeout,
+    };
 
-    // The brokers: partition counts, the dead-letter topic, and the lag — before anything
-    // that needs ClickHouse or the collectors: a pipeline whose gateway is down has the lag
-    // that matters most.
-    let access = secrets.kafka_access(&spec.kafka).await?;
+    // The brokers: partition counts, the dead-letter topic, and the group's offsets — before
+    // anything that needs ClickHouse or the collectors: a pipeline whose gateway is down has
+    // the lag that matters most.
     let counts = ctx
         .backends
-        .partitions(&access, &spec.kafka.topics, timeout)
+        .partitions(brokers, &spec.kafka.topics)
         .await
         .map_err(|e| failed(&mut obs.kafka, e.into()))?;
     if let Some(topic) = &spec.kafka.dead_letter_topic {
         ctx.backends
-            .dead_letter_topic(&access, topic, timeout)
+            .dead_letter_topic(brokers, topic)
             .await
             .map_err(|e| failed(&mut obs.kafka, e.into()))?;
     }
     let partitions = counts.values().sum::<i32>();
     obs.kafka = Step::Ok(partitions);
-    match ctx
-        .backends
-        .lag(&access, &tp.consumer_group(), &counts, timeout)
-        .await
-    {
-        Ok(l) => obs.lag = Step::Ok(l),
-        // An observation, not a step: the stored lag stands, the reconcile goes on.
-        Err(e) => tracing::warn!(error = %e, "cannot read the consumer lag"),
+    let offsets = group_offsets(ctx, brokers, &counts, obs).await;
+
+    // The gateway's pods, listed once: the autoscaler's sample, the offsets-retention watch
+    // and the diagnosis after the apply all read this list.
+    let pods = gateway::pods(tp, ctx).await;
+    if let Some(list) = &pods {
+        let stopped =
+            (!list.iter().any(gateway_pods::is_ready)).then_some(Stopped::NoReadyCollector);
+        obs.consumers = Some(consumers(ctx, brokers, spec, stopped).await);
     }
 
     // Pure; a spec the collector would refuse never reaches ClickHouse or the cluster.
     let mut desired = builders::desired_with(tp, partitions, &ctx.settings.collector_defaults)?
-        .with_secrets_hash(
-            secrets
-                .fingerprint(&builders::referenced_secrets(tp))
-                .await?,
-        );
+        .with_secrets_hash(secrets.fingerprint(&builders::referenced_secrets(tp))?);
     let mut options = builders::table_options(&spec.clickhouse)?;
     // Sized from the partitions (issue 30, finding 6): `apply` changes it as they grow.
     options.dedup_window = schema_step::dedup_window(
@@ -80,14 +95,21 @@ pub(super) async fn converge(
     );
 
     // Who sizes the gateway: the scale subresource, the autoscaler or the partitions.
-    let kafka = KafkaView {
-        access: &access,
-        counts: &counts,
-        timeout,
+    let seen = Seen {
+        partitions,
+        offsets: offsets.as_deref(),
+        pods: pods.as_deref(),
     };
     let mut sizing = ctx
         .autoscaler
-        .size(&ctx.client, &ctx.metrics, &super::key(tp), tp, kafka)
+        .size(
+            &ctx.client,
+            &ctx.metrics,
+            &key,
+            tp,
+            seen,
+            ctx.backends.as_ref(),
+        )
         .await?;
     if let Some(replicas) = sizing.replicas {
         desired = desired.with_replicas(replicas);
@@ -99,8 +121,7 @@ pub(super) async fn converge(
     // The schema owner's credentials when the spec names them, else the writer's.
     let ch = &spec.clickhouse;
     let connection = secrets
-        .clickhouse_connection(ch, ch.ddl_credentials.as_ref().or(ch.credentials.as_ref()))
-        .await?;
+        .clickhouse_connection(ch, ch.ddl_credentials.as_ref().or(ch.credentials.as_ref()))?;
     let target = format!("{}.{}", ch.database, ch.table);
     let request = SchemaRequest {
         connection: &connection,
@@ -145,8 +166,95 @@ pub(super) async fn converge(
     obs.collector_image = Some(desired.image);
     obs.collector_upgrade = Some(desired.upgrade_available);
     obs.gateway = deployment.as_ref().map(Gateway::of);
-    obs.gateway_failure = gateway::diagnose(tp, ctx, deployment.as_ref()).await;
+    if let Some(list) = &pods {
+        obs.gateway_failure = gateway::diagnose(tp, ctx, list, deployment.as_ref()).await;
+    }
     Ok(sizing)
+}
+
+/// The group's committed and end offsets, read once: the lag (`obs.lag`) and the autoscaler's
+/// sample are made of them. A failed read is an observation, not a step: it is logged, the
+/// stored lag stands and the reconcile goes on.
+async fn group_offsets(
+    ctx: &Context,
+    brokers: Brokers<'_>,
+    counts: &BTreeMap<String, i32>,
+    obs: &mut Observation,
+) -> Option<Vec<PartitionOffsets>> {
+    let offsets = match ctx.backends.offsets(brokers, counts).await {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the consumer group's offsets");
+            return None;
+        }
+    };
+    // Only a group that is behind has an oldest unconsumed record to fetch.
+    let oldest = if offsets.iter().any(|p| p.end > p.committed) {
+        ctx.backends.oldest_unconsumed(brokers, &offsets).await
+    } else {
+        Ok(None)
+    };
+    match oldest {
+        Ok(oldest) => obs.lag = Step::Ok(lag::summary(&offsets, oldest)),
+        Err(e) => tracing::warn!(error = %e, "cannot read the oldest unconsumed record"),
+    }
+    Some(offsets)
+}
+
+/// Whether a collector consumes and, when none does, the broker's offsets retention (read
+/// only then; Kafka's default assumed when it cannot be read).
+pub(super) async fn consumers(
+    ctx: &Context,
+    brokers: Brokers<'_>,
+    spec: &TracePipelineSpec,
+    stopped: Option<Stopped>,
+) -> Consumers {
+    let mut seen = Consumers {
+        stopped,
+        retention: Retention::Assumed,
+    };
+    if stopped.is_none() {
+        return seen;
+    }
+    let Some(topic) = spec.kafka.topics.first() else {
+        return seen;
+    };
+    match ctx.backends.offsets_retention(brokers, topic).await {
+        Ok(Some(minutes)) => seen.retention = Retention::Read(minutes),
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read the broker's offsets.retention.minutes"),
+    }
+    seen
+}
+
+/// A paused pipeline changes nothing, but is still watched: its group has no consumer, and
+/// the broker will expire the group's offsets (`crate::offsets_retention`). Reads the
+/// pipeline's Secrets once and the broker's retention; what cannot be read assumes Kafka's
+/// default.
+pub(super) async fn paused(tp: &TracePipeline, ctx: &Context) -> Consumers {
+    let key = super::key(tp);
+    let group = tp.consumer_group();
+    let access = match Secrets::for_pipeline(ctx.client.clone(), tp)
+        .read(&secrets::secret_names(tp))
+        .await
+        .and_then(|s| s.kafka_access(&tp.spec.kafka))
+    {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!(error = %e, "paused: cannot read the Kafka settings");
+            return Consumers {
+                stopped: Some(Stopped::Paused),
+                retention: Retention::Assumed,
+            };
+        }
+    };
+    let brokers = Brokers {
+        pipeline: &key,
+        access: &access,
+        group: &group,
+        timeout: ctx.settings.kafka_timeout,
+    };
+    consumers(ctx, brokers, &tp.spec, Some(Stopped::Paused)).await
 }
 
 /// Applies `objects` in order (each only if it differs from the live one); returns the live

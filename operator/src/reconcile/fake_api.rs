@@ -3,7 +3,7 @@
 //! reconciler the same way, through a mocked `tower` service under `kube::Client`).
 //!
 //! The fake API server keeps objects by path: GET returns what is stored (404 otherwise;
-//! pod and Event lists are empty), a server-side apply stores the body as the object (a
+//! pod and Event lists not stored are empty), a server-side apply stores the body as the object (a
 //! `/status` apply replaces only the status), POST stores what it gets. Every request and
 //! every backend call is appended to one journal, in order, so tests assert sequences.
 
@@ -19,9 +19,9 @@ use http_body_util::{BodyExt, Full};
 use kube::Client;
 use serde_json::{Value, json};
 
-use super::backends::{Backends, SchemaRequest};
-use crate::crd::LagStatus;
-use crate::kafka::{KafkaAccess, KafkaError};
+use super::backends::{Backends, Brokers, SchemaRequest};
+use crate::autoscale::PodMetricsSource;
+use crate::kafka::{KafkaError, PartitionOffsets};
 use crate::schema_step::SchemaOutcome;
 
 /// The API server's objects and the journal of everything asked of the world.
@@ -30,8 +30,14 @@ pub struct World {
     objects: Mutex<BTreeMap<String, Value>>,
     journal: Mutex<Vec<String>>,
     resource_version: Mutex<u64>,
-    /// What `partitions` answers: `None` → one topic, 4 partitions.
+    /// What `partitions` answers: `None` → 4 partitions per topic.
     pub kafka_failure: Mutex<Option<fn() -> KafkaError>>,
+    /// `(committed, end)` of every partition `offsets` answers for.
+    pub offsets: Mutex<(i64, i64)>,
+    /// What `oldest_unconsumed` answers (ms since the epoch).
+    pub oldest: Mutex<Option<i64>>,
+    /// The /metrics text of each pod IP; a pod not here refuses the scrape.
+    pub pod_metrics: Mutex<BTreeMap<String, String>>,
 }
 
 impl World {
@@ -152,9 +158,8 @@ fn not_found(path: &str) -> Response<Full<Bytes>> {
 impl Backends for World {
     fn partitions<'a>(
         &'a self,
-        _access: &'a KafkaAccess,
+        _brokers: Brokers<'a>,
         topics: &'a [String],
-        _timeout: std::time::Duration,
     ) -> BoxFuture<'a, Result<BTreeMap<String, i32>, KafkaError>> {
         self.note(format!("kafka partitions {}", topics.join(",")));
         let result = match *self.kafka_failure.lock().unwrap() {
@@ -166,28 +171,50 @@ impl Backends for World {
 
     fn dead_letter_topic<'a>(
         &'a self,
-        _access: &'a KafkaAccess,
+        _brokers: Brokers<'a>,
         topic: &'a str,
-        _timeout: std::time::Duration,
     ) -> BoxFuture<'a, Result<(), KafkaError>> {
         self.note(format!("kafka dead-letter topic {topic}"));
         futures::future::ready(Ok(())).boxed()
     }
 
-    fn lag<'a>(
+    fn offsets<'a>(
         &'a self,
-        _access: &'a KafkaAccess,
-        group: &'a str,
-        _counts: &'a BTreeMap<String, i32>,
-        _timeout: std::time::Duration,
-    ) -> BoxFuture<'a, Result<LagStatus, KafkaError>> {
-        self.note(format!("kafka lag {group}"));
-        futures::future::ready(Ok(LagStatus {
-            records: 0,
-            partitions_behind: 0,
-            oldest_unconsumed_time: None,
-        }))
-        .boxed()
+        brokers: Brokers<'a>,
+        counts: &'a BTreeMap<String, i32>,
+    ) -> BoxFuture<'a, Result<Vec<PartitionOffsets>, KafkaError>> {
+        self.note(format!("kafka offsets {}", brokers.group));
+        let (committed, end) = *self.offsets.lock().unwrap();
+        let offsets = counts
+            .iter()
+            .flat_map(|(topic, &n)| {
+                (0..n).map(move |partition| PartitionOffsets {
+                    topic: topic.clone(),
+                    partition,
+                    committed,
+                    end,
+                })
+            })
+            .collect();
+        futures::future::ready(Ok(offsets)).boxed()
+    }
+
+    fn oldest_unconsumed<'a>(
+        &'a self,
+        brokers: Brokers<'a>,
+        _offsets: &'a [PartitionOffsets],
+    ) -> BoxFuture<'a, Result<Option<i64>, KafkaError>> {
+        self.note(format!("kafka oldest unconsumed {}", brokers.group));
+        futures::future::ready(Ok(*self.oldest.lock().unwrap())).boxed()
+    }
+
+    fn offsets_retention<'a>(
+        &'a self,
+        _brokers: Brokers<'a>,
+        _topic: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, KafkaError>> {
+        self.note("kafka offsets retention".to_owned());
+        futures::future::ready(Ok(Some(10_080))).boxed()
     }
 
     fn schema<'a>(
@@ -209,5 +236,17 @@ impl Backends for World {
             kept_layouts: Vec::new(),
         }))
         .boxed()
+    }
+
+    fn forget(&self, pipeline: &str) {
+        self.note(format!("forget {pipeline}"));
+    }
+}
+
+impl PodMetricsSource for World {
+    fn pod_metrics<'a>(&'a self, ip: &'a str) -> BoxFuture<'a, Result<String, String>> {
+        self.note(format!("scrape {ip}"));
+        let text = self.pod_metrics.lock().unwrap().get(ip).cloned();
+        futures::future::ready(text.ok_or_else(|| format!("{ip}: connection refused"))).boxed()
     }
 }

@@ -1,6 +1,8 @@
-//! Looking at the gateway without changing it: its Deployment (paused pipelines) and why
-//! its pods fail, if they do (`crate::gateway_diagnosis` decides; this reads the pods and the
-//! scheduler's Events). Best effort: what the API refuses reads as "nothing known".
+//! Looking at the gateway without changing it: its Deployment (paused pipelines), its pods —
+//! listed once per reconcile ([`pods`]), the list the autoscaler's sample, the
+//! offsets-retention watch and the diagnosis all read — and why they fail, if they do
+//! (`crate::gateway_diagnosis` decides; this adds the scheduler's Events). Best effort: what
+//! the API refuses reads as "nothing known".
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod};
@@ -16,7 +18,8 @@ use crate::error::Error;
 use crate::gateway_diagnosis::{self, PodFacts};
 use crate::status::{Gateway, Observation};
 
-/// Reads the gateway Deployment without changing anything (paused pipelines).
+/// Reads the gateway Deployment, and its pods if it has any, without changing anything
+/// (paused pipelines).
 pub(super) async fn observe(
     tp: &TracePipeline,
     ctx: &Context,
@@ -26,32 +29,39 @@ pub(super) async fn observe(
         Api::namespaced(ctx.client.clone(), &tp.namespace().unwrap_or_default());
     let deployment = api.get_opt(&Names::of(&tp.name_any()).deployment).await?;
     obs.gateway = deployment.as_ref().map(Gateway::of);
-    if deployment.is_some() {
-        obs.gateway_failure = diagnose(tp, ctx, deployment.as_ref()).await;
+    if deployment.is_some()
+        && let Some(list) = pods(tp, ctx).await
+    {
+        obs.gateway_failure = diagnose(tp, ctx, &list, deployment.as_ref()).await;
     }
     Ok(())
 }
 
-/// Why the gateway's pods fail, if they do. A pod list the API refuses is logged and reads
-/// as "nothing known", never fails the reconcile.
+/// The gateway's pods, listed once per reconcile. A list the API refuses is logged and reads
+/// as "nothing known" (`None`), never fails the reconcile.
+pub(super) async fn pods(tp: &TracePipeline, ctx: &Context) -> Option<Vec<Pod>> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &tp.namespace().unwrap_or_default());
+    let selector = builders::selector_string(tp);
+    match api.list(&ListParams::default().labels(&selector)).await {
+        Ok(l) => Some(l.items),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the gateway pods");
+            None
+        }
+    }
+}
+
+/// Why the gateway's pods (`list`, from [`pods`]) fail, if they do.
 pub(super) async fn diagnose(
     tp: &TracePipeline,
     ctx: &Context,
+    list: &[Pod],
     deployment: Option<&Deployment>,
 ) -> Option<gateway_diagnosis::Diagnosis> {
     let ns = tp.namespace().unwrap_or_default();
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let selector = builders::selector_string(tp);
-    let list = match pods.list(&ListParams::default().labels(&selector)).await {
-        Ok(l) => l.items,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot list the gateway pods");
-            return None;
-        }
-    };
     let now = Time(Timestamp::now());
     let mut notes = Vec::with_capacity(list.len());
-    for pod in &list {
+    for pod in list {
         let unscheduled = pod
             .spec
             .as_ref()

@@ -8,7 +8,8 @@
 //! [`error_policy`] with exponential backoff; a healthy pipeline is requeued every `requeue`
 //! so a partition increase is noticed without any watch on Kafka.
 //!
-//! The brokers and ClickHouse are reached through [`Backends`] (`backends.rs`), so the whole
+//! The brokers, the gateway pods' /metrics and ClickHouse are reached through [`Backends`]
+//! (`backends.rs`, one Kafka client per pipeline), each read once per reconcile, so the whole
 //! sequence is tested against a fake API server and fake backends (`tests.rs`) in the
 //! no-stack tier; `gateway.rs` reads the gateway's pods without changing them.
 //!
@@ -16,8 +17,8 @@
 //! references, so Kubernetes garbage-collects them; ClickHouse data is never dropped), and a
 //! finalizer would strand every pipeline, and its namespace, in `Terminating` once the
 //! operator is uninstalled. The one older releases added is removed ([`release_finalizer`]).
-//! What the operator holds in memory about a deleted pipeline (gauges, autoscaler samples)
-//! is dropped when its next requeue finds it gone ([`forget`], from [`run`]).
+//! What the operator holds in memory about a deleted pipeline (gauges, autoscaler samples,
+//! its Kafka client) is dropped when its next requeue finds it gone ([`forget`], from [`run`]).
 
 mod backends;
 mod converge;
@@ -45,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use self::backends::{Backends, Live, SchemaRequest};
-use crate::autoscale::{Autoscaler, Sampler, Sizing};
+use crate::autoscale::{Autoscaler, Sizing};
 use crate::builders;
 use crate::crd::TracePipeline;
 use crate::defaults::CollectorDefaults;
@@ -106,7 +107,9 @@ pub struct Context {
 
 impl Context {
     pub fn new(client: Client, metrics: Arc<Metrics>, settings: Settings) -> anyhow::Result<Self> {
-        Self::with_backends(client, metrics, settings, Arc::new(Live))
+        // Each gateway pod's /metrics read is bounded by 2 s.
+        let live = Live::new(Duration::from_secs(2))?;
+        Self::with_backends(client, metrics, settings, Arc::new(live))
     }
 
     /// [`Context::new`] reaching the brokers and ClickHouse through `backends`.
@@ -116,7 +119,6 @@ impl Context {
         settings: Settings,
         backends: Arc<dyn Backends>,
     ) -> anyhow::Result<Self> {
-        let sampler = Sampler::new(Duration::from_secs(2))?;
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -129,7 +131,7 @@ impl Context {
             recorder,
             metrics,
             settings,
-            autoscaler: Autoscaler::new(sampler),
+            autoscaler: Autoscaler::new(),
             backends,
             failures: Mutex::new(HashMap::new()),
         })
@@ -214,6 +216,7 @@ async fn release_finalizer(tp: &TracePipeline, ctx: &Context) -> Result<(), Erro
 fn forget(ctx: &Context, namespace: &str, name: &str) {
     ctx.metrics.pipelines.forget_named(namespace, name);
     ctx.autoscaler.forget(&format!("{namespace}/{name}"));
+    ctx.backends.forget(&format!("{namespace}/{name}"));
     ctx.succeeded(&format!("{namespace}/{name}"));
     tracing::info!(pipeline = %format!("{namespace}/{name}"), "pipeline deleted: its gateway is garbage-collected, its ClickHouse data kept");
 }
@@ -238,6 +241,7 @@ async fn apply(tp: &TracePipeline, ctx: &Context) -> Result<Action, Error> {
     };
     let result = if tp.spec.paused {
         // Frozen: look, never touch.
+        obs.consumers = Some(converge::paused(tp, ctx).await);
         gateway::observe(tp, ctx, &mut obs)
             .await
             .map(|()| Sizing::default())

@@ -29,8 +29,10 @@ pub(super) async fn publish(
 ) -> Result<(), Error> {
     let now = Time(Timestamp::now());
     let mut next = status::next(prev, obs, &now);
-    // Every reconcile, changed or not: a restarted operator fills its gauges again.
-    ctx.metrics.pipelines.observe(tp, &next);
+    // Every reconcile, changed or not: a restarted operator fills its gauges again. The
+    // memory limit is the live gateway's, as this reconcile read it.
+    let memory_limit = obs.gateway.and_then(|g| g.memory_limit_bytes);
+    ctx.metrics.pipelines.observe(tp, &next, memory_limit);
     if next == *prev {
         return Ok(());
     }
@@ -43,7 +45,7 @@ pub(super) async fn publish(
     };
     if stored != *prev {
         next = status::next(&stored, obs, &now);
-        ctx.metrics.pipelines.observe(tp, &next);
+        ctx.metrics.pipelines.observe(tp, &next, memory_limit);
         if next == stored {
             return Ok(());
         }

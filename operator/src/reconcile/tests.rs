@@ -77,7 +77,9 @@ async fn a_new_pipeline_gets_its_schema_then_its_objects_deployment_last_then_it
     let ns = "namespaces/shop";
     let expected = [
         "kafka partitions otlp_spans".to_owned(),
-        "kafka lag tracehouse.shop.orders".to_owned(),
+        "kafka offsets tracehouse.shop.orders".to_owned(),
+        // No gateway pod is ready yet: how long the broker keeps the group's offsets.
+        "kafka offsets retention".to_owned(),
         "clickhouse schema `otel`.`otel_traces` verify_only=false".to_owned(),
         format!("PATCH /api/v1/{ns}/configmaps/orders-collector"),
         format!("PATCH /api/v1/{ns}/services/orders-collector-metrics"),
@@ -100,6 +102,11 @@ async fn a_new_pipeline_gets_its_schema_then_its_objects_deployment_last_then_it
     assert_eq!(status["partitions"], 4, "{status}");
     assert_eq!(status["schemaVersion"], 7, "{status}");
     assert_eq!(condition(&world, "KafkaReachable")["status"], "True");
+    let consuming = condition(&world, "Consuming");
+    assert_eq!(
+        (&consuming["status"], &consuming["reason"]),
+        (&json!("False"), &json!("NoReadyCollector"))
+    );
 }
 
 #[tokio::test]
@@ -232,5 +239,205 @@ async fn opting_in_to_layouts_reaches_the_schema_step_and_shows_in_the_status() 
     assert!(
         events.contains(&("Normal".to_owned(), "LayoutsChanged".to_owned())),
         "{events:?}"
+    );
+}
+
+/// `pipeline_metrics`'s autoscaled pipeline: Secrets on both sides, a group 10 records behind
+/// on each of 4 partitions, one ready gateway pod whose /metrics the fake serves.
+fn autoscaled() -> (Arc<World>, Arc<Context>) {
+    let (world, ctx) = world_with(json!({
+        "kafka": {
+            "bootstrapServers": "kafka:9094",
+            "topics": ["otlp_spans"],
+            "sasl": { "mechanism": "SCRAM-SHA-512", "credentials": { "name": "kafka-scram" } }
+        },
+        "clickhouse": {
+            "endpoint": "http://clickhouse:8123",
+            "credentials": { "name": "clickhouse-writer" }
+        },
+        "collector": {
+            "image": "ghcr.io/tracehouse/collector:0.1.0",
+            "resources": { "limits": { "memory": "512Mi" } }
+        },
+        "autoscaling": { "min": 1, "max": 4 }
+    }));
+    let secret = |name: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": { "name": name, "namespace": "shop" },
+            // "writer" / "hunter2"
+            "data": { "username": "d3JpdGVy", "password": "aHVudGVyMg==" }
+        })
+    };
+    world.put(SECRETS_KAFKA, secret("kafka-scram"));
+    world.put(SECRETS_CLICKHOUSE, secret("clickhouse-writer"));
+    world.put(
+        PODS,
+        json!({
+            "apiVersion": "v1", "kind": "PodList", "metadata": {},
+            "items": [{
+                "metadata": { "name": "orders-collector-0", "namespace": "shop" },
+                "spec": {
+                    "nodeName": "node-1",
+                    "containers": [{
+                        "name": crate::builders::CONTAINER,
+                        "resources": { "limits": { "memory": "512Mi" } }
+                    }]
+                },
+                "status": {
+                    "podIP": "10.0.0.7",
+                    "conditions": [{ "type": "Ready", "status": "True" }]
+                }
+            }]
+        }),
+    );
+    *world.offsets.lock().unwrap() = (90, 100);
+    *world.oldest.lock().unwrap() = Some(1_800_000_000_000);
+    use crate::autoscale::scrape::{
+        INFLIGHT_BYTES, LAG_SECONDS, RECORDS_CONSUMED, RESIDENT_MEMORY, SPANS_DECODED,
+    };
+    world.pod_metrics.lock().unwrap().insert(
+        "10.0.0.7".into(),
+        format!(
+            "{LAG_SECONDS}{{topic=\"otlp_spans\",partition=\"0\"}} 2.5\n\
+             {RECORDS_CONSUMED}{{topic=\"otlp_spans\"}} 1000\n\
+             {SPANS_DECODED} 5000\n{INFLIGHT_BYTES} 1024\n{RESIDENT_MEMORY} 104857600\n"
+        ),
+    );
+    (world, ctx)
+}
+
+const SECRETS_KAFKA: &str = "/api/v1/namespaces/shop/secrets/kafka-scram";
+const SECRETS_CLICKHOUSE: &str = "/api/v1/namespaces/shop/secrets/clickhouse-writer";
+const PODS: &str = "/api/v1/namespaces/shop/pods";
+
+#[tokio::test]
+async fn an_autoscaled_pipeline_reads_each_secret_the_offsets_and_the_pods_once() {
+    let (world, ctx) = autoscaled();
+    reconcile(cached(&world), ctx.clone()).await.unwrap();
+    let journal = world.take_journal();
+    let ns = "namespaces/shop";
+    let deployment = format!("/apis/apps/v1/{ns}/deployments/orders-collector");
+    let mut expected = vec![
+        // Each Secret once: the Kafka access, the ClickHouse connection and the pods'
+        // fingerprint are all derived from these two reads.
+        format!("GET {SECRETS_CLICKHOUSE}"),
+        format!("GET {SECRETS_KAFKA}"),
+        "kafka partitions otlp_spans".to_owned(),
+        // The offsets once: the lag and the autoscaler's sample are made of them.
+        "kafka offsets tracehouse.shop.orders".to_owned(),
+        "kafka oldest unconsumed tracehouse.shop.orders".to_owned(),
+        // The pods once: the sample, the offsets-retention watch (a pod is ready: no
+        // retention read) and the diagnosis.
+        format!("GET {PODS}"),
+        "scrape 10.0.0.7".to_owned(),
+        // The autoscaler's current count.
+        format!("GET {deployment}"),
+        "clickhouse schema `otel`.`otel_traces` verify_only=false".to_owned(),
+    ];
+    for path in [
+        format!("/api/v1/{ns}/configmaps/orders-collector"),
+        format!("/api/v1/{ns}/services/orders-collector-metrics"),
+        format!("/apis/policy/v1/{ns}/poddisruptionbudgets/orders-collector"),
+        deployment.clone(),
+    ] {
+        expected.push(format!("GET {path}"));
+        expected.push(format!("PATCH {path}"));
+    }
+    expected.push(format!("GET {PIPELINE}"));
+    expected.push(format!("PATCH {PIPELINE}/status"));
+    expected.extend(std::iter::repeat_n(
+        format!("POST /apis/events.k8s.io/v1/{ns}/events"),
+        5,
+    ));
+    assert_eq!(journal, expected, "{journal:#?}");
+    let events: Vec<String> = world.events().into_iter().map(|(_, r)| r).collect();
+    assert_eq!(
+        events,
+        [
+            "PartitionsChanged",
+            "SchemaMigrated",
+            "DedupWindowChanged",
+            "GatewayCreated",
+            "Scaled"
+        ]
+    );
+
+    let status = &world.get(PIPELINE).unwrap()["status"];
+    // The lag, from the one read of the offsets: 10 behind on each of 4 partitions.
+    assert_eq!(status["lag"]["records"], 40, "{status}");
+    assert_eq!(status["lag"]["partitionsBehind"], 4, "{status}");
+    // The autoscaler took its first sample from the same read, and holds for a second.
+    assert_eq!(status["autoscaling"]["reason"], "TooFewSamples", "{status}");
+    assert_eq!(status["autoscaling"]["desiredReplicas"], 1, "{status}");
+    assert_eq!(condition(&world, "Consuming")["status"], "True");
+    // The pods' fingerprint is over the two Secrets as read.
+    let template = &world.get(&deployment).unwrap()["spec"]["template"]["metadata"];
+    assert!(
+        template["annotations"][crate::builders::SECRETS_HASH_ANNOTATION]
+            .as_str()
+            .is_some_and(|h| h.starts_with("sha256:")),
+        "{template}"
+    );
+
+    // A requeue before the next sample is due: the same single reads, no scrape, no write.
+    reconcile(cached(&world), ctx.clone()).await.unwrap();
+    let journal = world.take_journal();
+    let mut expected: Vec<String> = vec![
+        format!("GET {SECRETS_CLICKHOUSE}"),
+        format!("GET {SECRETS_KAFKA}"),
+        "kafka partitions otlp_spans".to_owned(),
+        "kafka offsets tracehouse.shop.orders".to_owned(),
+        "kafka oldest unconsumed tracehouse.shop.orders".to_owned(),
+        format!("GET {PODS}"),
+        format!("GET {deployment}"),
+        "clickhouse schema `otel`.`otel_traces` verify_only=false".to_owned(),
+    ];
+    for path in [
+        format!("/api/v1/{ns}/configmaps/orders-collector"),
+        format!("/api/v1/{ns}/services/orders-collector-metrics"),
+        format!("/apis/policy/v1/{ns}/poddisruptionbudgets/orders-collector"),
+        deployment.clone(),
+    ] {
+        expected.push(format!("GET {path}"));
+    }
+    assert_eq!(journal, expected, "{journal:#?}");
+
+    // Deleted: what the operator holds for it, its Kafka client included, is let go.
+    super::forget(&ctx, "shop", "orders");
+    assert_eq!(world.take_journal(), ["forget shop/orders"]);
+}
+
+#[tokio::test]
+async fn a_paused_pipeline_is_watched_for_its_offsets_retention_and_changed_nowhere() {
+    let (world, ctx) = autoscaled();
+    let mut tp = world.get(PIPELINE).unwrap();
+    tp["spec"]["paused"] = json!(true);
+    world.put(PIPELINE, tp);
+    reconcile(cached(&world), ctx).await.unwrap();
+    let journal = world.take_journal();
+    let ns = "namespaces/shop";
+    assert_eq!(
+        journal,
+        [
+            format!("GET {SECRETS_CLICKHOUSE}"),
+            format!("GET {SECRETS_KAFKA}"),
+            "kafka offsets retention".to_owned(),
+            format!("GET /apis/apps/v1/{ns}/deployments/orders-collector"),
+            format!("GET {PIPELINE}"),
+            format!("PATCH {PIPELINE}/status"),
+            format!("POST /apis/events.k8s.io/v1/{ns}/events"),
+        ],
+        "{journal:#?}"
+    );
+    let consuming = condition(&world, "Consuming");
+    assert_eq!(consuming["status"], "False");
+    assert_eq!(consuming["reason"], "Paused");
+    assert!(
+        consuming["message"]
+            .as_str()
+            .unwrap()
+            .contains("offsets.retention.minutes=10080"),
+        "{consuming}"
     );
 }

@@ -6,6 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use super::find;
 use crate::crd::{TracePipelineStatus, condition};
 use crate::gateway_diagnosis::Failure;
+use crate::offsets_retention::{EXPIRING_SOON, MAY_HAVE_EXPIRED};
 
 /// An Event to publish about the pipeline.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,6 +173,20 @@ pub fn events(prev: &TracePipelineStatus, next: &TracePipelineStatus) -> Vec<Eve
                 note: format!("{}: {}", c.reason, c.message),
             });
         }
+    }
+    // A stopped group nearing or past the broker's offsets retention: one Warning per stage.
+    let consuming = |s: &TracePipelineStatus| find(&s.conditions, condition::CONSUMING).cloned();
+    if let Some(c) = consuming(next)
+        && reason_of(&consuming(prev)).as_deref() != Some(c.reason.as_str())
+        && let Some(reason) = [EXPIRING_SOON, MAY_HAVE_EXPIRED]
+            .into_iter()
+            .find(|r| *r == c.reason)
+    {
+        out.push(EventSpec {
+            warning: true,
+            reason,
+            note: c.message,
+        });
     }
     if next.last_error != prev.last_error
         && let Some(e) = &next.last_error

@@ -11,6 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::crd::{AutoscalingStatus, LagStatus, TracePipelineStatus, condition};
 use crate::gateway_diagnosis::{Diagnosis, Failure};
+use crate::gateway_pods;
+use crate::offsets_retention::{self, Consumers};
 
 mod events;
 #[cfg(test)]
@@ -40,6 +42,8 @@ pub struct Gateway {
     pub ready: i32,
     /// The Deployment controller has seen the latest spec.
     pub observed: bool,
+    /// The collector container's memory limit in the pod template (the per-pipeline gauge).
+    pub memory_limit_bytes: Option<i64>,
 }
 
 impl Gateway {
@@ -51,6 +55,12 @@ impl Gateway {
             updated: s.updated_replicas.unwrap_or(0),
             ready: s.ready_replicas.unwrap_or(0),
             observed: s.observed_generation.unwrap_or(0) >= d.metadata.generation.unwrap_or(0),
+            memory_limit_bytes: d
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .and_then(gateway_pods::memory_limit)
+                .and_then(|b| i64::try_from(b).ok()),
         }
     }
 
@@ -106,6 +116,9 @@ pub struct Observation {
     pub gateway: Option<Gateway>,
     /// Why the gateway's pods or rollout are failing, when they are (`crate::gateway_diagnosis`).
     pub gateway_failure: Option<Diagnosis>,
+    /// Whether a collector consumes, and the broker's offsets retention when none does (the
+    /// `Consuming` condition, `crate::offsets_retention`); `None`: not looked, it stands.
+    pub consumers: Option<Consumers>,
     /// `status.autoscaling`: `Ok(None)` when the spec has no autoscaling (the field goes);
     /// not run, the stored one stands.
     pub autoscaling: Step<Option<AutoscalingStatus>>,
@@ -166,6 +179,27 @@ fn condition(
         observed_generation: generation,
         last_transition_time,
     }
+}
+
+/// The `Consuming` condition: stopped since its own transition time, warned as that nears the
+/// broker's offsets retention (`crate::offsets_retention`); not looked, the stored one.
+fn consuming(previous: &[Condition], obs: &Observation, now: &Time) -> Option<Condition> {
+    let Some(seen) = obs.consumers else {
+        return find(previous, condition::CONSUMING).cloned();
+    };
+    let since = find(previous, condition::CONSUMING)
+        .filter(|c| c.status == "False")
+        .map_or(now.0, |c| c.last_transition_time.0);
+    let v = offsets_retention::assess(seen, since, now.0);
+    Some(condition(
+        previous,
+        condition::CONSUMING,
+        v.consuming,
+        v.reason,
+        v.message,
+        obs.generation,
+        now,
+    ))
 }
 
 /// The next status, from the stored one and this reconcile's observation.
@@ -337,6 +371,7 @@ pub fn next(prev: &TracePipelineStatus, obs: &Observation, now: &Time) -> TraceP
     conditions.extend(schema);
     conditions.extend(gateway);
     conditions.extend(progressing);
+    conditions.extend(consuming(pc, obs, now));
 
     TracePipelineStatus {
         observed_generation: obs.generation.or(prev.observed_generation),

@@ -21,6 +21,7 @@ fn healthy(generation: i64) -> Observation {
             updated: 2,
             ready: 2,
             observed: true,
+            memory_limit_bytes: None,
         }),
         ..Default::default()
     }
@@ -109,6 +110,7 @@ fn a_scale_step_that_keeps_serving_is_progressing_not_unready() {
         updated: 3,
         ready: 2,
         observed: true,
+        memory_limit_bytes: None,
     });
     let s2 = next(&s1, &obs, &at(30));
     assert_eq!(ready_of(&s2).status, "True", "still serving");
@@ -141,6 +143,7 @@ fn a_rollout_is_progressing_and_a_first_rollout_is_not_ready_yet() {
         updated: 1,
         ready: 2,
         observed: true,
+        memory_limit_bytes: None,
     });
     let s2 = next(&s1, &obs, &at(10));
     assert_eq!(ready_of(&s2).status, "True");
@@ -153,6 +156,7 @@ fn a_rollout_is_progressing_and_a_first_rollout_is_not_ready_yet() {
         updated: 2,
         ready: 0,
         observed: true,
+        memory_limit_bytes: None,
     });
     let empty = TracePipelineStatus::default();
     let s = next(&empty, &fresh, &at(0));
@@ -168,6 +172,7 @@ fn failing(failure: Failure, message: &str) -> Observation {
         updated: 2,
         ready: 1,
         observed: true,
+        memory_limit_bytes: None,
     });
     obs.gateway_failure = Some(Diagnosis {
         failure,
@@ -339,6 +344,7 @@ fn a_gateway_with_old_pods_left_is_not_available() {
         updated: 2,
         ready: 3,
         observed: true,
+        memory_limit_bytes: None,
     };
     assert!(!g.is_rolled_out());
     assert!(
@@ -384,4 +390,65 @@ fn layouts_turned_off_in_the_spec_are_kept_and_said_so() {
     // Not read this time (the schema step did not run): the stored value stands.
     let later = next(&kept, &healthy(2), &at(20));
     assert_eq!(later.layouts.as_deref(), Some("attributeItems"));
+}
+
+#[test]
+fn a_stopped_group_is_timed_from_when_it_stopped_and_warned_once_per_stage() {
+    use crate::offsets_retention::{Consumers, Retention, Stopped};
+    let mut obs = healthy(1);
+    obs.consumers = Some(Consumers {
+        stopped: None,
+        retention: Retention::Assumed,
+    });
+    let s1 = next(&TracePipelineStatus::default(), &obs, &at(0));
+    assert_eq!(cond(&s1, condition::CONSUMING).status, "True");
+    // Stopped at t=100 with a 100-minute retention.
+    obs.consumers = Some(Consumers {
+        stopped: Some(Stopped::NoReadyCollector),
+        retention: Retention::Read(100),
+    });
+    let s2 = next(&s1, &obs, &at(100));
+    let c = cond(&s2, condition::CONSUMING);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "NoReadyCollector")
+    );
+    assert_eq!(c.last_transition_time, at(100));
+    assert!(events(&s1, &s2).iter().all(|e| !e.warning));
+    // Nothing new an hour later: the same status, nothing written.
+    assert_eq!(next(&s2, &obs, &at(100 + 3600)), s2);
+    // 80 minutes after the stop: one Warning; again later: none.
+    let s3 = next(&s2, &obs, &at(100 + 80 * 60));
+    assert_eq!(
+        cond(&s3, condition::CONSUMING).reason,
+        "OffsetsExpiringSoon"
+    );
+    assert_eq!(
+        cond(&s3, condition::CONSUMING).last_transition_time,
+        at(100)
+    );
+    let warned: Vec<&str> = events(&s2, &s3)
+        .iter()
+        .filter(|e| e.warning)
+        .map(|e| e.reason)
+        .collect();
+    assert_eq!(warned, ["OffsetsExpiringSoon"]);
+    assert_eq!(next(&s3, &obs, &at(100 + 90 * 60)), s3);
+    let s4 = next(&s3, &obs, &at(100 + 100 * 60));
+    let warned: Vec<&str> = events(&s3, &s4).iter().map(|e| e.reason).collect();
+    assert_eq!(warned, ["OffsetsMayHaveExpired"]);
+    // Consuming again: True, and the next stop is timed afresh.
+    obs.consumers = Some(Consumers {
+        stopped: None,
+        retention: Retention::Read(100),
+    });
+    let s5 = next(&s4, &obs, &at(100_000));
+    assert_eq!(cond(&s5, condition::CONSUMING).status, "True");
+    assert!(events(&s4, &s5).iter().all(|e| !e.warning));
+    // Not looked (an earlier step failed): the stored condition stands.
+    obs.consumers = None;
+    assert_eq!(
+        cond(&next(&s5, &obs, &at(200_000)), condition::CONSUMING),
+        cond(&s5, condition::CONSUMING)
+    );
 }

@@ -1,0 +1,229 @@
+//! The Kafka clients of every pipeline this operator reconciles: one [`KafkaClient`] per
+//! pipeline, reused by every reconcile and autoscaler sample of it, so a pipeline costs one
+//! TLS and SASL handshake per broker instead of one per read (a managed cluster counts
+//! connection attempts: tens of pipelines reading every 30 s would reach its limits).
+//!
+//! **The rule** ([`rule`], pure): a pipeline's client is kept while the fingerprint of its
+//! Kafka settings ([`fingerprint`]: brokers, client properties with the Secrets' contents
+//! inline, consumer group) stays the same; a changed fingerprint (a rotated password or
+//! certificate, another bootstrap address) replaces it; a deleted pipeline's is dropped
+//! ([`Clients::forget`]). A client that fails a read is kept: librdkafka reconnects by
+//! itself, and a new client would only add a handshake.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::client::KafkaClient;
+use super::{KafkaAccess, KafkaError};
+
+/// What [`Clients::get`] does with a pipeline's client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cached {
+    /// The settings are the ones the client was made with.
+    Reuse,
+    /// No client yet.
+    Create,
+    /// The settings changed: a new client, the old one dropped.
+    Replace,
+}
+
+/// Pure: what to do with the client held for a pipeline (`held`: its fingerprint, if any)
+/// when the reconcile wants `wanted`.
+pub fn rule(held: Option<&str>, wanted: &str) -> Cached {
+    match held {
+        None => Cached::Create,
+        Some(h) if h == wanted => Cached::Reuse,
+        Some(_) => Cached::Replace,
+    }
+}
+
+/// `sha256:<hex>` over the brokers, the consumer group and every client property in order:
+/// tells settings apart without keeping any value (properties hold passwords and keys).
+pub fn fingerprint(access: &KafkaAccess, group: &str) -> String {
+    let mut h = Sha256::new();
+    let mut field = |b: &[u8]| {
+        h.update((b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    field(access.brokers.as_bytes());
+    field(group.as_bytes());
+    for (k, v) in &access.properties {
+        field(k.as_bytes());
+        field(v.as_bytes());
+    }
+    let hex: String = h.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256:{hex}")
+}
+
+struct Entry {
+    fingerprint: String,
+    client: Arc<KafkaClient>,
+}
+
+/// One client per pipeline (keyed `namespace/name`).
+#[derive(Default)]
+pub struct Clients {
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+impl std::fmt::Debug for Clients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Clients")
+            .field("pipelines", &self.len())
+            .finish()
+    }
+}
+
+impl Clients {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Pipelines holding a client.
+    pub fn len(&self) -> usize {
+        self.entries().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The client of `pipeline` for these settings: the one it has, or a new one ([`rule`]).
+    /// `timeout` bounds the new client's socket operations.
+    pub fn get(
+        &self,
+        pipeline: &str,
+        access: &KafkaAccess,
+        group: &str,
+        timeout: Duration,
+    ) -> Result<Arc<KafkaClient>, KafkaError> {
+        let wanted = fingerprint(access, group);
+        let mut entries = self.entries();
+        let held = entries.get(pipeline).map(|e| e.fingerprint.as_str());
+        let cached = rule(held, &wanted);
+        if cached == Cached::Reuse
+            && let Some(e) = entries.get(pipeline)
+        {
+            return Ok(e.client.clone());
+        }
+        // Creating a librdkafka client only configures it: it connects on its first read.
+        let client = Arc::new(KafkaClient::connect(access, group, timeout)?);
+        let old = entries.insert(
+            pipeline.to_owned(),
+            Entry {
+                fingerprint: wanted,
+                client: client.clone(),
+            },
+        );
+        drop(entries);
+        if cached == Cached::Replace {
+            tracing::info!(
+                pipeline,
+                "Kafka settings changed: a new client for the pipeline"
+            );
+        }
+        release(old.map(|e| e.client));
+        Ok(client)
+    }
+
+    /// Drops the client of a pipeline that is gone.
+    pub fn forget(&self, pipeline: &str) {
+        let old = self.entries().remove(pipeline);
+        release(old.map(|e| e.client));
+    }
+}
+
+/// Drops a client off the async workers: destroying a librdkafka client waits for its
+/// threads (a read still running holds its own reference and drops it when done).
+fn release(client: Option<Arc<KafkaClient>>) {
+    if let Some(client) = client {
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn_blocking(move || drop(client));
+            }
+            Err(_) => drop(client),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn access(password: &str) -> KafkaAccess {
+        KafkaAccess {
+            brokers: "kafka:9094".into(),
+            properties: BTreeMap::from([
+                ("security.protocol".into(), "SASL_SSL".into()),
+                ("sasl.mechanism".into(), "SCRAM-SHA-512".into()),
+                ("sasl.username".into(), "writer".into()),
+                ("sasl.password".into(), password.into()),
+            ]),
+        }
+    }
+
+    #[test]
+    fn a_client_is_reused_while_the_settings_stay_and_replaced_when_they_change() {
+        let a = fingerprint(&access("hunter2"), "tracehouse.shop.orders");
+        assert_eq!(rule(None, &a), Cached::Create);
+        assert_eq!(rule(Some(&a), &a), Cached::Reuse);
+        let rotated = fingerprint(&access("hunter3"), "tracehouse.shop.orders");
+        assert_eq!(rule(Some(&a), &rotated), Cached::Replace);
+        let other_group = fingerprint(&access("hunter2"), "tracehouse.shop.other");
+        assert_eq!(rule(Some(&a), &other_group), Cached::Replace);
+        let mut moved = access("hunter2");
+        moved.brokers = "kafka-2:9094".into();
+        assert_ne!(fingerprint(&moved, "tracehouse.shop.orders"), a);
+    }
+
+    #[test]
+    fn the_fingerprint_never_shows_a_value_and_fields_do_not_run_together() {
+        let a = fingerprint(&access("hunter2"), "g");
+        assert!(a.starts_with("sha256:") && !a.contains("hunter2"), "{a}");
+        // "ab" + "c" and "a" + "bc" are different settings.
+        let one = KafkaAccess {
+            brokers: "ab".into(),
+            properties: BTreeMap::new(),
+        };
+        let two = KafkaAccess {
+            brokers: "a".into(),
+            properties: BTreeMap::new(),
+        };
+        assert_ne!(fingerprint(&one, "c"), fingerprint(&two, "bc"));
+    }
+
+    #[tokio::test]
+    async fn one_client_per_pipeline_until_its_settings_change_or_it_is_forgotten() {
+        // Making a client does not connect, so no broker is needed here.
+        let clients = Clients::default();
+        let t = Duration::from_secs(1);
+        let first = clients
+            .get("shop/orders", &access("hunter2"), "g", t)
+            .unwrap();
+        let again = clients
+            .get("shop/orders", &access("hunter2"), "g", t)
+            .unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        let other = clients
+            .get("shop/other", &access("hunter2"), "g", t)
+            .unwrap();
+        assert!(!Arc::ptr_eq(&first, &other));
+        assert_eq!(clients.len(), 2);
+        let rotated = clients
+            .get("shop/orders", &access("hunter3"), "g", t)
+            .unwrap();
+        assert!(!Arc::ptr_eq(&first, &rotated));
+        assert_eq!(clients.len(), 2);
+        clients.forget("shop/orders");
+        clients.forget("shop/other");
+        assert!(clients.is_empty());
+    }
+}

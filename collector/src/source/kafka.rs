@@ -10,19 +10,16 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
-use rdkafka::client::ClientContext;
-use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::error::KafkaResult;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use super::holdings::Holdings;
-use super::machine::{Ack, Command, CommitOffset, Fed, Machine, PartitionId, Record};
+use super::context::{self, SourceContext};
+use super::logs::{self, TopicLogs};
+use super::machine::{Ack, Command, Fed, Machine, Record};
 use super::replay;
 use super::topic_id;
 use super::unsent::Unsent;
@@ -31,154 +28,9 @@ use super::{Heartbeat, SourceConfig};
 use crate::batch::{LogId, RecordBatch};
 use crate::budget::Budget;
 use crate::log_limit::RateLimit;
-use crate::metrics::{Metrics, PartitionLabels, TopicLabels};
-use crate::offsets::{LogView, PartitionLedger};
+use crate::metrics::{Metrics, TopicLabels};
+use crate::offsets::PartitionLedger;
 use crate::workers::Work;
-
-/// rdkafka context: forwards rebalances to the machine, reports commit results and logs.
-pub(super) struct SourceContext {
-    pub(super) machine: Mutex<Machine>,
-    pub(super) metrics: Arc<Metrics>,
-    /// Partitions and generations held now, for the insert stage and the watermark thread.
-    pub(super) holdings: Holdings,
-}
-
-impl ClientContext for SourceContext {
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-        match level {
-            RDKafkaLogLevel::Emerg
-            | RDKafkaLogLevel::Alert
-            | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => {
-                tracing::error!(target: "librdkafka", facility = fac, "{log_message}")
-            }
-            RDKafkaLogLevel::Warning => {
-                tracing::warn!(target: "librdkafka", facility = fac, "{log_message}")
-            }
-            _ => tracing::debug!(target: "librdkafka", facility = fac, "{log_message}"),
-        }
-    }
-}
-
-impl ConsumerContext for SourceContext {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let Rebalance::Revoke(tpl) = rebalance else {
-            return;
-        };
-        let ids = partition_ids(tpl);
-        let mut out = Vec::new();
-        {
-            let mut machine = self.machine.lock().expect("machine lock");
-            machine.revoke(&ids, &mut out);
-            self.published(&machine);
-        }
-        for id in &ids {
-            let l = labels(id);
-            self.metrics.lag_records.remove(&l);
-            self.metrics.lag_seconds.remove(&l);
-            self.metrics.oldest_in_flight_seconds.remove(&l);
-        }
-        for cmd in out {
-            match cmd {
-                Command::Commit { offsets, sync } => {
-                    commit(consumer, &self.metrics, &offsets, sync, "commit on revoke");
-                }
-                other => debug_assert!(false, "a revoke only commits: {other:?}"),
-            }
-        }
-    }
-
-    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        match rebalance {
-            Rebalance::Assign(tpl) => {
-                let mut machine = self.machine.lock().expect("machine lock");
-                for id in partition_ids(tpl) {
-                    machine.assign(id);
-                }
-                self.published(&machine);
-            }
-            Rebalance::Revoke(_) => {}
-            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
-        }
-    }
-
-    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
-        if let Err(e) = result {
-            self.metrics.commit_errors.inc();
-            tracing::warn!(error = %e, partitions = offsets.count(), "offset commit failed; will be retried with the next one");
-        }
-    }
-}
-
-impl SourceContext {
-    /// Tell the watermark thread and the metrics which partitions are held now.
-    fn published(&self, machine: &Machine) {
-        self.metrics
-            .assigned_partitions
-            .set(machine.assigned().count() as i64);
-        self.holdings.publish(machine.held());
-    }
-}
-
-fn partition_ids(tpl: &TopicPartitionList) -> Vec<PartitionId> {
-    tpl.elements()
-        .iter()
-        .map(|e| PartitionId::new(e.topic(), e.partition()))
-        .collect()
-}
-
-fn labels(id: &PartitionId) -> PartitionLabels {
-    PartitionLabels {
-        topic: id.topic.to_string(),
-        partition: id.partition,
-    }
-}
-
-fn tpl_of(ids: &[PartitionId]) -> TopicPartitionList {
-    let mut tpl = TopicPartitionList::new();
-    for id in ids {
-        tpl.add_partition(&id.topic, id.partition);
-    }
-    tpl
-}
-
-/// Commit `offsets` with their metadata; failures are counted and logged, never fatal (a
-/// lost commit is redone by the next one, and a replay deduplicates). True when it went out.
-fn commit(
-    consumer: &BaseConsumer<SourceContext>,
-    metrics: &Metrics,
-    offsets: &[CommitOffset],
-    sync: bool,
-    what: &str,
-) -> bool {
-    let mut tpl = TopicPartitionList::new();
-    for c in offsets {
-        let (topic, partition) = (&*c.partition.topic, c.partition.partition);
-        if tpl
-            .add_partition_offset(topic, partition, Offset::Offset(c.offset))
-            .is_ok()
-            && let Some(mut elem) = tpl.find_partition(topic, partition)
-        {
-            elem.set_metadata(c.metadata.clone());
-        }
-    }
-    let mode = if sync {
-        CommitMode::Sync
-    } else {
-        CommitMode::Async
-    };
-    match consumer.commit(&tpl, mode) {
-        Ok(()) => {
-            metrics.commits.inc();
-            true
-        }
-        Err(e) => {
-            metrics.commit_errors.inc();
-            tracing::warn!(error = %e, "{what} failed; the next commit redoes it, and a replay deduplicates");
-            false
-        }
-    }
-}
 
 pub(super) struct SourceLoop {
     pub(super) cfg: SourceConfig,
@@ -194,20 +46,8 @@ pub(super) struct SourceLoop {
     pub(super) watermarks: Watermarks,
     /// Batches held until Kafka takes their cut ([`Unsent`]).
     pub(super) unsent: RefCell<Unsent<RecordBatch>>,
-    /// The log each topic names, as last read ([`topic_id`]).
-    pub(super) logs: RefCell<HashMap<String, TopicLog>>,
-}
-
-/// What the source knows of a topic's log.
-#[derive(Debug, Clone)]
-pub(super) struct TopicLog {
-    log: LogId,
-    /// This process saw the topic recreated: a committed offset naming no log counts in
-    /// the old one.
-    recreated: bool,
-    /// Per partition, the last record found below the committed offset in this log: a run
-    /// going forward from it is passed over without asking Kafka again.
-    rewound: HashMap<i32, i64>,
+    /// The log each topic names, as last read ([`TopicLogs`]).
+    pub(super) logs: RefCell<TopicLogs>,
 }
 
 /// Consumed-records and -bytes counters per topic, resolved once (no label allocation per
@@ -304,7 +144,7 @@ impl SourceLoop {
                         self.send_unsent(true);
                     } else {
                         // Size cuts are reproducible: their intent is recorded asynchronously.
-                        commit(
+                        context::commit(
                             &self.consumer,
                             &self.metrics,
                             std::slice::from_ref(&intent),
@@ -320,7 +160,7 @@ impl SourceLoop {
                     // the insert goes out. Refused — or behind a held batch — the bundle
                     // is dissolved into time cuts of their own, held until recorded.
                     let recorded = !self.unsent.borrow().is_holding()
-                        && commit(
+                        && context::commit(
                             &self.consumer,
                             &self.metrics,
                             &intents,
@@ -354,7 +194,7 @@ impl SourceLoop {
                     });
                 }
                 Command::Commit { offsets, sync } => {
-                    commit(
+                    context::commit(
                         &self.consumer,
                         &self.metrics,
                         &offsets,
@@ -363,7 +203,7 @@ impl SourceLoop {
                     );
                 }
                 Command::Pause(ids) | Command::Resume(ids) if ids.is_empty() => {}
-                Command::Pause(ids) => match self.consumer.pause(&tpl_of(&ids)) {
+                Command::Pause(ids) => match self.consumer.pause(&context::tpl_of(&ids)) {
                     Ok(()) => tracing::info!(
                         partitions = ids.len(),
                         used_bytes = self.budget.used(),
@@ -372,7 +212,7 @@ impl SourceLoop {
                     ),
                     Err(e) => tracing::warn!(error = %e, "pause failed"),
                 },
-                Command::Resume(ids) => match self.consumer.resume(&tpl_of(&ids)) {
+                Command::Resume(ids) => match self.consumer.resume(&context::tpl_of(&ids)) {
                     Ok(()) => tracing::info!(
                         partitions = ids.len(),
                         used_bytes = self.budget.used(),
@@ -415,7 +255,7 @@ impl SourceLoop {
                 // Recorded with the ledger as it is now, not as it was at the cut: the
                 // acknowledged offset may have moved since, and must not move back.
                 let now = self.machine().current_commit(&intent.partition);
-                commit(
+                context::commit(
                     &self.consumer,
                     &self.metrics,
                     std::slice::from_ref(now.as_ref().unwrap_or(intent)),
@@ -488,32 +328,8 @@ impl SourceLoop {
         }
         match topic_id::log_id(self.consumer.client(), topic, Duration::from_secs(10)) {
             Ok(log) => {
-                let mut logs = self.logs.borrow_mut();
-                let entry = logs.entry(topic.to_string()).or_insert_with(|| {
-                    tracing::info!(
-                        topic,
-                        log = log.name().unwrap_or("(offsets only)"),
-                        "the topic's log"
-                    );
-                    TopicLog {
-                        log: log.clone(),
-                        recreated: false,
-                        rewound: HashMap::new(),
-                    }
-                });
-                if entry.log != log {
-                    tracing::warn!(
-                        topic,
-                        was = entry.log.name().unwrap_or("(offsets only)"),
-                        now = log.name().unwrap_or("(offsets only)"),
-                        "the topic names another log: it was deleted and created again"
-                    );
+                if self.logs.borrow_mut().observe(topic, &log) {
                     self.metrics.topic_recreations.inc();
-                    *entry = TopicLog {
-                        log: log.clone(),
-                        recreated: true,
-                        rewound: HashMap::new(),
-                    };
                 }
                 Some(log)
             }
@@ -529,12 +345,11 @@ impl SourceLoop {
     /// is fed again as the new log's; if not, it was acknowledged in this log and is passed
     /// over (counted).
     fn on_rewound(&self, r: Record<'_>, committed: i64, out: &mut Vec<Command>) -> Fed {
-        let known = self.logs.borrow().get(r.topic).cloned();
-        let in_run = known
-            .as_ref()
-            .and_then(|t| t.rewound.get(&r.partition))
-            .is_some_and(|&last| r.offset > last);
-        let before = known.map(|t| t.log);
+        let in_run = self
+            .logs
+            .borrow()
+            .in_rewound_run(r.topic, r.partition, r.offset);
+        let before = self.logs.borrow().get(r.topic).map(|t| t.log.clone());
         let now = if in_run {
             before.clone()
         } else {
@@ -544,9 +359,9 @@ impl SourceLoop {
             return Fed::NotHeld; // shutdown: never batched, the next owner reads it
         };
         if before.as_ref() == Some(&now) {
-            if let Some(t) = self.logs.borrow_mut().get_mut(r.topic) {
-                t.rewound.insert(r.partition, r.offset);
-            }
+            self.logs
+                .borrow_mut()
+                .note_rewound(r.topic, r.partition, r.offset);
             self.metrics.records_rewound.inc();
             if !in_run {
                 tracing::warn!(
@@ -589,80 +404,19 @@ impl SourceLoop {
     }
 
     /// Read the committed offset and the previous owner's recorded cuts for a partition,
-    /// checked against the log they claim to describe (its id and high watermark); `None`
-    /// when Kafka could not say.
+    /// checked against the log they claim to describe ([`logs::read_ledger`]); `None` when
+    /// Kafka could not say.
     fn read_ledger(&self, topic: &str, partition: i32, first_seen: i64) -> Option<PartitionLedger> {
         let log = self.topic_log(topic, false)?;
-        let trust_unnamed = !self.logs.borrow().get(topic).is_some_and(|t| t.recreated);
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(topic, partition);
-        let list = match self
-            .consumer
-            .committed_offsets(tpl, Duration::from_secs(10))
-        {
-            Ok(list) => list,
-            Err(e) => {
-                tracing::warn!(topic, partition, error = %e, "cannot read the committed offset; holding the partition's records until Kafka answers");
-                return None;
-            }
-        };
-        let committed =
-            list.find_partition(topic, partition)
-                .and_then(|elem| match elem.offset() {
-                    Offset::Offset(o) => Some((o, elem.metadata().to_string())),
-                    _ => None,
-                });
-        let high = if committed.is_some() {
-            match self
-                .consumer
-                .fetch_watermarks(topic, partition, Duration::from_secs(10))
-            {
-                Ok((_, high)) => Some(high),
-                Err(e) => {
-                    tracing::warn!(topic, partition, error = %e, "cannot read the partition's watermarks; holding its records until Kafka answers");
-                    return None;
-                }
-            }
-        } else {
-            None
-        };
-        let topic_arc: Arc<str> = Arc::from(topic);
-        let view = LogView {
-            topic: &topic_arc,
+        let trust_unnamed = self.logs.borrow().trust_unnamed(topic);
+        let at = logs::LedgerAt {
+            topic,
             partition,
-            log: &log,
             first_seen,
-            high,
+            log: &log,
             trust_unnamed,
         };
-        let (ledger, dropped) =
-            PartitionLedger::load(committed.as_ref().map(|(o, m)| (*o, m.as_str())), &view);
-        for d in &dropped {
-            self.metrics
-                .commit_metadata_dropped
-                .get_or_create(&crate::metrics::ReasonLabels { reason: d.reason() })
-                .inc();
-            tracing::warn!(
-                topic,
-                partition,
-                high,
-                first_seen,
-                reason = d.reason(),
-                "dropping recorded commit metadata that cannot describe this log: {d}"
-            );
-        }
-        match &committed {
-            Some((offset, metadata)) => {
-                tracing::info!(topic, partition, committed = offset, cuts = %metadata, start = ledger.committed(), "resuming from committed offset")
-            }
-            None => tracing::info!(
-                topic,
-                partition,
-                start = first_seen,
-                "nothing committed; starting at the first record"
-            ),
-        }
-        Some(ledger)
+        logs::read_ledger(&self.consumer, &at, &self.metrics)
     }
 
     fn drain_acks(&self, out: &mut Vec<Command>) {
@@ -695,7 +449,7 @@ impl SourceLoop {
         let now = now_ms();
         let machine = self.machine();
         for lag in machine.lag() {
-            let l = labels(lag.partition);
+            let l = context::labels(lag.partition);
             if let (Some(committed), Some(high)) = (lag.committed, hw.get(lag.partition)) {
                 self.metrics
                     .lag_records
@@ -750,7 +504,7 @@ impl SourceLoop {
         }
         let last = self.machine().final_commit();
         if let Some(Command::Commit { offsets, .. }) = last
-            && commit(
+            && context::commit(
                 &self.consumer,
                 &self.metrics,
                 &offsets,

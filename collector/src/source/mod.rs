@@ -14,8 +14,10 @@
 //! would block the Kafka thread instead — and a blocked Kafka thread can neither pause nor
 //! heartbeat.
 
+mod context;
 mod holdings;
 mod kafka;
+mod logs;
 pub mod machine;
 mod replay;
 mod topic_id;
@@ -36,7 +38,8 @@ use crate::batch::CHUNK_BYTES;
 use crate::budget::Budget;
 use crate::metrics::Metrics;
 use crate::pool::BufPool;
-use kafka::{SourceContext, SourceLoop};
+use context::SourceContext;
+use kafka::SourceLoop;
 use machine::Machine;
 
 /// Payload chunks the pool owns beyond those the in-flight budget can fill: one

@@ -56,7 +56,9 @@ CASES = {**COLLECTOR_CASES, **OPERATOR_CASES, **PRODUCTION_CASES}
 # minutes on a cold cache (the seeded `fuzz` case stays quick). `--case NAME` runs any of them in
 # either profile.
 FULL_ONLY = {"kill9", "outage", "operator_rebalance", "operator_kill", "many_partitions_kill9",
-             "many_partitions_kill9_late", "sigterm_broker_down", "fuzz_guided"}
+             "many_partitions_kill9_late", "sigterm_broker_down", "fuzz_guided",
+             # builds the previous release once (several minutes, its own target directory)
+             "rolling_upgrade"}
 
 PROFILES = {
     "quick": {"kills": 3, "catch_up_s": 240, "slow_delay_ms": 3000, "slow_s": 20,

@@ -24,11 +24,15 @@ committed offsets read from Kafka itself (lag 0), not from the collector's metri
   then the broker back and a new collector.
 - `batch_size_rollout`: a rolling update of two collectors to other batch settings
   (`max_records`/`max_bytes`/`linger_ms`) under load on one group: start new, SIGTERM old.
+- `rolling_upgrade` (issue 41): the previous release (`previous.py`, `th2:` metadata and tokens
+  that do not name the log) and this one in one group under load: an upgrade one pod at a time
+  (the first old one SIGTERM'd, the second kill -9'd), then a rollback (SIGTERM each).
 """
 
 import random
 import re
 import time
+from pathlib import Path
 
 from cases import check, exact, figures, kill_and_replace, m
 from infra import wait_for
@@ -345,6 +349,49 @@ def batch_size_rollout(ctx, w):
     return f
 
 
+# ------------------------------------------------------------------ h. old and new binaries in one group
+
+def rolling_upgrade(ctx, w):
+    """An upgrade from the previous release and a rollback to it, one pod at a time, under
+    load: each step starts the replacement, then stops the pod it replaces 2 s later. Up: the
+    new collector reads the old one's `th2:` cuts and replays them under their old tokens, so
+    even a kill -9 of an old pod loses and duplicates nothing. Down (a rollback) by SIGTERM:
+    the new pod drains and commits before it exits, so the old one, which cannot read `th3:`
+    cuts, has nothing in flight to cut anew."""
+    from previous import previous_collector
+    old = previous_collector()
+    rate, hold, parts, overlap = 3000, ctx.p["rollout_hold_s"], 8, 2.0
+    steps = [("new", "term"), ("new", "kill"), ("old", "term"), ("old", "term")]
+    spans = int(rate * hold * (len(steps) + 1.5))
+    prod = w.produce_bg(w.gen("load"), spans, partitions=parts, rate=rate)
+    live = [w.start_collector("--config", SMALL, binary=old),
+            w.start_collector("--config", SMALL, binary=old)]
+    w.wait_rows(1, 120)
+    exits, done = [], []
+    for i, (to, how) in enumerate(steps):
+        time.sleep(hold)
+        slot = i % 2
+        new = w.start_collector("--config", SMALL, binary=old if to == "old" else None)
+        time.sleep(overlap)
+        if how == "kill":
+            live[slot].kill9()
+        else:
+            exits.append(live[slot].stop(grace=20))
+        live[slot] = new
+        done.append(f"{to}/{how}")
+        say(f"{w.case}: pod {slot} -> {to} ({how} of the one it replaced)")
+    w.wait_produced(prod)
+    t0 = time.monotonic()
+    w.wait_rows(spans, ctx.p["catch_up_s"])
+    recover = time.monotonic() - t0
+    time.sleep(5)
+    f, rep = figures(w, recover, steps=done, hold_s=hold, stop_exit_codes=exits,
+                     previous_release=Path(old).parent.parent.name)
+    exact(f, rep)
+    check(f, all(code == 0 for code in exits), f"a replaced collector exited with {exits}")
+    return f
+
+
 CASES = {
     "many_partitions_kill9": (many_partitions_kill9,
                               "kill -9 under load on ≥ 96 partitions, default linger, replacement started"),
@@ -356,6 +403,8 @@ CASES = {
     "fat_resource": (fat_resource, "one record: 100 × 4 KiB resource attributes × 10 000 spans"),
     "sigterm_broker_down": (sigterm_broker_down, "SIGTERM while the broker is down, then a new collector"),
     "batch_size_rollout": (batch_size_rollout, "batch settings rolled out under load (start new, SIGTERM old)"),
+    "rolling_upgrade": (rolling_upgrade,
+                        "the previous release and this one in one group: upgrade (SIGTERM, kill -9), rollback"),
 }
 
 # Cases that run on the runner's private Kafka (they stop it).

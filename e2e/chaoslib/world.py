@@ -33,12 +33,13 @@ def bin_path(name):
 class Collector:
     """The collector binary as a child process, with its peak resident memory."""
 
-    def __init__(self, world, args, name):
+    def __init__(self, world, args, name, binary=None):
         self.world, self.name = world, name
+        self.binary = binary or bin_path("tracehouse-collector")
         self.port = free_port()
         self.log = world.logdir / f"{name}.log"
         env = dict(os.environ, **world.env, RUST_LOG="info,librdkafka=warn")
-        cmd = [bin_path("tracehouse-collector"), "run", "--topic", world.topic,
+        cmd = [self.binary, "run", "--topic", world.topic,
                "--group-id", world.group, "--database", world.database,
                "--table", "otel_traces", "--metrics-addr", f"127.0.0.1:{self.port}",
                "--dead-letter-topic", world.dlq, "--shutdown-deadline-ms", "8000", *args]
@@ -257,8 +258,9 @@ class World:
 
     # -- collectors -------------------------------------------------------------------------
 
-    def start_collector(self, *args):
-        c = Collector(self, list(args), f"collector-{len(self.collectors)}")
+    def start_collector(self, *args, binary=None):
+        """A collector of this world's group; `binary`: another build (the previous release)."""
+        c = Collector(self, list(args), f"collector-{len(self.collectors)}", binary)
         self.collectors.append(c)
         return c
 

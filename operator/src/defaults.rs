@@ -1,6 +1,7 @@
 //! The chart's defaults for every gateway (`collector.*` in the Helm values), and the pure
 //! rule that puts them under a pipeline's own `spec.collector`: the image and its upgrade
-//! policy, pull secrets, service account, placement and pod metadata.
+//! policy, pull secrets, service account, placement, pod metadata, resources and security
+//! contexts.
 //!
 //! The chart hands them over as one JSON document in `TRACEHOUSE_COLLECTOR_DEFAULTS` (an
 //! environment variable, so a changed value rolls the operator like any other setting).
@@ -10,7 +11,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, LocalObjectReference, Toleration, TopologySpreadConstraint,
+    Affinity, LocalObjectReference, PodSecurityContext, ResourceRequirements, SecurityContext,
+    Toleration, TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
@@ -52,6 +54,15 @@ pub struct CollectorDefaults {
     /// Where the collectors serve /metrics, /healthz and /readyz.
     #[serde(default)]
     pub metrics_bind: MetricsBind,
+    /// CPU and memory of each collector; `None`: the operator's own default.
+    #[serde(default)]
+    pub resources: Option<ResourceRequirements>,
+    /// The gateway pods' security context, whole; `None`: the operator's own default.
+    #[serde(default)]
+    pub pod_security_context: Option<PodSecurityContext>,
+    /// The collector container's security context, whole; `None`: the operator's default.
+    #[serde(default)]
+    pub security_context: Option<SecurityContext>,
 }
 
 /// Where the collectors listen for /metrics and the probes.
@@ -86,6 +97,16 @@ impl CollectorDefaults {
         {
             d.affinity = None;
         }
+        // Likewise an empty map for the others: the operator's default.
+        if d.resources.as_ref() == Some(&ResourceRequirements::default()) {
+            d.resources = None;
+        }
+        if d.pod_security_context.as_ref() == Some(&PodSecurityContext::default()) {
+            d.pod_security_context = None;
+        }
+        if d.security_context.as_ref() == Some(&SecurityContext::default()) {
+            d.security_context = None;
+        }
         Ok(d)
     }
 
@@ -115,6 +136,10 @@ pub struct PodSettings {
     pub pod_annotations: BTreeMap<String, String>,
     pub pod_labels: BTreeMap<String, String>,
     pub metrics_bind: MetricsBind,
+    /// `None`: the builder's default (`builders::gateway`).
+    pub resources: Option<ResourceRequirements>,
+    pub pod_security_context: Option<PodSecurityContext>,
+    pub security_context: Option<SecurityContext>,
 }
 
 fn some(s: &str) -> Option<String> {
@@ -203,6 +228,17 @@ pub fn resolve(
         pod_annotations: merged(&defaults.pod_annotations, &c.pod_annotations),
         pod_labels: merged(&defaults.pod_labels, &c.pod_labels),
         metrics_bind: defaults.metrics_bind,
+        // Whole objects, not merged: a pipeline that leaves `runAsUser` out (OpenShift)
+        // must not get the chart's back.
+        resources: c.resources.clone().or_else(|| defaults.resources.clone()),
+        pod_security_context: c
+            .pod_security_context
+            .clone()
+            .or_else(|| defaults.pod_security_context.clone()),
+        security_context: c
+            .security_context
+            .clone()
+            .or_else(|| defaults.security_context.clone()),
     }
 }
 

@@ -1,14 +1,26 @@
 {{/* Names, labels and the image reference shared by every template. */}}
 
-{{/* The release's base name: the release name, or "<release>-tracehouse" when it does not contain "tracehouse". */}}
+{{/* The chart's name: "tracehouse", or nameOverride. */}}
+{{- define "tracehouse.name" -}}
+{{- default "tracehouse" .Values.nameOverride | trunc 54 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's base name: fullnameOverride, else the release name, or "<release>-<name>" when it does not contain the chart's name (nameOverride). */}}
 {{- define "tracehouse.fullname" -}}
+{{- $name := include "tracehouse.name" . -}}
 {{- if .Values.fullnameOverride -}}
 {{- .Values.fullnameOverride | trunc 54 | trimSuffix "-" -}}
-{{- else if contains "tracehouse" .Release.Name -}}
+{{- else if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 54 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-tracehouse" .Release.Name | trunc 54 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 54 | trimSuffix "-" -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Where the release's namespaced objects go: namespaceOverride, else the release's namespace
+(for an umbrella chart that installs into one namespace and wants the operator in another). */}}
+{{- define "tracehouse.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride -}}
 {{- end -}}
 
 {{/* The operator's Deployment, ClusterRole and Lease name. */}}
@@ -78,6 +90,9 @@ chart's appVersion), or repository@digest; global.imageRegistry, when set, is pr
 {{- with $c.priorityClassName }}{{ $_ := set $d "priorityClassName" . }}{{ end -}}
 {{- with $c.podAnnotations }}{{ $_ := set $d "podAnnotations" . }}{{ end -}}
 {{- with $c.podLabels }}{{ $_ := set $d "podLabels" . }}{{ end -}}
+{{- with $c.resources }}{{ $_ := set $d "resources" . }}{{ end -}}
+{{- with $c.podSecurityContext }}{{ $_ := set $d "podSecurityContext" . }}{{ end -}}
+{{- with $c.securityContext }}{{ $_ := set $d "securityContext" . }}{{ end -}}
 {{- toJson $d -}}
 {{- end -}}
 

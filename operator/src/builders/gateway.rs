@@ -213,6 +213,36 @@ fn default_resources() -> ResourceRequirements {
     }
 }
 
+/// Non-root as the image's user (65532, distroless `nonroot`), the runtime's seccomp profile.
+/// A pipeline or the chart replaces it whole (OpenShift assigns the UID itself).
+fn default_pod_security_context() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(65_532),
+        run_as_group: Some(65_532),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_owned(),
+            localhost_profile: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// What the collector needs and no more: no privilege escalation, no capabilities, a
+/// read-only root (its only writes are to the mounted volumes).
+fn default_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_owned()]),
+            add: None,
+        }),
+        ..Default::default()
+    }
+}
+
 fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
@@ -265,17 +295,12 @@ pub(super) fn deployment(
             initial_delay_seconds: Some(10),
             ..http_probe("/healthz", 10, 6)
         }),
-        resources: Some(c.resources.clone().unwrap_or_else(default_resources)),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".to_owned()]),
-                add: None,
-            }),
-            ..Default::default()
-        }),
+        resources: Some(pod.resources.clone().unwrap_or_else(default_resources)),
+        security_context: Some(
+            pod.security_context
+                .clone()
+                .unwrap_or_else(default_security_context),
+        ),
         volume_mounts: Some(mounts),
         // A crash's last log lines become its termination message, which the operator
         // shows in the status (CrashLoopBackOff).
@@ -333,16 +358,11 @@ pub(super) fn deployment(
                     // The collector never talks to the Kubernetes API.
                     automount_service_account_token: Some(false),
                     termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(65_532),
-                        run_as_group: Some(65_532),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".to_owned(),
-                            localhost_profile: None,
-                        }),
-                        ..Default::default()
-                    }),
+                    security_context: Some(
+                        pod.pod_security_context
+                            .clone()
+                            .unwrap_or_else(default_pod_security_context),
+                    ),
                     ..Default::default()
                 }),
             },
@@ -500,5 +520,99 @@ mod tests {
             .find(|v| v.name == "clickhouse-client-cert")
             .unwrap();
         assert_eq!(c.secret.as_ref().unwrap().items, None);
+    }
+
+    /// OpenShift's restricted SCC assigns a UID from the namespace's range and refuses a pod
+    /// that names another: a pipeline's pod security context without `runAsUser` must reach
+    /// the pod without one, not merged with the default's 65532.
+    #[test]
+    fn a_security_context_without_run_as_user_reaches_the_pod_as_it_is() {
+        let tp = pipeline(serde_json::json!({
+            "kafka": { "bootstrapServers": "k:9092" },
+            "clickhouse": { "endpoint": "http://ch:8123" },
+            "collector": {
+                "podSecurityContext": { "runAsNonRoot": true, "seccompProfile": { "type": "RuntimeDefault" } },
+                "securityContext": { "allowPrivilegeEscalation": false, "capabilities": { "drop": ["ALL"] } }
+            }
+        }));
+        let pod = desired(&tp, 1)
+            .unwrap()
+            .deployment
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        let psc = pod.security_context.unwrap();
+        assert_eq!(psc.run_as_user, None);
+        assert_eq!(psc.run_as_group, None);
+        assert_eq!(psc.run_as_non_root, Some(true));
+        let sc = pod.containers[0].security_context.clone().unwrap();
+        assert_eq!(
+            sc.read_only_root_filesystem, None,
+            "replaced whole, not merged"
+        );
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+    }
+
+    #[test]
+    fn without_a_security_context_the_pod_runs_as_the_images_user_read_only() {
+        let pod = desired(&secured(), 1)
+            .unwrap()
+            .deployment
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        assert_eq!(pod.security_context.unwrap().run_as_user, Some(65_532));
+        let sc = pod.containers[0].security_context.clone().unwrap();
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.capabilities.unwrap().drop, Some(vec!["ALL".to_owned()]));
+    }
+
+    /// The chart's `collector.resources` and security contexts apply where the pipeline is
+    /// silent; a pipeline's own win whole.
+    #[test]
+    fn the_charts_resources_and_security_contexts_apply_unless_the_pipeline_sets_its_own() {
+        let chart = crate::defaults::CollectorDefaults::from_json(
+            &serde_json::json!({
+                "resources": { "requests": { "cpu": "2", "memory": "1Gi" }, "limits": { "cpu": "2", "memory": "2Gi" } },
+                "podSecurityContext": { "runAsNonRoot": true },
+                "securityContext": {}
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let silent = super::super::desired_with(&secured(), 1, &chart).unwrap();
+        let pod = silent.deployment.spec.unwrap().template.spec.unwrap();
+        let limits = pod.containers[0].resources.clone().unwrap().limits.unwrap();
+        assert_eq!(limits["cpu"].0, "2");
+        assert_eq!(pod.security_context.unwrap().run_as_user, None);
+        assert_eq!(
+            pod.containers[0]
+                .security_context
+                .clone()
+                .unwrap()
+                .read_only_root_filesystem,
+            Some(true),
+            "an empty map from Helm is the operator's default"
+        );
+        let mut own = secured();
+        own.spec.collector.resources = Some(ResourceRequirements {
+            limits: Some(quantities(&[("memory", "3Gi")])),
+            ..Default::default()
+        });
+        let pod = super::super::desired_with(&own, 1, &chart)
+            .unwrap()
+            .deployment
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        let r = pod.containers[0].resources.clone().unwrap();
+        assert_eq!(r.requests, None);
+        assert_eq!(r.limits.unwrap()["memory"].0, "3Gi");
     }
 }

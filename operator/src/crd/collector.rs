@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, EnvVar, LocalObjectReference, ResourceRequirements, Toleration,
-    TopologySpreadConstraint,
+    Affinity, EnvVar, LocalObjectReference, PodSecurityContext, ResourceRequirements,
+    SecurityContext, Toleration, TopologySpreadConstraint,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -40,10 +40,25 @@ pub struct CollectorSpec {
     /// `Always`, `IfNotPresent` or `Never` (default: Kubernetes' rule for the tag).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<PullPolicy>,
-    /// CPU and memory of each collector. Default: requests 500m CPU and 512Mi, limit 1Gi
-    /// memory; keep the memory limit well above `maxInflightBytes`.
+    /// CPU and memory of each collector. Default: the chart's `collector.resources`, else
+    /// requests 500m CPU and 512Mi, limit 1Gi memory; keep the memory limit well above
+    /// `maxInflightBytes`. A CPU limit also sizes the collector's encoder threads (one per
+    /// CPU of the quota).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Security context of the gateway pods, replacing the default as a whole. Default: the
+    /// chart's `collector.podSecurityContext`, else non-root as the image's user (`runAsUser`
+    /// and `runAsGroup` 65532) with the `RuntimeDefault` seccomp profile. On OpenShift's
+    /// `restricted-v2` SCC, which assigns each namespace a UID range and refuses any other,
+    /// leave `runAsUser`, `runAsGroup` and `fsGroup` out:
+    /// `{runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_security_context: Option<PodSecurityContext>,
+    /// Security context of the collector container, replacing the default as a whole.
+    /// Default: the chart's `collector.securityContext`, else no privilege escalation, a
+    /// read-only root filesystem, non-root and every capability dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContext>,
     /// When a batch is closed and inserted.
     #[serde(default)]
     pub batch: BatchSpec,
@@ -126,6 +141,8 @@ impl Default for CollectorSpec {
             image: None,
             image_pull_policy: None,
             resources: None,
+            pod_security_context: None,
+            security_context: None,
             batch: BatchSpec::default(),
             max_inflight_bytes: default_max_inflight_bytes(),
             max_record_bytes: default_max_record_bytes(),

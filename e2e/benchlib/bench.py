@@ -604,20 +604,9 @@ class Bench:
         if disturbed:
             res["disturbed"] = sorted(set(disturbed))
             say(f"{leg}: DISTURBED, no speeds reported: {'; '.join(res['disturbed'])}")
-        w = res["cpu_windows"]
-        bill = cost.leg_cost(
-            n, cpu, {"insert_cpu": w["server_leg_cpu"], "insert_s": w["leg_seconds"],
-                     "settle_cpu": w["server_settle_cpu"], "settle_s": w["settle_seconds"]},
-            {"cpu": w["broker_leg_cpu"], "seconds": w["leg_seconds"]}, res.get("baseline"),
-            self.calibration, res.get("inserts"), res.get("insert_body_bytes"),
-            res.get("optimize_final") if "cpu" in (res.get("optimize_final") or {}) else None,
-            res.get("harness_arrivals_blocks"))
-        blocks = res.get("insert_blocks")
-        bill["rows_per_part"] = round(n / blocks, 1) if blocks else None
-        if res["verified"] and not disturbed and res["settle"].get("settled"):
-            res["cost"] = bill
-        else:  # kept for the record, out of the tables
-            res["cost_unverified"] = bill
+        res["cost_counts"] = bool(res["verified"] and not disturbed
+                                  and res["settle"].get("settled"))
+        self.bill(res, res.get("baseline"))
         if res["verified"] and not disturbed:
             res["spans_per_cpu_second"] = round(n / cpu) if cpu > 0 else None
             res["otlp_mb_per_cpu_second"] = (round(self.produced["bytes"] / cpu / 1e6, 1)
@@ -635,6 +624,25 @@ class Bench:
             res["mb_per_second"] = None
         res.pop("exact", None)
         return res
+
+    def bill(self, res, baseline):
+        """The leg's system cost per span (cost.leg_cost) with this baseline, into "cost" when
+        the leg counts (verified, undisturbed, settled), else "cost_unverified"."""
+        w = res["cpu_windows"]
+        n = res["spans"]
+        bill = cost.leg_cost(
+            n, res.get("cpu_seconds"),
+            {"insert_cpu": w["server_leg_cpu"], "insert_s": w["leg_seconds"],
+             "settle_cpu": w["server_settle_cpu"], "settle_s": w["settle_seconds"]},
+            {"cpu": w["broker_leg_cpu"], "seconds": w["leg_seconds"]}, baseline,
+            self.calibration, res.get("inserts"), res.get("insert_body_bytes"),
+            res.get("optimize_final") if "cpu" in (res.get("optimize_final") or {}) else None,
+            res.get("harness_arrivals_blocks"))
+        blocks = res.get("insert_blocks")
+        bill["rows_per_part"] = round(n / blocks, 1) if blocks else None
+        res.pop("cost", None)
+        res.pop("cost_unverified", None)
+        res["cost" if res.get("cost_counts") else "cost_unverified"] = bill
 
     def _poll(self, db, table, group, live, inserts):
         """What the leg's loop asks the server and the broker at each step (the row count, the
@@ -779,6 +787,13 @@ def run_legs(b, a):
                                                        "otlp_mb_per_cpu_second",
                                                        "peak_rss_mib", "lost", "duplicates")}})
     b.rep = ""
+    # Idle CPU is the process's, not the leg's: one baseline for the run, the median of every
+    # leg's (a spike in one 10 s window, a GC in the broker, other users of the shared broker,
+    # would otherwise land on one leg alone).
+    done = [r for leg in a.legs for r in runs[leg] if "cpu_windows" in r]
+    b.pooled_baseline = cost.pooled_baseline([r.get("baseline") for r in done])
+    for r in done:
+        b.bill(r, b.pooled_baseline)
     return {leg: cost.median_of_repeats(runs[leg]) for leg in a.legs}
 
 
@@ -862,6 +877,7 @@ def main():
         "cost_method": {
             "calibration": b.calibration,
             "baseline_seconds": a.baseline_seconds,
+            "baseline_pooled": getattr(b, "pooled_baseline", None),
             "settle_quiet_seconds": a.settle_quiet if a.engine == "merge-tree" else None,
             "optimize_final": not a.no_optimize and a.engine == "merge-tree",
             "notes": "system CPU per span = collector process + ClickHouse server + Kafka broker "
@@ -869,7 +885,8 @@ def main():
                      "stopped, then until the parts settled (no system.merges row and no new "
                      "active part for settle_quiet_seconds); broker: from the collector's start "
                      "until it stopped (live: the producer's requests are in it, the same for "
-                     "every leg). Each net of a baseline measured before the leg: the process's "
+                     "every leg). Each net of a baseline measured before every leg and pooled "
+                     "over the run (the median of the legs' baselines, baseline_pooled): the process's "
                      "CPU per second idle, with the harness polling as during the leg "
                      "(server_poll, broker_poll) and as while settling (server_settle), times "
                      "the window's length. chserver's own path: calibrated per INSERT and per "

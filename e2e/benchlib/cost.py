@@ -22,7 +22,7 @@ EVENTS = [
     ("MergeTreeDataWriterSortingBlocksMicroseconds", "sorting blocks on insert", 1, " µs"),
     ("MergedRows", "rows read by merges", 1, ""),
     ("MergedUncompressedBytes", "bytes read by merges, uncompressed", 1, " B"),
-    ("MergeTotalMilliseconds", "merge time", 1000, " µs"),
+    ("MergeTotalMilliseconds", "merges' wall time, summed over merges (not CPU)", 1000, " µs"),
     ("OSWriteBytes", "bytes written to disk (OS)", 1, " B"),
 ]
 
@@ -168,6 +168,14 @@ def leg_cost(spans, collector_cpu, server, broker, baseline, calibration, insert
         out["optimize_final_us"] = per_span_us(
             net(optimize.get("cpu"), b.get("server_idle"), optimize.get("seconds")), spans)
     return out
+
+
+def pooled_baseline(baselines):
+    """One baseline for a run: for each rate, the median over the legs' baselines that have
+    it (None when none do)."""
+    keys = dict.fromkeys(k for b in baselines if b for k in b)
+    out = {k: median_or_none([b.get(k) for b in baselines if b]) for k in keys}
+    return {k: (round(v, 5) if isinstance(v, float) else v) for k, v in out.items()} or None
 
 
 # ---------------------------------------------------------------- the server's tables
@@ -348,7 +356,9 @@ def cost_note(run):
                  + (", the leg order rotated each repeat" if reps > 1 else ""))
     if c.get("baseline_seconds"):
         parts.append(f"idle CPU and the harness's polling measured for {c['baseline_seconds']:g} s "
-                     "before each leg and taken off over the leg's own durations")
+                     "before each leg"
+                     + (", pooled over the run (median)" if c.get("baseline_pooled") else "")
+                     + ", and taken off over the leg's own durations")
     if c.get("settle_quiet_seconds") is not None:
         parts.append(f"settled: no `system.merges` row and no new part for "
                      f"{c['settle_quiet_seconds']:g} s")

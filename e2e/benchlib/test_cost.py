@@ -121,6 +121,16 @@ class CpuTest(unittest.TestCase):
         self.assertEqual(got["clickhouse_us"], 50.0)  # no settle window: inserts alone
 
 
+class PooledBaselineTest(unittest.TestCase):
+    def test_median_per_rate_over_the_legs(self):
+        got = cost.pooled_baseline([{"broker_poll": 0.07, "server_poll": 0.02, "seconds": 10},
+                                    {"broker_poll": 0.02, "server_poll": 0.03, "seconds": 10},
+                                    None,
+                                    {"broker_poll": 0.01, "server_poll": 0.01, "seconds": 10}])
+        self.assertEqual(got, {"broker_poll": 0.02, "server_poll": 0.02, "seconds": 10})
+        self.assertIsNone(cost.pooled_baseline([None]))
+
+
 class EventsTest(unittest.TestCase):
     def test_parse_and_delta_keep_what_moved(self):
         before = cost.parse_events("InsertedRows\t10\nMergedRows\t5\nQuery\t3\n")
@@ -200,7 +210,8 @@ class CostTableTest(unittest.TestCase):
                       md)
         self.assertIn("| of it, the keys columns and their indexes | 5.0 % | 6.0 % |  |", md)
         self.assertIn("| rows read by merges (`MergedRows`) | 2.00 | 1.00 | 2.00× |", md)
-        self.assertIn("| merge time (`MergeTotalMilliseconds`) | 3.00 µs | 0.00 µs |  |", md)
+        self.assertIn("| merges' wall time, summed over merges (not CPU) (`MergeTotalMilliseconds`) "
+                      "| 3.00 µs | 0.00 µs |  |", md)
         self.assertIn("| **bytes on disk per span** (after settling) | 150.0 B | 160.0 B | 0.94× |", md)
         self.assertNotIn("InsertedRows", md)  # no leg moved it
 

@@ -16,6 +16,7 @@
 pub mod batch;
 pub mod budget;
 pub mod bundle;
+pub mod cpu_quota;
 pub mod decode;
 pub mod encode;
 pub mod freshness;

@@ -141,11 +141,11 @@ fn spawn_readiness(sink: Sink, health: Arc<Health>) {
     });
 }
 
+/// One worker per CPU of the container's quota unless configured (`cpu_quota`).
 fn encode_threads(cfg: &Config) -> usize {
-    match cfg.limits.encode_threads {
-        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-        n => n,
-    }
+    let (threads, sizing) = crate::cpu_quota::encode_threads(cfg.limits.encode_threads);
+    tracing::info!(threads, ?sizing, "decode/encode workers");
+    threads
 }
 
 /// The dead-letter topic's producer, when one is configured.

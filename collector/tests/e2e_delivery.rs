@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::*;
 
 /// Small batches make many inserts in flight, so a crash lands mid-stream.
-const SMALL_BATCHES: &[&str] = &["--config", "tests/small-batches.yaml"];
+const SMALL_BATCHES: &[&str] = &["--config", "tests/configs/small-batches.yaml"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn n_spans_become_exactly_n_rows() {
@@ -59,7 +59,7 @@ async fn uncompressed_inserts_land_exactly_once() {
     ] {
         let w = World::new(name, attributes);
         w.produce(3_000, 2, 3).await;
-        let c = w.start_collector(&["--config", "tests/uncompressed.yaml"]);
+        let c = w.start_collector(&["--config", "tests/configs/uncompressed.yaml"]);
         let rows = w.wait_rows(3_000, Duration::from_secs(120)).await;
         assert_eq!(rows, 3_000, "collector log:\n{}", c.log_tail());
         let report = w.verify(3_000).await;
@@ -112,7 +112,7 @@ async fn a_counting_view_counts_each_span_once_across_kill_9_replays() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compression_change_across_a_crash_loses_and_duplicates_nothing() {
     let w = World::new("kill9_plain", Attributes::Map);
-    let uncompressed = &["--config", "tests/small-batches-uncompressed.yaml"];
+    let uncompressed = &["--config", "tests/configs/small-batches-uncompressed.yaml"];
     kill_9_mid_stream_then_restart(&w, 30_000, 4, 3_000, uncompressed).await;
 }
 
@@ -167,7 +167,12 @@ async fn poison_records_are_skipped_counted_and_dead_lettered() {
     .await;
     let second = format!("{}_after", w.generator);
     w.produce_as(&second, 2_000, 2, 5).await;
-    let c = w.start_collector(&["--dead-letter-topic", &dlq, "--config", "tests/poison.yaml"]);
+    let c = w.start_collector(&[
+        "--dead-letter-topic",
+        &dlq,
+        "--config",
+        "tests/configs/poison.yaml",
+    ]);
     let rows = w.wait_rows(5_000, Duration::from_secs(120)).await;
     assert_eq!(rows, 5_000, "every good row lands; log:\n{}", c.log_tail());
     let (before, after) = (w.verify(3_000).await, w.verify_as(&second, 2_000).await);
@@ -205,7 +210,7 @@ async fn sigterm_under_load_exits_within_the_deadline_and_resumes_without_loss()
     w.produce(40_000, 4, 6).await;
     let mut c = w.start_collector(&[
         "--config",
-        "tests/small-batches.yaml",
+        "tests/configs/small-batches.yaml",
         "--shutdown-deadline-ms",
         "8000",
     ]);

@@ -19,7 +19,7 @@ use common::*;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-const SMALL_BATCHES: &[&str] = &["--config", "tests/small-batches.yaml"];
+const SMALL_BATCHES: &[&str] = &["--config", "tests/configs/small-batches.yaml"];
 
 async fn delete_topic_on(brokers: &str, topic: &str) {
     let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =

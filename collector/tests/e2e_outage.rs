@@ -34,7 +34,7 @@ async fn clickhouse_outage_builds_lag_within_budget_and_loses_nothing() {
     // A 48 MiB budget: far below what the topic will hold while ClickHouse is away.
     let mut c = w.start_collector(&[
         "--config",
-        "tests/outage.yaml",
+        "tests/configs/outage.yaml",
         "--shutdown-deadline-ms",
         "5000",
     ]);
@@ -111,7 +111,7 @@ async fn clickhouse_outage_builds_lag_within_budget_and_loses_nothing() {
     );
 
     stack(&["up", "clickhouse"]);
-    let c = w.start_collector(&["--config", "tests/outage.yaml"]);
+    let c = w.start_collector(&["--config", "tests/configs/outage.yaml"]);
     let rows = w.wait_rows(155_000, Duration::from_secs(300)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (first, second) = (w.verify(5_000).await, w.verify_as(&during, 150_000).await);

@@ -80,7 +80,7 @@ async fn behind_nginx_s_default_body_limit_every_span_lands_once() {
     let proxy = Nginx::start();
     for (name, config) in [
         ("proxy413", None),
-        ("proxy_capped", Some("tests/max-body.yaml")),
+        ("proxy_capped", Some("tests/configs/max-body.yaml")),
     ] {
         let w = World::new(name, Attributes::Map);
         w.produce(SPANS, 4, 1).await;

@@ -22,7 +22,8 @@ from procs import BenchError, proc_status_kib, run, say, spawn, stop
 from stack import ClickHouse, Kafka, free_port, metric_sum, metrics_scrape
 
 REPO = Path(__file__).resolve().parent.parent.parent
-CONFIGS = Path(__file__).resolve().parent / "configs"
+# One home for the collector configurations of the stack tests and the matrix.
+CONFIGS = REPO / "collector" / "tests" / "configs"
 
 
 def bin_path(name):

@@ -111,6 +111,8 @@ pub struct Metrics {
     pub inflight_bytes: Gauge,
     pub inflight_inserts: Gauge,
     pub paused_partitions: Gauge,
+    /// The linger timer's length now (stretched at low rates up to batch.max_linger_ms).
+    pub linger_seconds: Gauge<f64, AtomicU64>,
     /// Seconds the source took no records because the in-flight budget was spent: the hold
     /// before a pause (`source/machine_budget.rs`).
     pub intake_held_seconds: Counter<f64, AtomicU64>,
@@ -160,6 +162,7 @@ impl Metrics {
             inflight_bytes: Gauge::default(),
             inflight_inserts: Gauge::default(),
             paused_partitions: Gauge::default(),
+            linger_seconds: Gauge::default(),
             intake_held_seconds: Counter::default(),
             assigned_partitions: Gauge::default(),
             resident_memory_bytes: Gauge::default(),
@@ -365,6 +368,11 @@ impl Metrics {
             "inflight_inserts",
             "Inserts in flight",
             m.inflight_inserts.clone(),
+        );
+        r.register(
+            "linger_seconds",
+            "The linger timer's length now: batch.linger_ms, stretched up to batch.max_linger_ms while time cuts are small (low rates)",
+            m.linger_seconds.clone(),
         );
         r.register(
             "paused_partitions",

@@ -173,6 +173,7 @@ fn source_config(cfg: &Config, dead_letters: bool) -> SourceConfig {
                 max_records: cfg.batch.max_records,
             },
             linger: Duration::from_millis(cfg.batch.linger_ms),
+            max_linger: Duration::from_millis(cfg.batch.max_linger_ms),
             max_record_bytes: cfg.limits.max_record_bytes,
             keep_skipped_payloads: dead_letters,
             bundle: cfg.batch.bundle,

@@ -162,6 +162,13 @@ pub struct BatchConfig {
     pub max_records: usize,
     /// … or when its oldest record has waited this long.
     pub linger_ms: u64,
+    /// How far the linger stretches while time cuts are small (less than 1 MiB of records
+    /// over every partition): it doubles per small cut up to this, and halves per larger one
+    /// back to `linger_ms`. At low rates this makes about one insert (and one synchronous
+    /// commit) per `max_linger_ms` instead of per `linger_ms`; the freshness bound is this
+    /// value plus the insert's own time. At or below `linger_ms`: never stretches.
+    #[serde(skip_serializing_if = "is_default_max_linger_ms")]
+    pub max_linger_ms: u64,
     /// Close every partition's batch together when one lingered long enough and insert
     /// them as one bundle (one insert per linger whatever the partition count; see the
     /// collector's `bundle.rs`). Off: each partition's batch is its own insert.
@@ -171,6 +178,14 @@ pub struct BatchConfig {
 
 fn is_true(v: &bool) -> bool {
     *v
+}
+
+/// The default of `batch.max_linger_ms`: at low rates about one insert per second, as
+/// ClickHouse asks of a table, with the record's last span queryable within ~1.1 s.
+pub const DEFAULT_MAX_LINGER_MS: u64 = 1000;
+
+fn is_default_max_linger_ms(v: &u64) -> bool {
+    *v == DEFAULT_MAX_LINGER_MS
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -259,6 +274,7 @@ impl Default for BatchConfig {
             // Collector's batch timeout) made tracehouse the freshest of the three in
             // docs/benchmarks.md's live run.
             linger_ms: 200,
+            max_linger_ms: DEFAULT_MAX_LINGER_MS,
             bundle: true,
         }
     }

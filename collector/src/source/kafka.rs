@@ -448,6 +448,9 @@ impl SourceLoop {
         let hw = self.watermarks.lock().expect("hw lock").clone();
         let now = now_ms();
         let machine = self.machine();
+        self.metrics
+            .linger_seconds
+            .set(machine.current_linger().as_secs_f64());
         for lag in machine.lag() {
             let l = context::labels(lag.partition);
             if let (Some(committed), Some(high)) = (lag.committed, hw.get(lag.partition)) {

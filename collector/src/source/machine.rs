@@ -57,6 +57,8 @@ use crate::bundle::{Bundle, BundleDesc};
 use crate::offsets::PartitionLedger;
 use crate::pool::BufPool;
 
+use super::linger::Linger;
+
 /// How long a batch replaying a previous owner's recorded cut waits for the records up to
 /// that cut before the linger timer closes it anyway (and a replay of it may then insert
 /// rows a second time, under another token).
@@ -69,6 +71,9 @@ pub use budget::{BUDGET_HOLD, RESUME_FRACTION};
 pub struct MachineConfig {
     pub cut: CutPolicy,
     pub linger: Duration,
+    /// How far the linger stretches while time cuts are small ([`Linger`]); at or below
+    /// `linger`: never.
+    pub max_linger: Duration,
     pub max_record_bytes: usize,
     /// Keep skipped payloads for the dead-letter topic.
     pub keep_skipped_payloads: bool,
@@ -320,6 +325,8 @@ pub struct Machine {
     /// Bytes and records batched since the open batches' total was last checked against the
     /// cut policy (see [`Self::check_bundle_size`]).
     unchecked: (usize, usize),
+    /// The linger timer's length now: stretched while time cuts are small ([`Linger`]).
+    linger: Linger,
 }
 
 impl Machine {
@@ -331,6 +338,7 @@ impl Machine {
             partitions: Vec::new(),
             next_generation: 0,
             spent_since: None,
+            linger: Linger::new(cfg.linger, cfg.max_linger),
             unchecked: (0, 0),
         }
     }
@@ -554,7 +562,7 @@ impl Machine {
     /// Close batches that have lingered long enough ([`linger_due`]). With bundling, one
     /// partition's due batch closes every partition's open batch with it (rule 6).
     pub fn linger(&mut self, now: Instant, out: &mut Vec<Command>) {
-        let linger = self.cfg.linger;
+        let linger = self.linger.current();
         let mut due = Vec::new();
         for (i, p) in self.partitions.iter_mut().enumerate() {
             let cut = p.recorded_cut();
@@ -580,7 +588,17 @@ impl Machine {
         if self.cfg.bundle {
             due = (0..self.partitions.len()).collect();
         }
+        let bytes = due
+            .iter()
+            .map(|&i| self.partitions[i].builder.held().0)
+            .sum();
+        self.linger.cut(bytes);
         self.close_together(&due, out);
+    }
+
+    /// The linger timer's length now ([`Linger`]).
+    pub fn current_linger(&self) -> Duration {
+        self.linger.current()
     }
 
     /// Shutdown begins: send what is open, durably (rule 3: a shutdown cut is a time cut);

@@ -18,6 +18,7 @@ fn config(max_records: usize) -> MachineConfig {
             max_records,
         },
         linger: LINGER,
+        max_linger: LINGER,
         max_record_bytes: 64,
         keep_skipped_payloads: true,
         bundle: false,
@@ -529,3 +530,34 @@ mod budget;
 /// Rules 6 and 7: bundles.
 #[path = "machine_bundle_tests.rs"]
 mod bundles;
+
+/// At a low rate the linger stretches (small time cuts double it up to `max_linger`), and
+/// every cut stays a durable, replayable time cut whatever its length.
+#[test]
+fn small_time_cuts_stretch_the_linger_and_stay_durable() {
+    let cfg = MachineConfig {
+        max_linger: LINGER * 4,
+        ..bundling(1_000)
+    };
+    let mut o = Owner::new(cfg, 1 << 20);
+    o.assign(0);
+    o.assign(1);
+    let mut cuts = Vec::new();
+    let mut next = 0;
+    for round in 0..4 {
+        o.deliver(0, next..next + 2, b"r");
+        o.deliver(1, next..next + 2, b"r");
+        next += 2;
+        let opened = Instant::now();
+        let linger = o.m.current_linger();
+        // Not yet due just before the current linger...
+        o.linger_at(opened + linger - Duration::from_millis(20));
+        assert_eq!(o.kafka.sent.len(), round * 2, "round {round}: cut early");
+        // ...due at it: both partitions cut together, recorded before they are sent.
+        o.linger_at(opened + linger + Duration::from_millis(1));
+        assert_eq!(o.kafka.sent.len(), (round + 1) * 2, "round {round}: no cut");
+        cuts.push(linger.as_millis());
+    }
+    assert_eq!(cuts, [200, 400, 800, 800]);
+    assert!(o.kafka.durable.iter().all(|d| *d), "time cuts are durable");
+}

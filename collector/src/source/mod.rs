@@ -17,6 +17,7 @@
 mod context;
 mod holdings;
 mod kafka;
+pub mod linger;
 mod logs;
 pub mod machine;
 mod replay;

@@ -1,7 +1,8 @@
 //! The operator's one Kafka client per pipeline against the stack's broker, without a
 //! cluster: the same client reads a pipeline's partitions, its group's offsets and its oldest
 //! unconsumed record again and again (a second oldest-record read after the first unassigned
-//! and paused its partitions), sees partitions added since its last read, stays usable after
+//! and paused its partitions), sees the group's new commits and partitions added since its
+//! last read, stays usable after
 //! a read that failed, and reads the broker's `offsets.retention.minutes` as the broker
 //! itself reports it; the cache hands the same client back until the settings change, and
 //! lets it go when the pipeline does.
@@ -60,6 +61,23 @@ async fn produce(topic: &str, first_ms: i64) {
             .await
             .unwrap_or_else(|(e, _)| panic!("producing to {topic}: {e}"));
     }
+}
+
+/// Commits `offset` on `partition` for `group`, as a collector of the group would.
+fn commit(topic: &str, group: &str, partition: i32, offset: i64) {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(offset))
+        .unwrap();
+    consumer
+        .commit(&tpl, CommitMode::Sync)
+        .unwrap_or_else(|e| panic!("committing {topic}/{partition}@{offset}: {e}"));
 }
 
 /// The broker's own answer, through the stack's admin client.
@@ -127,6 +145,13 @@ async fn one_client_reads_a_pipelines_brokers_again_and_sees_them_change() {
             let oldest = client.oldest_unconsumed(&offsets, T).await.unwrap();
             assert_eq!(oldest, Some(first_ms));
         }
+
+        // The group commits (as its collectors do): the same client reads the new offsets.
+        commit(&topic, &group, 0, 2);
+        let offsets = client.offsets(&counts, T).await.unwrap();
+        assert_eq!(offsets, [at(&topic, 0, 2, 3), at(&topic, 1, 0, 0)]);
+        let oldest = client.oldest_unconsumed(&offsets, T).await.unwrap();
+        assert_eq!(oldest, Some(first_ms + 2000));
 
         // A failed read leaves the client usable.
         let missing = unique_name("th-client-missing");

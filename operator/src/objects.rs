@@ -64,6 +64,16 @@ fn hash_of(value: &Value) -> String {
 
 /// Applies `desired` unless the live object already matches it; returns the live object.
 pub async fn ensure(client: &Client, desired: &Owned) -> Result<(DynamicObject, Change), Error> {
+    ensure_over(client, desired, None).await
+}
+
+/// [`ensure`], comparing with `known`, the live object as this reconcile already read it
+/// (`Some(None)`: read, and not there), instead of reading it again.
+pub async fn ensure_over(
+    client: &Client,
+    desired: &Owned,
+    known: Option<Option<DynamicObject>>,
+) -> Result<(DynamicObject, Change), Error> {
     let name = desired.object.name_any();
     let namespace = desired.object.namespace().unwrap_or_default();
     let api: Api<DynamicObject> =
@@ -75,7 +85,10 @@ pub async fn ensure(client: &Client, desired: &Owned) -> Result<(DynamicObject, 
         })?;
     let hash = hash_of(&desired_value);
     desired_value["metadata"]["annotations"][APPLIED_ANNOTATION] = Value::String(hash.clone());
-    let live = api.get_opt(&name).await?;
+    let live = match known {
+        Some(live) => live,
+        None => api.get_opt(&name).await?,
+    };
     if let Some(live) = &live {
         let annotation = live.annotations().get(APPLIED_ANNOTATION);
         let live_value = serde_json::to_value(live).map_err(|source| Error::Serialize {

@@ -12,15 +12,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::{Api, Client, ResourceExt};
 
 use super::sampler::{self, PodMetricsSource};
 use super::{Decision, History, Owner, Window, decide, owner, report};
-use crate::builders::Names;
 use crate::crd::{AutoscalingSpec, AutoscalingStatus, TracePipeline};
 use crate::error::Error;
 use crate::kafka::PartitionOffsets;
@@ -35,6 +32,9 @@ pub struct Seen<'a> {
     pub offsets: Option<&'a [PartitionOffsets]>,
     /// The gateway's pods, the reconcile's one list (`None`: it failed).
     pub pods: Option<&'a [Pod]>,
+    /// The live gateway Deployment's replicas (`None`: no Deployment yet), from the
+    /// reconcile's one read of it.
+    pub current_replicas: Option<i32>,
 }
 
 /// What the sizing step settled for one reconcile.
@@ -82,7 +82,6 @@ impl Autoscaler {
     /// (`seen`); the pods' /metrics, when a sample is due, through `source`.
     pub async fn size<S: PodMetricsSource + ?Sized>(
         &self,
-        client: &Client,
         metrics: &Metrics,
         key: &str,
         tp: &TracePipeline,
@@ -127,9 +126,7 @@ impl Autoscaler {
                 ),
             }
         }
-        let current = current_replicas(client, tp)
-            .await?
-            .unwrap_or(spec.min.max(1));
+        let current = seen.current_replicas.unwrap_or(spec.min.max(1));
         let previous = tp
             .status
             .as_ref()
@@ -185,16 +182,6 @@ fn direction(d: &Decision) -> &'static str {
         std::cmp::Ordering::Less => "down",
         std::cmp::Ordering::Equal => "hold",
     }
-}
-
-/// The gateway Deployment's replicas now, if it exists.
-async fn current_replicas(client: &Client, tp: &TracePipeline) -> Result<Option<i32>, Error> {
-    let api: Api<Deployment> = Api::namespaced(client.clone(), &tp.namespace().unwrap_or_default());
-    let name = Names::of(&tp.name_any()).deployment;
-    Ok(api
-        .get_opt(&name)
-        .await?
-        .and_then(|d| d.spec.and_then(|s| s.replicas)))
 }
 
 #[cfg(test)]

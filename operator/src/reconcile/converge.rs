@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::Resource as _;
 use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::DynamicObject;
 
 use super::Context;
 use crate::autoscale::{Seen, Sizing};
@@ -75,8 +76,10 @@ pub(super) async fn converge(
     let offsets = group_offsets(ctx, brokers, &counts, obs).await;
 
     // The gateway's pods, listed once: the autoscaler's sample, the offsets-retention watch
-    // and the diagnosis after the apply all read this list.
+    // and the diagnosis after the apply all read this list. The live Deployment, read once:
+    // the autoscaler's current count, and what the apply loop compares with.
     let pods = gateway::pods(tp, ctx).await;
+    let live_deployment = gateway::deployment(tp, ctx).await?;
     if let Some(list) = &pods {
         let stopped =
             (!list.iter().any(gateway_pods::is_ready)).then_some(Stopped::NoReadyCollector);
@@ -99,17 +102,13 @@ pub(super) async fn converge(
         partitions,
         offsets: offsets.as_deref(),
         pods: pods.as_deref(),
+        current_replicas: live_deployment
+            .as_ref()
+            .and_then(|d| d.spec.as_ref()?.replicas),
     };
     let mut sizing = ctx
         .autoscaler
-        .size(
-            &ctx.client,
-            &ctx.metrics,
-            &key,
-            tp,
-            seen,
-            ctx.backends.as_ref(),
-        )
+        .size(&ctx.metrics, &key, tp, seen, ctx.backends.as_ref())
         .await?;
     if let Some(replicas) = sizing.replicas {
         desired = desired.with_replicas(replicas);
@@ -161,7 +160,7 @@ pub(super) async fn converge(
         what: "an owned object",
         source,
     })?;
-    let deployment = apply_objects(ctx, &objects).await?;
+    let deployment = apply_objects(ctx, &objects, live_deployment).await?;
     obs.config_hash = Some(desired.config_hash);
     obs.collector_image = Some(desired.image);
     obs.collector_upgrade = Some(desired.upgrade_available);
@@ -257,12 +256,28 @@ pub(super) async fn paused(tp: &TracePipeline, ctx: &Context) -> Consumers {
     consumers(ctx, brokers, &tp.spec, Some(Stopped::Paused)).await
 }
 
-/// Applies `objects` in order (each only if it differs from the live one); returns the live
-/// Deployment, if one was among them.
-async fn apply_objects(ctx: &Context, objects: &[Owned]) -> Result<Option<Deployment>, Error> {
+/// Applies `objects` in order (each only if it differs from the live one; the Deployment
+/// compared with `live_deployment`, as the reconcile read it); returns the live Deployment,
+/// if one was among them.
+async fn apply_objects(
+    ctx: &Context,
+    objects: &[Owned],
+    live_deployment: Option<Deployment>,
+) -> Result<Option<Deployment>, Error> {
+    let known = serde_json::to_value(&live_deployment)
+        .and_then(serde_json::from_value::<Option<DynamicObject>>)
+        .map_err(|source| Error::Serialize {
+            what: "the live Deployment",
+            source,
+        })?;
+    let mut known = Some(known);
     let mut deployment = None;
     for object in objects {
-        let (live, change) = objects::ensure(&ctx.client, object).await?;
+        let (live, change) = if object.kind == Deployment::KIND {
+            objects::ensure_over(&ctx.client, object, known.take()).await?
+        } else {
+            objects::ensure(&ctx.client, object).await?
+        };
         if change != Change::Unchanged {
             ctx.metrics.wrote(object.kind);
         }

@@ -18,6 +18,16 @@ use crate::error::Error;
 use crate::gateway_diagnosis::{self, PodFacts};
 use crate::status::{Gateway, Observation};
 
+/// The live gateway Deployment, if there is one.
+pub(super) async fn deployment(
+    tp: &TracePipeline,
+    ctx: &Context,
+) -> Result<Option<Deployment>, Error> {
+    let api: Api<Deployment> =
+        Api::namespaced(ctx.client.clone(), &tp.namespace().unwrap_or_default());
+    Ok(api.get_opt(&Names::of(&tp.name_any()).deployment).await?)
+}
+
 /// Reads the gateway Deployment, and its pods if it has any, without changing anything
 /// (paused pipelines).
 pub(super) async fn observe(
@@ -25,9 +35,7 @@ pub(super) async fn observe(
     ctx: &Context,
     obs: &mut Observation,
 ) -> Result<(), Error> {
-    let api: Api<Deployment> =
-        Api::namespaced(ctx.client.clone(), &tp.namespace().unwrap_or_default());
-    let deployment = api.get_opt(&Names::of(&tp.name_any()).deployment).await?;
+    let deployment = deployment(tp, ctx).await?;
     obs.gateway = deployment.as_ref().map(Gateway::of);
     if deployment.is_some()
         && let Some(list) = pods(tp, ctx).await

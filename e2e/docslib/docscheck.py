@@ -11,11 +11,15 @@ Every fenced block of README.md and docs/*.md is taken by its info string:
 - `bash`, `sh`, `shell`: the caller runs `bash -n` on it, placeholders such as `<name>` or
   `<registry>` first replaced by a word (`shell_text`): a reader fills them in, and bash
   would read them as redirections.
+
+Outside the blocks, every relative link must name a file that exists and, for a Markdown
+file, a heading it has (`broken_links`, GitHub's anchors).
 """
 
 from __future__ import annotations
 
 import copy
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -159,3 +163,64 @@ def check_yaml(block: Block, crd: Crd, values_keys: set[str]) -> YamlVerdict:
         elif "apiVersion" not in doc and "kind" not in doc and doc and set(doc) <= values_keys:
             out.values_files.append(yaml.safe_dump(doc))
     return out
+
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation but `-` and `_` dropped, spaces
+    to `-`."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def headings(markdown: str) -> set[str]:
+    """The anchors of a document's headings (outside fenced blocks)."""
+    out, fenced = set(), False
+    for line in markdown.split("\n"):
+        if re.match(r"^\s*(```|~~~)", line):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            out.add(anchor(line.lstrip("#")))
+    return out
+
+
+def _prose(markdown: str) -> str:
+    """The text outside fenced blocks and inline code, where links are links."""
+    kept, fenced = [], False
+    for line in markdown.split("\n"):
+        if re.match(r"^\s*(```|~~~)", line):
+            fenced = not fenced
+            continue
+        if not fenced:
+            kept.append(re.sub(r"`[^`]*`", "", line))
+    return "\n".join(kept)
+
+
+def broken_links(path: str, markdown: str, read=None) -> list[str]:
+    """Relative links of `path` whose file is missing, or whose `#anchor` the target lacks.
+    `read(path)` gives another document's text (default: the file system)."""
+    exists = os.path.exists if read is None else (lambda p: _readable(read, p))
+    read = read or (lambda p: open(p, encoding="utf-8").read())
+    out = []
+    for m in _LINK.finditer(_prose(markdown)):
+        target = m[1]
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+            continue
+        file, _, frag = target.partition("#")
+        resolved = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
+        if not exists(resolved):
+            out.append(f"{target}: {resolved} does not exist")
+        elif frag and resolved.endswith(".md") and frag not in headings(read(resolved)):
+            out.append(f"{target}: {resolved} has no heading #{frag}")
+    return out
+
+
+def _readable(read, p) -> bool:
+    if os.path.isdir(p):
+        return True
+    try:
+        read(p)
+        return True
+    except OSError:
+        return False

@@ -16,7 +16,7 @@ import tempfile
 
 import yaml
 
-from docscheck import SHELL, Crd, Finding, blocks, check_yaml, shell_text
+from docscheck import SHELL, Block, Crd, Finding, blocks, broken_links, check_yaml, shell_text
 
 CHART = "charts/tracehouse"
 
@@ -32,13 +32,16 @@ def main() -> int:
     ap.add_argument("--kubectl")
     ap.add_argument("files", nargs="*")
     args = ap.parse_args()
-    files = args.files or ["README.md", *sorted(glob.glob("docs/*.md"))]
+    files = args.files or ["README.md", *sorted(glob.glob("docs/*.md")), "charts/tracehouse/README.md"]
     crd = Crd.load(yaml.safe_load(pathlib.Path("crds/tracepipelines.yaml").read_text()))
     values_keys = set(yaml.safe_load(pathlib.Path(CHART, "values.yaml").read_text())) | {"global"}
     findings: list[Finding] = []
-    counts = {"yaml": 0, "pipelines": 0, "values": 0, "shell": 0}
+    counts = {"yaml": 0, "pipelines": 0, "values": 0, "shell": 0, "links": 0}
     for path in files:
-        for b in blocks(path, pathlib.Path(path).read_text()):
+        text = pathlib.Path(path).read_text()
+        counts["links"] += 1
+        findings += [Finding(Block(path, 0, "link", ""), f"broken link {e}") for e in broken_links(path, text)]
+        for b in blocks(path, text):
             if b.lang in ("yaml", "yml"):
                 counts["yaml"] += 1
                 v = check_yaml(b, crd, values_keys)
@@ -69,7 +72,7 @@ def main() -> int:
     server = "and the API server (dry run)" if args.kubectl else "offline (no API server: CEL rules not run)"
     print(f"docs-check: {len(files)} files; {counts['yaml']} yaml blocks ({counts['pipelines']} TracePipelines "
           f"checked against the CRD {server}, {counts['values']} Helm values files rendered); "
-          f"{counts['shell']} shell blocks parsed; {len(findings)} problems")
+          f"{counts['shell']} shell blocks parsed; relative links resolved; {len(findings)} problems")
     return 1 if findings else 0
 
 

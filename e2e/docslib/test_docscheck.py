@@ -2,7 +2,7 @@
 
 import unittest
 
-from docscheck import Block, Crd, blocks, check_yaml, openapi_to_jsonschema, shell_text
+from docscheck import Block, Crd, anchor, blocks, broken_links, check_yaml, openapi_to_jsonschema, shell_text
 
 CRD = Crd.load({"spec": {
     "group": "example.dev", "names": {"kind": "Pipe"},
@@ -98,6 +98,31 @@ class ClassifyTest(unittest.TestCase):
     def test_yaml_that_does_not_parse_is_a_finding(self):
         v = check_yaml(block("a: [1, 2\n"), CRD, VALUES_KEYS)
         self.assertIn("does not parse as YAML", str(v.findings[0]))
+
+
+class LinksTest(unittest.TestCase):
+    FILES = {
+        "docs/a.md": "# Install on a cluster\n## 4. Producing spans: the `kafka` exporter\n```sh\n# not a heading\n```\n",
+        "README.md": "x",
+    }
+
+    def read(self, p):
+        if p not in self.FILES:
+            raise OSError(p)
+        return self.FILES[p]
+
+    def test_anchors_are_githubs(self):
+        self.assertEqual(anchor("4. Producing spans: the `kafka` exporter"), "4-producing-spans-the-kafka-exporter")
+
+    def test_missing_files_and_headings_are_named_and_the_rest_pass(self):
+        text = ("[ok](a.md#install-on-a-cluster) [ok2](../README.md) [web](https://x.y/z#q) [self](#nope) "
+                "[gone](b.md) [bad](a.md#not-a-heading) `[in code](missing.md)`\n"
+                "```\n[in a block](missing.md)\n```\n")
+        got = broken_links("docs/a.md", text, read=self.read)
+        self.assertEqual(len(got), 3, got)
+        self.assertTrue(got[0].startswith("#nope"))
+        self.assertIn("b.md: docs/b.md does not exist", got[1])
+        self.assertIn("has no heading #not-a-heading", got[2])
 
 
 if __name__ == "__main__":

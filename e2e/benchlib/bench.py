@@ -103,7 +103,7 @@ import costio
 from report import freshness_table, sweep_table, table
 from series import (Series, arrivals_ddl, arrivals_query, record_arrivals_query, collector_freshness, parse_arrivals,
                     plot, plot_sweep)
-from stack import (E2E, REPO, STATE, ClickHouse, Kafka, OwnClickHouse, free_port, git_revision, group_describe,
+from stack import (E2E, REPO, STATE, ClickHouse, Kafka, OwnClickHouse, OwnKafka, free_port, git_revision, group_describe,
                    kafka_and_clickhouse_running, kafka_java, log_tail_errors, metric_sum, metrics_scrape,
                    new_run, stack_env)
 
@@ -136,6 +136,7 @@ class Bench:
         self.ch = None
         self.kafka = None
         self.own_ch = None  # --own-clickhouse: this run's chserver
+        self.own_kafka = None  # --own-kafka: this run's broker
         self.bin_dir = self.dir / "bin"  # --no-build: copies of the binaries
         self.step = ""  # a partition sweep: "_p<partitions>" in this step's names
         self._no_insert_stats = False  # the chserver has no INSERT count: stop asking
@@ -155,6 +156,10 @@ class Bench:
             say("starting a chserver of this run's own (--own-clickhouse)")
             self.own_ch = OwnClickHouse(self.dir)
             self.env.update(self.own_ch.up())
+        if getattr(self.args, "own_kafka", False):
+            say("starting a Kafka broker of this run's own")
+            self.own_kafka = OwnKafka(self.dir)
+            self.env.update(self.own_kafka.up())
         self.ch = ClickHouse(self.env["CLICKHOUSE_URL"], self.env["CLICKHOUSE_USER"],
                              self.env["CLICKHOUSE_PASSWORD"])
         self.ch.query("SELECT 1")
@@ -335,6 +340,7 @@ class Bench:
         if got != a.partitions:
             raise BenchError(f"topic {self.topic} has {got} partitions, not {a.partitions} "
                              "(see the broker's log)")
+        self.kafka.wait_leaders(self.topic, a.partitions)
         self.end = {q: 0 for q in range(a.partitions)}
 
     def start_live_producer(self, leg, group, p, t0):
@@ -717,6 +723,8 @@ class Bench:
         path = STATE / "pids" / f"{component}.pid"
         if component == "clickhouse" and self.own_ch:
             path = self.own_ch.pid_file
+        if component == "kafka" and self.own_kafka:
+            path = self.own_kafka.pid_file
         try:
             return int(path.read_text())
         except (OSError, ValueError):
@@ -749,13 +757,18 @@ class Bench:
         else:
             for db in self.databases:
                 self.drop_database(db)
-            for topic in self.topics if self.env else []:
+            for topic in self.topics if self.env and not self.own_kafka else []:  # (own: removed)
                 kafka_java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
                            self.env["KAFKA_BROKERS"], "--delete", "--topic", topic)
             say(f"cleaned up: topics {', '.join(self.topics) or '-'}, "
                 f"databases {', '.join(self.databases) or '-'}")
+        if self.kafka:  # before its broker goes
+            self.kafka.close()
+            self.kafka = None
         if self.own_ch:
             self.own_ch.remove()
+        if self.own_kafka:
+            self.own_kafka.remove()
         # --no-build's copies of the binaries (~120 MB): their digests are in the report.
         shutil.rmtree(self.bin_dir, ignore_errors=True)
         if self.kafka:
@@ -846,6 +859,7 @@ def main():
         "mode": "live" if a.rate else "pre-filled",
         "clickhouse": "own chserver of the run" if a.own_clickhouse
                       else "the stack's chserver (--shared-clickhouse)",
+        "kafka": "own broker of the run" if a.own_kafka else "the stack's broker (--shared-kafka)",
         "collector_bin": a.collector_bin,
         "prebuilt_binaries": getattr(b, "prebuilt", None),
         "tracehouse_linger_ms": a.linger_ms,

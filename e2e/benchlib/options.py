@@ -83,6 +83,10 @@ def parse(doc, otelcol_config):
     ap.add_argument("--shared-clickhouse", action="store_true",
                     help="use the stack's chserver instead of one of the run's own (its CPU and "
                          "system.events then include whatever else uses it)")
+    ap.add_argument("--shared-kafka", action="store_true",
+                    help="use the stack's Kafka broker instead of one of the run's own (its CPU "
+                         "then includes whatever else uses it, and a restart of it by other work "
+                         "ends the run)")
     ap.add_argument("--span-profile", choices=sorted(SPAN_PROFILES), default="full",
                     help="loadgen span shape (default full: about 1.08 KB per span)")
     ap.add_argument("--legs", default="tracehouse,otelcol",
@@ -125,6 +129,7 @@ def parse(doc, otelcol_config):
     if a.shared_clickhouse and a.own_clickhouse:
         ap.error("--shared-clickhouse and --own-clickhouse contradict each other")
     a.own_clickhouse = not a.shared_clickhouse
+    a.own_kafka = not a.shared_kafka
     if a.timeout is None:
         a.timeout = 300 + a.spans / 1000
 

@@ -9,6 +9,7 @@ import re
 import shutil
 import socket
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -109,6 +110,56 @@ class OwnClickHouse:
             shutil.rmtree(self.state / "clickhouse", ignore_errors=True)
 
 
+class OwnKafka:
+    """A Kafka broker of the run's own (single-node KRaft), started by the stack's own component
+    script (`e2e/stack up kafka`, lib/kafka.sh) with a state directory and ports of its own, as
+    the stack starts its second cluster, and removed at the end: its CPU is the run's alone (the
+    stack's broker also serves whatever else runs on the machine, and may be restarted by it)."""
+
+    def __init__(self, run_dir):
+        self.state = run_dir / "kafka-own"
+        ports = []
+        while len(ports) < 4:
+            p = free_port()
+            if p not in ports:
+                ports.append(p)
+        self.port = ports[0]
+        self.env = dict(os.environ, TRACEHOUSE_STATE=str(self.state),
+                        TRACEHOUSE_KAFKA_PORT=str(ports[0]),
+                        TRACEHOUSE_KAFKA_CONTROLLER_PORT=str(ports[1]),
+                        TRACEHOUSE_KAFKA_SASL_SSL_PORT=str(ports[2]),
+                        TRACEHOUSE_KAFKA_MTLS_PORT=str(ports[3]))
+
+    def _stack(self, verb):
+        self.state.mkdir(parents=True, exist_ok=True)
+        run([str(E2E / "stack"), verb, "kafka"], timeout=300, env=self.env,
+            log=self.state / "stack.log")
+
+    def up(self):
+        self._stack("up")
+        brokers = f"127.0.0.1:{self.port}"
+        # A fresh broker has no __consumer_offsets yet: a consumer group of the Kafka CLI makes
+        # it (and its coordinator) before the bench's admin client asks for any group's offsets
+        # (librdkafka 2.16 has crashed this process on a fresh broker otherwise).
+        kafka_java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", brokers,
+                   "--create", "--topic", "bench-warm-up", "--partitions", "1",
+                   "--replication-factor", "1")
+        kafka_java("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server",
+                   brokers, "--topic", "bench-warm-up", "--group", "bench-warm-up",
+                   "--from-beginning", "--timeout-ms", "3000", timeout=120)
+        return {"KAFKA_BROKERS": brokers}
+
+    @property
+    def pid_file(self):
+        return self.state / "pids" / "kafka.pid"
+
+    def remove(self):
+        try:
+            self._stack("down")
+        finally:
+            shutil.rmtree(self.state / "kafka", ignore_errors=True)
+
+
 # ---------------------------------------------------------------- Kafka
 
 class Kafka:
@@ -133,8 +184,35 @@ class Kafka:
         futures = self.admin.list_offsets(
             {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)},
             request_timeout=KAFKA_TIMEOUT)
-        return {tp.partition: self._result(f, f"ListOffsets partition {tp.partition}").offset
-                for tp, f in futures.items()}
+        # Every future is waited for, even after one failed: librdkafka has aborted the process
+        # (an assertion in rd_kafka_enq_once) when futures of a failed ListOffsets were left.
+        out, error = {}, None
+        for tp, f in futures.items():
+            try:
+                out[tp.partition] = self._result(f, f"ListOffsets partition {tp.partition}").offset
+            except BenchError as e:
+                error = error or e
+        if error:
+            raise error
+        return out
+
+    def wait_leaders(self, topic, partitions, timeout=60):
+        """Wait until every partition of a new topic has a leader in the broker's metadata, and
+        a moment more, before its offsets are asked for: ListOffsets against partitions without
+        a leader yet has crashed librdkafka (2.16) in this process, intermittently."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                md = self.admin.list_topics(topic, timeout=KAFKA_TIMEOUT)
+                t = md.topics.get(topic)
+                if t is not None and t.error is None and len(t.partitions) >= partitions and all(
+                        p.leader >= 0 and p.error is None for p in t.partitions.values()):
+                    time.sleep(2)
+                    return
+            except KafkaException:
+                pass
+            time.sleep(0.5)
+        raise BenchError(f"kafka: partitions of {topic} have no leader after {timeout}s")
 
     def committed(self, group, topic, partitions):
         """Committed offset per partition (-1: nothing committed)."""

@@ -18,7 +18,8 @@
 //! admin client (a second librdkafka instance; calling `rd_kafka_DescribeConfigs` on this
 //! client's handle would take `unsafe`, which the workspace denies). So it is made only for a
 //! pipeline that is stopped, dropped after its one request, and its answer kept for
-//! [`RETENTION_REFRESH`]: one extra handshake per stopped pipeline per hour.
+//! [`RETENTION_REFRESH`] ([`RETENTION_RETRY`] after a failure): one extra handshake per stopped
+//! pipeline per hour.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -36,6 +37,9 @@ use crate::kafka::Failure;
 
 /// How long a broker's `offsets.retention.minutes` is trusted before it is read again.
 pub const RETENTION_REFRESH: Duration = Duration::from_secs(3600);
+/// How long after a failed read of it the next is tried (a broker that refuses
+/// DescribeConfigs must not cost a new admin connection every reconcile).
+pub const RETENTION_RETRY: Duration = Duration::from_secs(300);
 
 /// The broker setting after which an empty group's committed offsets expire.
 const RETENTION_SETTING: &str = "offsets.retention.minutes";
@@ -46,8 +50,8 @@ pub struct KafkaClient {
     consumer: BaseConsumer<Reports>,
     /// One read at a time (see the module's notes).
     busy: Mutex<()>,
-    /// The broker's `offsets.retention.minutes` (`None`: not set, or not readable) and when
-    /// it was read.
+    /// The broker's `offsets.retention.minutes` (`None`: not set, or not readable), and
+    /// until when it is trusted.
     retention: Mutex<Option<(Instant, Option<u64>)>>,
 }
 
@@ -212,18 +216,34 @@ impl KafkaClient {
     }
 
     /// The broker's `offsets.retention.minutes` (`None` when it does not say), read through
-    /// an admin client at most once per [`RETENTION_REFRESH`]; `topic` is one of the
+    /// an admin client at most once per [`RETENTION_REFRESH`] (after a failed read, the next
+    /// is tried [`RETENTION_RETRY`] later; until then it does not say); `topic` is one of the
     /// pipeline's, whose metadata names a broker to ask.
     pub async fn offsets_retention(
         self: &Arc<Self>,
         topic: &str,
         timeout: Duration,
     ) -> Result<Option<u64>, KafkaError> {
-        if let Some((at, minutes)) = *self.retention.lock().unwrap_or_else(|p| p.into_inner())
-            && at.elapsed() < RETENTION_REFRESH
+        if let Some((until, minutes)) = *self.retention.lock().unwrap_or_else(|p| p.into_inner())
+            && Instant::now() < until
         {
             return Ok(minutes);
         }
+        let read = self.read_retention(topic, timeout).await;
+        let (trusted_for, minutes) = match &read {
+            Ok(minutes) => (RETENTION_REFRESH, *minutes),
+            Err(_) => (RETENTION_RETRY, None),
+        };
+        *self.retention.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((Instant::now() + trusted_for, minutes));
+        read
+    }
+
+    async fn read_retention(
+        self: &Arc<Self>,
+        topic: &str,
+        timeout: Duration,
+    ) -> Result<Option<u64>, KafkaError> {
         let topic = topic.to_owned();
         let broker = self
             .blocking(move |c| {
@@ -246,23 +266,21 @@ impl KafkaClient {
         let answer = tokio::time::timeout(timeout, admin.describe_configs(&asked, &options)).await;
         // Dropping a librdkafka client waits for its threads: not on the async workers.
         tokio::task::spawn_blocking(move || drop(admin));
-        let minutes = match answer {
-            Err(_) => {
-                return Err(KafkaError::Unreachable {
-                    brokers: self.access.brokers.clone(),
-                    source: rdkafka::error::KafkaError::AdminOp(
-                        rdkafka::types::RDKafkaErrorCode::OperationTimedOut,
-                    ),
-                });
-            }
-            Ok(Err(e)) => return Err(failure(&self.access.brokers, e, None)),
-            Ok(Ok(results)) => results
+        match answer {
+            Err(_) => Err(KafkaError::Unreachable {
+                brokers: self.access.brokers.clone(),
+                source: rdkafka::error::KafkaError::AdminOp(
+                    rdkafka::types::RDKafkaErrorCode::OperationTimedOut,
+                ),
+            }),
+            Ok(Err(e)) => Err(failure(&self.access.brokers, e, None)),
+            // A broker that refuses to describe itself (an ACL) answers per resource: it
+            // does not say.
+            Ok(Ok(results)) => Ok(results
                 .into_iter()
                 .flatten()
-                .find_map(|r| r.get(RETENTION_SETTING)?.value.as_deref()?.parse().ok()),
-        };
-        *self.retention.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), minutes));
-        Ok(minutes)
+                .find_map(|r| r.get(RETENTION_SETTING)?.value.as_deref()?.parse().ok())),
+        }
     }
 
     fn partitions_blocking(

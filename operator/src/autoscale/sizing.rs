@@ -1,8 +1,9 @@
 //! IO shell around the pure core: the reconcile's sizing step. Who owns the replica count
 //! ([`Owner`]) → how many replicas the gateway runs; with `spec.autoscaling`, one new sample
 //! ([`sampler::sample`], from what the reconcile already read: [`Seen`]) into the pipeline's
-//! window, the decision ([`decide()`]), its
-//! `status.autoscaling` ([`report`]), its `ScaledUp`/`ScaledDown` Event and its metric.
+//! window, the decision ([`decide()`]), its `status.autoscaling` ([`report`]), its
+//! `ScaledUp`/`ScaledDown` Event and its metric. It reads nothing of its own but the pods'
+//! /metrics of a due sample, through the reconcile's door.
 //!
 //! State: the window of samples per pipeline, in memory. What the decisions must remember
 //! across operator restarts and leader changes (last step, measured capacity) lives in the

@@ -7,8 +7,11 @@
 //! Kafka settings ([`fingerprint`]: brokers, client properties with the Secrets' contents
 //! inline, consumer group) stays the same; a changed fingerprint (a rotated password or
 //! certificate, another bootstrap address) replaces it; a deleted pipeline's is dropped
-//! ([`Clients::forget`]). A client that fails a read is kept: librdkafka reconnects by
-//! itself, and a new client would only add a handshake.
+//! ([`Clients::forget`]). A client whose read failed to reach or be let in by the brokers is
+//! dropped too ([`keeps_after`]): kept, librdkafka would redial them every few seconds
+//! between reconciles — a wrong password tried again and again, which managed clusters
+//! count against the account — while the reconcile's own retries back off. A topic-level
+//! failure (a missing topic) keeps it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -37,6 +40,21 @@ pub fn rule(held: Option<&str>, wanted: &str) -> Cached {
         None => Cached::Create,
         Some(h) if h == wanted => Cached::Reuse,
         Some(_) => Cached::Replace,
+    }
+}
+
+/// Pure: whether a pipeline's client is kept after a read failed with `error`: yes when the
+/// brokers answered (about a topic), no when they could not be reached or refused the client.
+pub fn keeps_after(error: &KafkaError) -> bool {
+    match error {
+        KafkaError::TopicNotFound { .. }
+        | KafkaError::DeadLetterTopicNotFound { .. }
+        | KafkaError::Topic { .. } => true,
+        KafkaError::Unreachable { .. }
+        | KafkaError::AuthFailed { .. }
+        | KafkaError::TlsFailed { .. }
+        | KafkaError::ProtocolMismatch { .. }
+        | KafkaError::Task(_) => false,
     }
 }
 
@@ -132,6 +150,15 @@ impl Clients {
         Ok(client)
     }
 
+    /// After a read of `pipeline` failed with `error`: drops its client unless
+    /// [`keeps_after`] says otherwise.
+    pub fn failed(&self, pipeline: &str, error: &KafkaError) {
+        if !keeps_after(error) {
+            tracing::debug!(pipeline, %error, "Kafka client dropped after a failed read");
+            self.forget(pipeline);
+        }
+    }
+
     /// Drops the client of a pipeline that is gone.
     pub fn forget(&self, pipeline: &str) {
         let old = self.entries().remove(pipeline);
@@ -200,6 +227,47 @@ mod tests {
         assert_ne!(fingerprint(&one, "c"), fingerprint(&two, "bc"));
     }
 
+    #[test]
+    fn a_client_the_brokers_refused_or_never_answered_is_dropped_a_missing_topic_keeps_it() {
+        let brokers = || "kafka:9094".to_owned();
+        let kept = [
+            KafkaError::TopicNotFound {
+                topic: "spans".into(),
+                brokers: brokers(),
+            },
+            KafkaError::DeadLetterTopicNotFound {
+                topic: "dlq".into(),
+                brokers: brokers(),
+            },
+        ];
+        for e in &kept {
+            assert!(keeps_after(e), "{e}");
+        }
+        let dropped = [
+            KafkaError::AuthFailed {
+                brokers: brokers(),
+                detail: "SASL authentication error".into(),
+            },
+            KafkaError::TlsFailed {
+                brokers: brokers(),
+                detail: "certificate verify failed".into(),
+            },
+            KafkaError::ProtocolMismatch {
+                brokers: brokers(),
+                detail: "connecting to a SSL listener?".into(),
+            },
+            KafkaError::Unreachable {
+                brokers: brokers(),
+                source: rdkafka::error::KafkaError::MetadataFetch(
+                    rdkafka::types::RDKafkaErrorCode::AllBrokersDown,
+                ),
+            },
+        ];
+        for e in &dropped {
+            assert!(!keeps_after(e), "{e}");
+        }
+    }
+
     #[tokio::test]
     async fn one_client_per_pipeline_until_its_settings_change_or_it_is_forgotten() {
         // Making a client does not connect, so no broker is needed here.
@@ -222,8 +290,20 @@ mod tests {
             .unwrap();
         assert!(!Arc::ptr_eq(&first, &rotated));
         assert_eq!(clients.len(), 2);
+        // A missing topic keeps the client; a refused password drops it.
+        let missing = KafkaError::TopicNotFound {
+            topic: "spans".into(),
+            brokers: "kafka:9094".into(),
+        };
+        clients.failed("shop/orders", &missing);
+        assert_eq!(clients.len(), 2);
+        let refused = KafkaError::AuthFailed {
+            brokers: "kafka:9094".into(),
+            detail: "SASL authentication error".into(),
+        };
+        clients.failed("shop/other", &refused);
+        assert_eq!(clients.len(), 1);
         clients.forget("shop/orders");
-        clients.forget("shop/other");
         assert!(clients.is_empty());
     }
 }

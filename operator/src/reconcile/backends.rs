@@ -124,6 +124,15 @@ impl Live {
     fn client(&self, b: Brokers<'_>) -> Result<std::sync::Arc<KafkaClient>, KafkaError> {
         self.kafka.get(b.pipeline, b.access, b.group, b.timeout)
     }
+
+    /// `result` of a read of `b`, its client dropped if the read says so
+    /// (`kafka::clients::keeps_after`).
+    fn settle<T>(&self, b: Brokers<'_>, result: Result<T, KafkaError>) -> Result<T, KafkaError> {
+        if let Err(e) = &result {
+            self.kafka.failed(b.pipeline, e);
+        }
+        result
+    }
 }
 
 impl Backends for Live {
@@ -132,7 +141,11 @@ impl Backends for Live {
         b: Brokers<'a>,
         topics: &'a [String],
     ) -> BoxFuture<'a, Result<BTreeMap<String, i32>, KafkaError>> {
-        async move { self.client(b)?.partitions(topics, b.timeout).await }.boxed()
+        async move {
+            let read = async { self.client(b)?.partitions(topics, b.timeout).await };
+            self.settle(b, read.await)
+        }
+        .boxed()
     }
 
     fn dead_letter_topic<'a>(
@@ -140,7 +153,11 @@ impl Backends for Live {
         b: Brokers<'a>,
         topic: &'a str,
     ) -> BoxFuture<'a, Result<(), KafkaError>> {
-        async move { self.client(b)?.dead_letter_topic(topic, b.timeout).await }.boxed()
+        async move {
+            let read = async { self.client(b)?.dead_letter_topic(topic, b.timeout).await };
+            self.settle(b, read.await)
+        }
+        .boxed()
     }
 
     fn offsets<'a>(
@@ -148,7 +165,11 @@ impl Backends for Live {
         b: Brokers<'a>,
         counts: &'a BTreeMap<String, i32>,
     ) -> BoxFuture<'a, Result<Vec<PartitionOffsets>, KafkaError>> {
-        async move { self.client(b)?.offsets(counts, b.timeout).await }.boxed()
+        async move {
+            let read = async { self.client(b)?.offsets(counts, b.timeout).await };
+            self.settle(b, read.await)
+        }
+        .boxed()
     }
 
     fn oldest_unconsumed<'a>(
@@ -156,7 +177,11 @@ impl Backends for Live {
         b: Brokers<'a>,
         offsets: &'a [PartitionOffsets],
     ) -> BoxFuture<'a, Result<Option<i64>, KafkaError>> {
-        async move { self.client(b)?.oldest_unconsumed(offsets, b.timeout).await }.boxed()
+        async move {
+            let read = async { self.client(b)?.oldest_unconsumed(offsets, b.timeout).await };
+            self.settle(b, read.await)
+        }
+        .boxed()
     }
 
     fn offsets_retention<'a>(
@@ -164,6 +189,8 @@ impl Backends for Live {
         b: Brokers<'a>,
         topic: &'a str,
     ) -> BoxFuture<'a, Result<Option<u64>, KafkaError>> {
+        // Not settled: this read goes through its own admin connection, whose failure says
+        // nothing of the client's, and the client remembers it (`RETENTION_RETRY`).
         async move { self.client(b)?.offsets_retention(topic, b.timeout).await }.boxed()
     }
 

@@ -295,7 +295,8 @@ COST_ROWS = [
 
 
 SUMMARY_PATHS = ("cost.collector_us", "cost.clickhouse_insert_us", "cost.clickhouse_merge_us",
-                 "cost.kafka_us", "cost.system_us", "cost.system_less_chserver_us")
+                 "cost.kafka_us", "cost.system_us", "cost.chserver_own_us", "cost.harness_view_us",
+                 "cost.system_less_chserver_us")
 
 
 def cost_table(report, legs, summary=False):
@@ -335,6 +336,14 @@ def cost_table(report, legs, summary=False):
         [_get(report[leg], "disk.bytes_on_disk_per_span") for leg in legs], " B")
     row("of it, the keys columns and their indexes",
         [_get(report[leg], "disk.keys_share") for leg in legs], ratio=False, fmt=_pct)
+    busy = []
+    for leg in legs:
+        r = report[leg]
+        other, wall = r.get("other_processes_cpu_seconds"), r.get("wall_seconds")
+        busy.append(round(other / wall, 2) if isinstance(other, (int, float)) and wall else None)
+    if any(v is not None for v in busy):
+        row("everything else on the machine meanwhile (cores busy; not in the figures)", busy,
+            ratio=False)
     for name, label, scale, unit in EVENTS:
         vals = []
         for leg in legs:

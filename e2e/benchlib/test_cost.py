@@ -214,6 +214,11 @@ class CostTableTest(unittest.TestCase):
                       "| 3.00 µs | 0.00 µs |  |", md)
         self.assertIn("| **bytes on disk per span** (after settling) | 150.0 B | 160.0 B | 0.94× |", md)
         self.assertNotIn("InsertedRows", md)  # no leg moved it
+        self.assertNotIn("everything else", md)  # no leg recorded it
+        rep = {leg: dict(REPORT[leg], other_processes_cpu_seconds=30.0, wall_seconds=60.0)
+               for leg in REPORT}
+        self.assertIn("| everything else on the machine meanwhile (cores busy; not in the figures) "
+                      "| 0.50 | 0.50 |  |", cost.cost_table(rep, ["tracehouse", "otelcol"]))
 
     def test_a_leg_without_cost_shows_dashes(self):
         rep = {"tracehouse": REPORT["tracehouse"], "rotel": {"spans": 1000, "verified": False}}

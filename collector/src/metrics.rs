@@ -113,6 +113,8 @@ pub struct Metrics {
     pub paused_partitions: Gauge,
     /// The linger timer's length now (stretched at low rates up to batch.max_linger_ms).
     pub linger_seconds: Gauge<f64, AtomicU64>,
+    /// Partitions whose commit metadata still names the log while kafka.commit_format is th2.
+    pub commit_metadata_named: Gauge,
     /// Seconds the source took no records because the in-flight budget was spent: the hold
     /// before a pause (`source/machine_budget.rs`).
     pub intake_held_seconds: Counter<f64, AtomicU64>,
@@ -163,6 +165,7 @@ impl Metrics {
             inflight_inserts: Gauge::default(),
             paused_partitions: Gauge::default(),
             linger_seconds: Gauge::default(),
+            commit_metadata_named: Gauge::default(),
             intake_held_seconds: Counter::default(),
             assigned_partitions: Gauge::default(),
             resident_memory_bytes: Gauge::default(),
@@ -368,6 +371,11 @@ impl Metrics {
             "inflight_inserts",
             "Inserts in flight",
             m.inflight_inserts.clone(),
+        );
+        r.register(
+            "commit_metadata_named_partitions",
+            "Held partitions whose commit metadata still names the log (th3) while kafka.commit_format is th2: 0 on every collector before a release that knows only th2 may take over (docs/upgrade.md)",
+            m.commit_metadata_named.clone(),
         );
         r.register(
             "linger_seconds",

@@ -18,7 +18,12 @@
 //!    their old tokens and are written back marked as such (`L`);
 //! 4. recorded metadata is checked at load against the log it claims to describe: a
 //!    committed offset or a cut beyond the log's end, or metadata naming another log, is
-//!    dropped and reported ([`Dropped`]), so no batch waits for a cut that cannot come.
+//!    dropped and reported ([`Dropped`]), so no batch waits for a cut that cannot come;
+//! 5. the format is staged: with `write_legacy` (`kafka.commit_format: th2`) new cuts are
+//!    named in the legacy log (legacy tokens) while cuts recorded in this log still replay
+//!    under its name, and the metadata is written as `th1:`/`th2:` once no entry of this
+//!    log is left, so a collector that knows only those formats can take the partition over
+//!    exactly (a rollback, or a rollout from such a release).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -68,6 +73,9 @@ pub struct LogView<'a> {
     /// Whether a committed offset whose metadata names no log may count in this one:
     /// false once this process saw the topic recreated (such an offset counts in the old).
     pub trust_unnamed: bool,
+    /// Name new cuts in the legacy log (`kafka.commit_format: th2`, rule 5): for a rollout
+    /// or a rollback with collectors that know only `th1:`/`th2:`.
+    pub write_legacy: bool,
 }
 
 /// Recorded metadata that cannot describe the log, dropped at load (rule 4).
@@ -124,6 +132,8 @@ pub struct PartitionLedger {
     partition: i32,
     /// The log this partition's offsets count in.
     log: LogId,
+    /// The log new cuts are named in: `log`, or the legacy log (rule 5).
+    writes: LogId,
     /// Next offset after the acknowledged prefix: what a commit stores.
     committed: i64,
     /// Next offset after every record closed into a batch or passed over (rule 1): an
@@ -153,6 +163,7 @@ impl PartitionLedger {
             first_seen: start,
             high: None,
             trust_unnamed: true,
+            write_legacy: false,
         };
         Self::load(metadata.map(|m| (start, m)), &view).0
     }
@@ -163,6 +174,9 @@ impl PartitionLedger {
     pub fn load(committed: Option<(i64, &str)>, view: &LogView<'_>) -> (Self, Vec<Dropped>) {
         let mut dropped = Vec::new();
         let mut ledger = Self::empty(view.first_seen, view.log.clone(), view.partition);
+        if view.write_legacy {
+            ledger.writes = LogId::legacy();
+        }
         let Some((start, metadata)) = committed else {
             return (ledger, dropped);
         };
@@ -240,6 +254,7 @@ impl PartitionLedger {
     fn empty(start: i64, log: LogId, partition: i32) -> Self {
         Self {
             partition,
+            writes: log.clone(),
             log,
             committed: start,
             closed_to: start,
@@ -253,6 +268,11 @@ impl PartitionLedger {
 
     pub fn committed(&self) -> i64 {
         self.committed
+    }
+
+    /// The log new cuts are named in (rule 5): what a new bundle's token names.
+    pub fn writes(&self) -> &LogId {
+        &self.writes
     }
 
     /// The log this partition's offsets count in.
@@ -317,21 +337,23 @@ impl PartitionLedger {
         }
     }
 
-    /// The log whose token a batch of `range` goes out under: the legacy log when it
-    /// replays a cut recorded there (an upgrade's in-flight batch), this ledger's otherwise.
+    /// The log whose token a batch of `range` goes out under: the log of the cut it
+    /// replays (the legacy log for an upgrade's in-flight batch), the log new cuts are named
+    /// in otherwise (rule 5).
     pub fn log_for(&self, range: BatchRange) -> LogId {
-        if self.ends_at_legacy_cut(range.last) {
-            LogId::legacy()
-        } else {
-            self.log.clone()
+        match self.recorded_cut_at(range.last) {
+            Some(c) if c.legacy => LogId::legacy(),
+            Some(_) => self.log.clone(),
+            None => self.writes.clone(),
         }
     }
 
-    fn ends_at_legacy_cut(&self, last: i64) -> bool {
+    fn recorded_cut_at(&self, last: i64) -> Option<Cut> {
         self.recorded_cuts
             .iter()
             .find(|c| c.end >= last)
-            .is_some_and(|c| c.end == last && c.legacy)
+            .filter(|c| c.end == last)
+            .copied()
     }
 
     fn insert_pending(&mut self, p: Pending) {
@@ -459,8 +481,18 @@ impl PartitionLedger {
     /// Metadata naming the ends of every pending batch (and inherited ends still ahead),
     /// and the description of every bundle pending or still to replay, so a successor
     /// replays the same cuts. Descriptions are never left out; ends past the limit are.
+    /// Whether the metadata written now names this log (`th3:`): always, unless new cuts
+    /// are legacy (rule 5) and no entry of this log is left.
+    pub fn writes_named(&self) -> bool {
+        self.log.name().is_some()
+            && (!self.writes.is_legacy()
+                || self.pending.iter().any(|p| !p.legacy)
+                || self.recorded_cuts.iter().any(|c| !c.legacy)
+                || self.recorded_bundles.iter().any(|b| !b.log.is_legacy()))
+    }
+
     fn intent(&self) -> String {
-        let named = self.log.name();
+        let named = self.log.name().filter(|_| self.writes_named());
         let mark = |legacy: bool| if legacy && named.is_some() { "L" } else { "" };
         let bundles: Vec<(&Arc<BundleDesc>, bool)> = self
             .pending

@@ -185,6 +185,7 @@ fn view<'a>(log: &'a LogId, topic: &'a Arc<str>, high: Option<i64>) -> LogView<'
         first_seen: 0,
         high,
         trust_unnamed: true,
+        write_legacy: false,
     }
 }
 
@@ -318,4 +319,52 @@ fn tokens_name_the_log() {
         crate::batch::dedup_token("spans", &named(), 3, range),
         crate::batch::dedup_token("spans", &LogId::named("another"), 3, range),
     );
+}
+
+/// Rule 5: with `kafka.commit_format: th2` new cuts are legacy (old tokens, `th1:`/`th2:`
+/// metadata, what an older collector reads), cuts recorded in this log still replay under
+/// its name, and the metadata turns legacy once none of those is left.
+#[test]
+fn the_th2_format_names_new_cuts_in_the_legacy_log_and_finishes_the_named_ones() {
+    let (log, topic) = (named(), t());
+    let staged = |high| LogView {
+        write_legacy: true,
+        ..view(&log, &topic, high)
+    };
+    // Nothing recorded: new cuts are legacy from the start.
+    let (mut fresh, _) = PartitionLedger::load(None, &staged(None));
+    assert_eq!(fresh.log_for(r(0, 9)), LogId::legacy());
+    assert_eq!(fresh.open(r(0, 9)), "th1:9");
+    assert_eq!(fresh.writes(), &LogId::legacy());
+
+    // A th3 collector left a named cut at 19 and a bundle in flight.
+    let recorded = "th3:kq3YZHEvRSm3n9hQzKVWhA;1:50-60+3:20-29,19";
+    let (mut l, dropped) = PartitionLedger::load(Some((10, recorded)), &staged(Some(100)));
+    assert!(dropped.is_empty());
+    let replays = l.take_replays();
+    assert_eq!(replays[0].log, log, "the bundle replays under its name");
+    assert_eq!(l.log_for(r(10, 19)), log, "so does the recorded cut");
+    assert_eq!(
+        l.open(r(10, 19)),
+        "th3:kq3YZHEvRSm3n9hQzKVWhA;1:50-60+3:20-29,19"
+    );
+    assert_eq!(l.log_for(r(30, 39)), LogId::legacy(), "a new cut is legacy");
+    assert_eq!(
+        l.open(r(30, 39)),
+        "th3:kq3YZHEvRSm3n9hQzKVWhA;1:50-60+3:20-29,19,L39",
+        "named while named entries are in flight, the legacy ones marked"
+    );
+    assert!(!l.ack(r(30, 39)));
+    assert!(l.ack(r(10, 19)));
+    assert_eq!(
+        l.current_commit().1,
+        "th3:kq3YZHEvRSm3n9hQzKVWhA;1:50-60+3:20-29,L39",
+        "the named bundle is still in flight (and the batch behind it)"
+    );
+    assert!(l.writes_named());
+    assert!(l.ack(r(20, 29)));
+    assert!(!l.writes_named());
+    let (committed, intent) = l.current_commit();
+    assert_eq!(committed, 40);
+    assert_eq!(intent, "th1:", "nothing named left: the old format");
 }

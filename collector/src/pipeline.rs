@@ -15,7 +15,7 @@ use tokio::sync::{Semaphore, mpsc};
 
 use crate::batch::CutPolicy;
 use crate::budget::Budget;
-use crate::config::Config;
+use crate::config::{CommitFormat, Config};
 use crate::http::Health;
 use crate::insert::breaker::RejectBreaker;
 use crate::insert::sink::Sink;
@@ -178,6 +178,7 @@ fn source_config(cfg: &Config, dead_letters: bool) -> SourceConfig {
             keep_skipped_payloads: dead_letters,
             bundle: cfg.batch.bundle,
         },
+        write_legacy: k.commit_format == CommitFormat::Th2,
         // Leave a little of the shutdown deadline for the final commit and exit.
         drain_deadline: Duration::from_millis(cfg.shutdown_deadline_ms).mul_f64(0.8),
     }

@@ -26,7 +26,8 @@ committed offsets read from Kafka itself (lag 0), not from the collector's metri
   (`max_records`/`max_bytes`/`linger_ms`) under load on one group: start new, SIGTERM old.
 - `rolling_upgrade` (issue 41): the previous release (`previous.py`, `th2:` metadata and tokens
   that do not name the log) and this one in one group under load: an upgrade one pod at a time
-  (the first old one SIGTERM'd, the second kill -9'd), then a rollback (SIGTERM each).
+  (the first old one SIGTERM'd, the second kill -9'd), then the staged rollback: the new
+  release rolled to `kafka.commit_format: th2`, then the old release rolled in (SIGTERM each).
 """
 
 import random
@@ -41,6 +42,7 @@ from stack import Kafka
 from world import CONFIGS
 
 SMALL = str(CONFIGS / "small-batches.yaml")
+SMALL_TH2 = str(CONFIGS / "small-batches-th2.yaml")
 LARGE = str(CONFIGS / "large-batches.yaml")
 LONG_LINGER = str(CONFIGS / "long-linger.yaml")
 DEAD_LETTER = str(CONFIGS / "dead-letter-limits.yaml")
@@ -351,42 +353,75 @@ def batch_size_rollout(ctx, w):
 
 # ------------------------------------------------------------------ h. old and new binaries in one group
 
+def held(w):
+    """Partitions the world's group holds now, as Kafka says."""
+    k = Kafka(w.brokers)
+    try:
+        return k.assigned_partitions(w.group)
+    finally:
+        k.close()
+
+
 def rolling_upgrade(ctx, w):
     """An upgrade from the previous release and a rollback to it, one pod at a time, under
-    load: each step starts the replacement, then stops the pod it replaces 2 s later. Up: the
-    new collector reads the old one's `th2:` cuts and replays them under their old tokens, so
-    even a kill -9 of an old pod loses and duplicates nothing. Down (a rollback) by SIGTERM:
-    the new pod drains and commits before it exits, so the old one, which cannot read `th3:`
-    cuts, has nothing in flight to cut anew."""
+    load: each step starts the replacement, then stops the pod it replaces 2 s later.
+
+    Up: the new collector reads the old one's `th2:` cuts and replays them under their old
+    tokens, so even a kill -9 of an old pod loses and duplicates nothing. Down, staged as
+    docs/upgrade.md says: first the new release rolled to `kafka.commit_format: th2`, which
+    finishes the cuts it named and writes new ones as the old release does; then the old
+    release rolled in. A partition handed to the old one then carries only cuts it reads."""
     from previous import previous_collector
     old = previous_collector()
     rate, hold, parts, overlap = 3000, ctx.p["rollout_hold_s"], 8, 2.0
-    steps = [("new", "term"), ("new", "kill"), ("old", "term"), ("old", "term")]
-    spans = int(rate * hold * (len(steps) + 1.5))
+    # (binary, config, how the replaced pod stops)
+    steps = [("new", SMALL, "term"), ("new", SMALL, "kill"),
+             ("new", SMALL_TH2, "term"), ("new", SMALL_TH2, "term"),
+             ("old", SMALL, "term"), ("old", SMALL, "term")]
+    # Load through the whole rollout: the holds, and the group settling after each step
+    # (after a kill -9, up to the session timeout).
+    spans = int(rate * (hold * (len(steps) + 1.5) + 60))
     prod = w.produce_bg(w.gen("load"), spans, partitions=parts, rate=rate)
     live = [w.start_collector("--config", SMALL, binary=old),
             w.start_collector("--config", SMALL, binary=old)]
     w.wait_rows(1, 120)
-    exits, done = [], []
-    for i, (to, how) in enumerate(steps):
+    exits, done, staged_s = [], [], None
+    for i, (to, cfg, how) in enumerate(steps):
         time.sleep(hold)
         slot = i % 2
-        new = w.start_collector("--config", SMALL, binary=old if to == "old" else None)
+        new = w.start_collector("--config", cfg, binary=old if to == "old" else None)
         time.sleep(overlap)
         if how == "kill":
             live[slot].kill9()
         else:
             exits.append(live[slot].stop(grace=20))
         live[slot] = new
-        done.append(f"{to}/{how}")
-        say(f"{w.case}: pod {slot} -> {to} ({how} of the one it replaced)")
+        label = f"{to}{'/th2' if cfg == SMALL_TH2 else ''}/{how}"
+        done.append(label)
+        # As a rollout waits for readiness, wait for the group to settle: every partition
+        # held again (a kill -9'd member blocks the group until its session times out).
+        wait_for(f"the group of two holding all {parts} partitions",
+                 lambda: w.group_members() == (2, "ConsumerGroupState.STABLE") and held(w) == parts,
+                 ctx.p["catch_up_s"], 0.5)
+        say(f"{w.case}: pod {slot} -> {label}")
+        if i + 1 < len(steps) and steps[i + 1][0] == "old" and to == "new":
+            # The staged rollback's check before the older release rolls in: every
+            # partition's commit metadata in a format it reads (docs/upgrade.md).
+            t_th2 = time.monotonic()
+            # (the collectors' gauge: confluent-kafka cannot read a metadata string back.)
+            wait_for("every collector's commit metadata in the th1/th2 format",
+                     lambda: sum(c.metric("tracehouse_assigned_partitions") for c in live) == parts
+                     and all(c.metric("tracehouse_commit_metadata_named_partitions") == 0
+                             for c in live),
+                     ctx.p["catch_up_s"], 0.5)
+            staged_s = round(time.monotonic() - t_th2, 1)
     w.wait_produced(prod)
     t0 = time.monotonic()
     w.wait_rows(spans, ctx.p["catch_up_s"])
     recover = time.monotonic() - t0
     time.sleep(5)
     f, rep = figures(w, recover, steps=done, hold_s=hold, stop_exit_codes=exits,
-                     previous_release=Path(old).parent.parent.name)
+                     th2_metadata_after_s=staged_s, previous_release=Path(old).parent.parent.name)
     exact(f, rep)
     check(f, all(code == 0 for code in exits), f"a replaced collector exited with {exits}")
     return f
@@ -404,7 +439,7 @@ CASES = {
     "sigterm_broker_down": (sigterm_broker_down, "SIGTERM while the broker is down, then a new collector"),
     "batch_size_rollout": (batch_size_rollout, "batch settings rolled out under load (start new, SIGTERM old)"),
     "rolling_upgrade": (rolling_upgrade,
-                        "the previous release and this one in one group: upgrade (SIGTERM, kill -9), rollback"),
+                        "the previous release and this one in one group: upgrade (SIGTERM, kill -9), staged rollback"),
 }
 
 # Cases that run on the runner's private Kafka (they stop it).

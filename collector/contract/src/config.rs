@@ -41,6 +41,30 @@ pub struct KafkaConfig {
     /// so); the default fits Kafka's default `max.message.bytes`. See the collector's `insert/dead_letter.rs`.
     #[serde(skip_serializing_if = "is_default_dead_letter_max_bytes")]
     pub dead_letter_max_bytes: usize,
+    /// The format of the batch cuts recorded in the commit metadata (docs/upgrade.md): `th3`
+    /// names the topic's log (KIP-516 topic id) in every cut and token; `th2` writes what
+    /// collectors from before `th3` read, for a rollout or a rollback across that change,
+    /// so a partition handed to such a collector is taken over exactly.
+    #[serde(skip_serializing_if = "CommitFormat::is_default")]
+    pub commit_format: CommitFormat,
+}
+
+/// `kafka.commit_format`: how batch cuts are recorded and named.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CommitFormat {
+    /// Cuts and tokens name the topic's log (`th3:<topic id>;`).
+    #[default]
+    Th3,
+    /// Cuts and tokens as before logs had names (`th1:`/`th2:`): what an older collector
+    /// reads. Cuts recorded as `th3` still replay under their names until acknowledged.
+    Th2,
+}
+
+impl CommitFormat {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// The default of `kafka.dead_letter_max_bytes`: under Kafka's default `max.message.bytes`
@@ -236,6 +260,7 @@ impl Default for KafkaConfig {
             properties: Default::default(),
             dead_letter_topic: None,
             dead_letter_max_bytes: DEFAULT_DEAD_LETTER_MAX_BYTES,
+            commit_format: CommitFormat::default(),
         }
     }
 }

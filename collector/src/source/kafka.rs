@@ -415,6 +415,7 @@ impl SourceLoop {
             first_seen,
             log: &log,
             trust_unnamed,
+            write_legacy: self.cfg.write_legacy,
         };
         logs::read_ledger(&self.consumer, &at, &self.metrics)
     }
@@ -451,6 +452,9 @@ impl SourceLoop {
         self.metrics
             .linger_seconds
             .set(machine.current_linger().as_secs_f64());
+        self.metrics
+            .commit_metadata_named
+            .set(machine.named_while_legacy() as i64);
         for lag in machine.lag() {
             let l = context::labels(lag.partition);
             if let (Some(committed), Some(high)) = (lag.committed, hw.get(lag.partition)) {

@@ -102,6 +102,7 @@ pub(super) struct LedgerAt<'a> {
     /// The log the topic names now.
     pub(super) log: &'a LogId,
     pub(super) trust_unnamed: bool,
+    pub(super) write_legacy: bool,
 }
 
 /// Read the committed offset and the previous owner's recorded cuts for a partition,
@@ -147,6 +148,7 @@ pub(super) fn read_ledger<C: ConsumerContext>(
         first_seen,
         high,
         trust_unnamed: at.trust_unnamed,
+        write_legacy: at.write_legacy,
     };
     let (ledger, dropped) =
         PartitionLedger::load(committed.as_ref().map(|(o, m)| (*o, m.as_str())), &view);

@@ -596,6 +596,16 @@ impl Machine {
         self.close_together(&due, out);
     }
 
+    /// Held partitions whose commit metadata names the log (`th3:`) although new cuts are
+    /// legacy (`kafka.commit_format: th2`): 0 once an older collector may take them over.
+    pub fn named_while_legacy(&self) -> usize {
+        self.partitions
+            .iter()
+            .filter_map(|p| p.ledger.as_ref())
+            .filter(|l| l.writes().is_legacy() && l.writes_named())
+            .count()
+    }
+
     /// The linger timer's length now ([`Linger`]).
     pub fn current_linger(&self) -> Duration {
         self.linger.current()

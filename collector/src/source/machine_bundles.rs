@@ -124,13 +124,13 @@ impl Machine {
         let log = self.partitions[members[0].0]
             .ledger
             .as_ref()
-            .map(|l| l.log().clone())
+            .map(|l| l.writes().clone())
             .unwrap_or_default();
         let (members, others): (Vec<_>, Vec<_>) = members.into_iter().partition(|(i, _)| {
             self.partitions[*i]
                 .ledger
                 .as_ref()
-                .is_some_and(|l| *l.log() == log)
+                .is_some_and(|l| *l.writes() == log)
         });
         for (i, batch) in others {
             out.push(self.partitions[i].send(batch, true));

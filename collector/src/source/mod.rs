@@ -58,6 +58,8 @@ pub struct SourceConfig {
     pub replayer: ClientConfig,
     pub topics: Vec<String>,
     pub machine: MachineConfig,
+    /// New cuts named in the legacy log (`kafka.commit_format: th2`; `offsets.rs` rule 5).
+    pub write_legacy: bool,
     /// How long shutdown may wait for in-flight batches before giving up on them.
     pub drain_deadline: Duration,
 }

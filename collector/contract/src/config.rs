@@ -51,6 +51,7 @@ pub struct KafkaConfig {
 
 /// `kafka.commit_format`: how batch cuts are recorded and named.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum CommitFormat {
     /// Cuts and tokens name the topic's log (`th3:<topic id>;`).
@@ -62,7 +63,7 @@ pub enum CommitFormat {
 }
 
 impl CommitFormat {
-    fn is_default(&self) -> bool {
+    pub fn is_default(&self) -> bool {
         *self == Self::default()
     }
 }

@@ -34,6 +34,7 @@ pub fn collector_config(tp: &TracePipeline) -> Result<collector::Config, BuildEr
     cfg.kafka.group_id = tp.consumer_group();
     cfg.kafka.encoding = s.kafka.encoding;
     cfg.kafka.dead_letter_topic = s.kafka.dead_letter_topic.clone();
+    cfg.kafka.commit_format = s.kafka.commit_format;
     cfg.kafka.properties = s.kafka.properties.clone();
     cfg.kafka.properties.extend(kafka_security_properties(
         s.kafka.tls.as_ref(),
@@ -86,6 +87,7 @@ fn spec_field(collector_field: &str) -> &'static str {
         "kafka.brokers" => "spec.kafka.bootstrapServers",
         "kafka.topics" => "spec.kafka.topics",
         "kafka.dead_letter_topic" => "spec.kafka.deadLetterTopic",
+        "kafka.commit_format" => "spec.kafka.commitFormat",
         "kafka.group_id" => "spec.kafka.consumerGroup",
         "kafka.properties" => "spec.kafka.properties",
         "clickhouse.url" => "spec.clickhouse.endpoint",
@@ -143,6 +145,23 @@ mod tests {
         assert_eq!(cfg.clickhouse.compression, crate::crd::Compression::None);
         let yaml = tracehouse_contract::yaml::to_string(&cfg).unwrap();
         assert!(yaml.contains("compression: none"), "{yaml}");
+        assert_ne!(config_hash(&yaml), config_hash(&default));
+    }
+
+    /// The staged rollback's first step: `th2` reaches the collector (a rollout: the hash
+    /// changes); the default leaves the rendered config as older collectors knew it.
+    #[test]
+    fn commit_format_reaches_the_collector_and_the_default_leaves_the_config_as_it_was() {
+        use tracehouse_contract::config::CommitFormat;
+        let default =
+            tracehouse_contract::yaml::to_string(&collector_config(&sample()).unwrap()).unwrap();
+        assert!(!default.contains("commit_format"), "{default}");
+        let mut tp = sample();
+        tp.spec.kafka.commit_format = CommitFormat::Th2;
+        let cfg = collector_config(&tp).unwrap();
+        assert_eq!(cfg.kafka.commit_format, CommitFormat::Th2);
+        let yaml = tracehouse_contract::yaml::to_string(&cfg).unwrap();
+        assert!(yaml.contains("commit_format: th2"), "{yaml}");
         assert_ne!(config_hash(&yaml), config_hash(&default));
     }
 

@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::*;
+use tracehouse_contract::config::CommitFormat;
 
 /// The Kafka side: brokers, topics, consumer group and record encoding.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -59,6 +60,13 @@ pub struct KafkaSpec {
         "message": "spec.kafka.properties must not set group.id, bootstrap.servers, enable.auto.commit, enable.auto.offset.store, security.protocol, sasl.* or ssl.*: use spec.kafka.consumerGroup, spec.kafka.bootstrapServers, spec.kafka.tls and spec.kafka.sasl"
     }]))]
     pub properties: BTreeMap<String, String>,
+    /// How the collectors record batch cuts in the group's commit metadata
+    /// (docs/upgrade.md): `th3` (default) names the topic's log in every cut and token;
+    /// `th2` writes what collectors from before th3 read. Set `th2`, wait until
+    /// `tracehouse_commit_metadata_named_partitions` is 0 on every gateway pod, and only then
+    /// roll back to such a release: it then takes every partition over exactly.
+    #[serde(default, skip_serializing_if = "CommitFormat::is_default")]
+    pub commit_format: CommitFormat,
     /// TLS to the brokers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,

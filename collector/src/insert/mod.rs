@@ -518,4 +518,6 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
 }
 
 #[cfg(test)]
+mod bundle_tests;
+#[cfg(test)]
 mod tests;

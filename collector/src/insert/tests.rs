@@ -16,19 +16,19 @@ use crate::workers::testing::CountingEncoder;
 /// ClickHouse as the tests need it: refuses for good any body holding the line `refuse`,
 /// fails the first `transient` attempts as busy, and keeps the lines it accepted.
 #[derive(Default)]
-struct FakeClickHouse {
-    refuse: Option<&'static str>,
+pub(super) struct FakeClickHouse {
+    pub(super) refuse: Option<&'static str>,
     /// Refuse `refuse` with this code and message instead of 53 (type mismatch).
-    refuse_with: Option<(u32, &'static str)>,
+    pub(super) refuse_with: Option<(u32, &'static str)>,
     /// Refuse every body (a configuration problem) while set.
-    refuse_all: AtomicBool,
-    transient: AtomicUsize,
+    pub(super) refuse_all: AtomicBool,
+    pub(super) transient: AtomicUsize,
     /// A proxy in front: bodies over this many bytes get HTTP 413 without a ClickHouse code.
-    max_body: Option<usize>,
+    pub(super) max_body: Option<usize>,
     /// Token of every attempt, in order.
-    attempts: Mutex<Vec<String>>,
+    pub(super) attempts: Mutex<Vec<String>>,
     /// (token, lines) of every accepted insert.
-    accepted: Mutex<Vec<(String, Vec<String>)>>,
+    pub(super) accepted: Mutex<Vec<(String, Vec<String>)>>,
 }
 
 impl Inserter for FakeClickHouse {
@@ -80,7 +80,7 @@ impl Inserter for FakeClickHouse {
 }
 
 impl FakeClickHouse {
-    fn landed(&self) -> Vec<String> {
+    pub(super) fn landed(&self) -> Vec<String> {
         let mut all: Vec<String> = self
             .accepted
             .lock()
@@ -91,7 +91,7 @@ impl FakeClickHouse {
         all.sort();
         all
     }
-    fn tokens(&self) -> Vec<String> {
+    pub(super) fn tokens(&self) -> Vec<String> {
         let accepted = self.accepted.lock().unwrap();
         accepted.iter().map(|(t, _)| t.clone()).collect()
     }
@@ -101,11 +101,11 @@ impl FakeClickHouse {
 /// `failing` refuses every record for a while (transient), `max_bytes` refuses larger
 /// copies for good (a topic's `max.message.bytes`).
 #[derive(Default)]
-struct FakeDeadLetters {
-    failing: AtomicBool,
-    max_bytes: Option<usize>,
-    refuse_everything: bool,
-    parked: Mutex<Vec<(i64, SkipReason, String, usize)>>,
+pub(super) struct FakeDeadLetters {
+    pub(super) failing: AtomicBool,
+    pub(super) max_bytes: Option<usize>,
+    pub(super) refuse_everything: bool,
+    pub(super) parked: Mutex<Vec<(i64, SkipReason, String, usize)>>,
 }
 
 impl DeadLetterSink for FakeDeadLetters {
@@ -149,11 +149,11 @@ impl<T: DeadLetterSink> DeadLetterSink for Arc<T> {
     }
 }
 
-fn factory() -> EncoderFactory {
+pub(super) fn factory() -> EncoderFactory {
     Arc::new(|| Box::new(CountingEncoder::default()) as Box<dyn RecordEncoder>)
 }
 
-fn stage(
+pub(super) fn stage(
     ch: &Arc<FakeClickHouse>,
     dlq: Option<&Arc<FakeDeadLetters>>,
 ) -> (Stage, crossbeam_channel::Receiver<Ack>) {
@@ -178,7 +178,7 @@ fn stage(
 }
 
 /// A batch of partition 0 from offset 100, one record per payload, encoded whole.
-fn encoded(payloads: &[&[u8]]) -> Encoded {
+pub(super) fn encoded(payloads: &[&[u8]]) -> Encoded {
     let mut b = BatchBuilder::new("spans".into(), 0, 1);
     for (i, p) in payloads.iter().enumerate() {
         b.push(100 + i as i64, 0, p);
@@ -188,7 +188,7 @@ fn encoded(payloads: &[&[u8]]) -> Encoded {
     workers::encode_slice(&mut enc, &batch, 0..payloads.len())
 }
 
-fn reason(stage: &Stage, family: &str, reason: &'static str) -> u64 {
+pub(super) fn reason(stage: &Stage, family: &str, reason: &'static str) -> u64 {
     let labels = ReasonLabels { reason };
     match family {
         "skipped" => stage.metrics.records_skipped.get_or_create(&labels).get(),
@@ -366,7 +366,7 @@ async fn rows_in_but_dead_letters_unparked_at_shutdown_leave_the_batch_unacknowl
 
 /// Runs `insert_batch` to its end, or fails the test when it does not end in 5 s (the
 /// stalls these tests guard against never end).
-async fn finishes(stage: &Stage, e: Encoded) {
+pub(super) async fn finishes(stage: &Stage, e: Encoded) {
     tokio::time::timeout(Duration::from_secs(5), stage.insert_batch(e))
         .await
         .expect("the batch ends: a deterministic failure must not stall its partition");
@@ -541,155 +541,4 @@ async fn refusals_of_too_many_partitions_never_open_the_breaker() {
     }
     assert_eq!(reason(&stage, "skipped", "rejected"), 5);
     assert_eq!(acks.try_iter().count(), 5);
-}
-
-// --- bundles (rule 6)
-
-/// A bundle of partitions 0 and 1 (generation 1), one record per payload each.
-fn bundled(p0: &[&[u8]], p1: &[&[u8]]) -> workers::EncodedBundle {
-    let batch = |partition: i32, payloads: &[&[u8]]| {
-        let mut b = BatchBuilder::new("spans".into(), partition, 1);
-        for (i, p) in payloads.iter().enumerate() {
-            b.push(100 + i as i64, 0, p);
-        }
-        b.take().unwrap()
-    };
-    let batches = vec![batch(0, p0), batch(1, p1)];
-    let desc = Arc::new(crate::bundle::BundleDesc {
-        topic: "spans".into(),
-        log: crate::batch::LogId::legacy(),
-        members: batches.iter().map(|b| (b.partition, b.range)).collect(),
-    });
-    let mut enc = CountingEncoder::default();
-    workers::encode_bundle(&mut enc, crate::bundle::Bundle { desc, batches })
-}
-
-#[tokio::test]
-async fn a_bundle_is_one_insert_under_its_token_and_each_member_is_acknowledged() {
-    let ch = Arc::new(FakeClickHouse {
-        transient: AtomicUsize::new(1),
-        ..Default::default()
-    });
-    let (stage, acks) = stage(&ch, None);
-    let b = bundled(&[b"1", b"2"], &[b"3"]);
-    let token = b.desc.token();
-    stage.insert_bundle(b).await;
-    assert_eq!(ch.tokens(), vec![token.clone()], "one insert");
-    assert_eq!(*ch.attempts.lock().unwrap(), vec![token.clone(), token]);
-    assert_eq!(ch.landed(), ["1", "2", "3"]);
-    let mut acked: Vec<i32> = acks.try_iter().map(|a| a.partition.partition).collect();
-    acked.sort();
-    assert_eq!(acked, vec![0, 1]);
-    assert_eq!(stage.metrics.inserts.get(), 1);
-}
-
-#[tokio::test]
-async fn a_refused_bundle_goes_out_one_batch_at_a_time_under_their_own_tokens() {
-    let ch = Arc::new(FakeClickHouse {
-        refuse: Some("13"),
-        ..Default::default()
-    });
-    let (stage, acks) = stage(&ch, None);
-    stage
-        .insert_bundle(bundled(&[b"1", b"2"], &[b"13", b"4"]))
-        .await;
-    assert_eq!(ch.landed(), ["1", "2", "4"]);
-    assert_eq!(
-        ch.tokens(),
-        ["spans-0-100-101", "spans-1-101-101"],
-        "partition 0 whole, then partition 1 bisected"
-    );
-    assert_eq!(acks.try_iter().count(), 2);
-    assert_eq!(reason(&stage, "skipped", "rejected"), 1);
-}
-
-#[tokio::test]
-async fn only_the_members_held_are_acknowledged_and_a_bundle_nobody_holds_stops() {
-    let ch = Arc::new(FakeClickHouse::default());
-    let (mut stage, acks) = stage(&ch, None);
-    let holdings = Holdings::new();
-    holdings.publish([(crate::source::PartitionId::new("spans", 1), 1)]);
-    stage.holdings = holdings.clone();
-    stage.insert_bundle(bundled(&[b"1"], &[b"2"])).await;
-    assert_eq!(ch.landed(), ["1", "2"], "the bundle goes in whole");
-    let acked: Vec<i32> = acks.try_iter().map(|a| a.partition.partition).collect();
-    assert_eq!(
-        acked,
-        vec![1],
-        "partition 0's owner acknowledges its own replay"
-    );
-
-    holdings.publish([]);
-    stage.insert_bundle(bundled(&[b"5"], &[b"6"])).await;
-    assert_eq!(ch.landed(), ["1", "2"], "nobody holds it: not inserted");
-    assert_eq!(reason(&stage, "dropped", "revoked"), 2);
-}
-
-/// Issue 41, finding 4: a proxy's 413 used to be a transport error, retried forever.
-#[tokio::test]
-async fn a_proxy_s_413_splits_the_insert_until_the_bodies_pass_and_nothing_is_skipped() {
-    let ch = Arc::new(FakeClickHouse {
-        max_body: Some(7),
-        ..Default::default()
-    });
-    let (stage, acks) = stage(&ch, None);
-    stage
-        .insert_batch(encoded(&[b"1", b"2", b"3", b"4", b"5", b"6", b"7", b"8"]))
-        .await;
-    assert_eq!(ch.landed(), ["1", "2", "3", "4", "5", "6", "7", "8"]);
-    assert_eq!(
-        ch.tokens(),
-        [
-            "spans-0-100-101",
-            "spans-0-102-103",
-            "spans-0-104-105",
-            "spans-0-106-107"
-        ],
-        "each body under its own range's token"
-    );
-    assert!(acks.try_recv().is_ok());
-    assert_eq!(reason(&stage, "skipped", "rejected"), 0);
-    assert_eq!(reason(&stage, "splits", "body_too_large"), 3);
-    assert_eq!(
-        reason(&stage, "retries", "body_too_large"),
-        0,
-        "never retried whole"
-    );
-}
-
-#[tokio::test]
-async fn a_body_over_max_body_bytes_is_split_before_it_is_sent() {
-    let ch = Arc::new(FakeClickHouse::default());
-    let (mut stage, acks) = stage(&ch, None);
-    stage.max_body_bytes = 7;
-    stage
-        .insert_batch(encoded(&[b"1", b"2", b"3", b"4", b"5", b"6", b"7", b"8"]))
-        .await;
-    assert_eq!(ch.landed().len(), 8);
-    assert_eq!(
-        ch.attempts.lock().unwrap().len(),
-        4,
-        "only bodies within the limit went out"
-    );
-    assert!(acks.try_recv().is_ok());
-    assert_eq!(reason(&stage, "splits", "max_body_bytes"), 3);
-}
-
-#[tokio::test]
-async fn one_record_too_large_for_the_proxy_is_dead_lettered_without_opening_the_breaker() {
-    let ch = Arc::new(FakeClickHouse {
-        max_body: Some(7),
-        ..Default::default()
-    });
-    let dlq = Arc::new(FakeDeadLetters::default());
-    let (stage, acks) = stage(&ch, Some(&dlq));
-    stage
-        .insert_batch(encoded(&[b"1", b"1234567890123456"]))
-        .await;
-    assert_eq!(ch.landed(), ["1"]);
-    let parked = dlq.parked.lock().unwrap().clone();
-    assert_eq!((parked[0].0, parked[0].1), (101, SkipReason::Rejected));
-    assert!(parked[0].2.contains("HTTP 413"), "{}", parked[0].2);
-    assert!(acks.try_recv().is_ok());
-    assert_eq!(stage.metrics.reject_breaker_open.get(), 0);
 }

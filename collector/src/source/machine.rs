@@ -43,7 +43,8 @@
 //!
 //! Why one file of ~620 lines: every handler below reads and changes the same private
 //! partition table under the numbered rules above, and they are checked against each other
-//! when read together; what could leave did (bundling: `machine_bundles.rs`; the budget:
+//! when read together; what could leave did (bundling: `machine_bundles.rs`; the linger timer:
+//! `machine_linger.rs`; the budget:
 //! `machine_budget.rs`; the acknowledgement ledger: `unsent.rs`; the tests:
 //! `machine_tests.rs`, `machine_budget_tests.rs`, `machine_bundle_tests.rs`).
 
@@ -288,26 +289,6 @@ pub fn push_record(builder: &mut BatchBuilder, r: &Record<'_>, cfg: &MachineConf
                 payload: None,
             },
         ),
-    }
-}
-
-/// Whether the linger timer closes `builder`'s open batch at `now`; `recorded_cut` is the
-/// cut it replays. A batch that replays a recorded cut waits for the records up to it (the
-/// previous owner read them, so they arrive) for up to [`REPLAY_LINGER`].
-fn linger_due(
-    builder: &BatchBuilder,
-    recorded_cut: Option<i64>,
-    linger: Duration,
-    now: Instant,
-) -> bool {
-    let Some(opened) = builder.opened_at() else {
-        return false;
-    };
-    let age = now.saturating_duration_since(opened);
-    if recorded_cut.is_some() {
-        age >= REPLAY_LINGER.max(linger)
-    } else {
-        age >= linger
     }
 }
 
@@ -559,43 +540,6 @@ impl Machine {
         }
     }
 
-    /// Close batches that have lingered long enough ([`linger_due`]). With bundling, one
-    /// partition's due batch closes every partition's open batch with it (rule 6).
-    pub fn linger(&mut self, now: Instant, out: &mut Vec<Command>) {
-        let linger = self.linger.current();
-        let mut due = Vec::new();
-        for (i, p) in self.partitions.iter_mut().enumerate() {
-            let cut = p.recorded_cut();
-            if !linger_due(&p.builder, cut, linger, now) {
-                continue;
-            }
-            let Some(end) = cut else {
-                due.push(i);
-                continue;
-            };
-            tracing::warn!(
-                topic = %p.id.topic,
-                partition = p.id.partition,
-                recorded_cut = end,
-                "a replayed batch did not reach its recorded cut in {REPLAY_LINGER:?}; \
-                 closing it early, its rows may be inserted twice"
-            );
-            out.extend(p.close(true));
-        }
-        if due.is_empty() {
-            return;
-        }
-        if self.cfg.bundle {
-            due = (0..self.partitions.len()).collect();
-        }
-        let bytes = due
-            .iter()
-            .map(|&i| self.partitions[i].builder.held().0)
-            .sum();
-        self.linger.cut(bytes);
-        self.close_together(&due, out);
-    }
-
     /// Held partitions whose commit metadata names the log (`th3:`) although new cuts are
     /// legacy (`kafka.commit_format: th2`): 0 once an older collector may take them over.
     pub fn named_while_legacy(&self) -> usize {
@@ -604,11 +548,6 @@ impl Machine {
             .filter_map(|p| p.ledger.as_ref())
             .filter(|l| l.writes().is_legacy() && l.writes_named())
             .count()
-    }
-
-    /// The linger timer's length now ([`Linger`]).
-    pub fn current_linger(&self) -> Duration {
-        self.linger.current()
     }
 
     /// Shutdown begins: send what is open, durably (rule 3: a shutdown cut is a time cut);
@@ -694,6 +633,9 @@ impl Machine {
 /// What a spent in-flight budget does: hold intake, then pause.
 #[path = "machine_budget.rs"]
 mod budget;
+
+#[path = "machine_linger.rs"]
+mod linger_timer;
 
 /// Rule 6: how time cuts are bundled (and a refused bundle dissolved).
 #[path = "machine_bundles.rs"]

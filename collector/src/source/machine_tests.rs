@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use super::linger_timer::linger_due;
 use super::*;
 use crate::batch::BatchRange;
 

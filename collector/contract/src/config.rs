@@ -221,7 +221,8 @@ pub struct LimitsConfig {
     pub max_inflight_bytes: usize,
     /// Larger records are skipped as oversized (and dead-lettered when configured).
     pub max_record_bytes: usize,
-    /// Threads decoding and encoding batches (0: one per core).
+    /// Threads decoding and encoding batches (0: one per CPU the cgroup quota allows, else
+    /// one per core; the collector's `cpu_quota.rs`).
     pub encode_threads: usize,
     /// A record whose rows take more than this many (uncompressed) bytes is skipped as
     /// `expanded`: every span row repeats its resource's attributes, so a small record can

@@ -16,7 +16,7 @@ use tracehouse_operator::defaults::CollectorDefaults;
 use tracehouse_operator::leader::{Ended, LeaderElector, LeaseConfig};
 use tracehouse_operator::listen;
 use tracehouse_operator::metrics::{self, Metrics};
-use tracehouse_operator::reconcile::{self, Context, Settings};
+use tracehouse_operator::reconcile::{self, Context, Settings, Watch};
 use tracehouse_operator::{FIELD_MANAGER, crd};
 
 /// Reconciles TracePipeline resources into schema migrations and a gateway collector fleet.
@@ -65,7 +65,12 @@ struct RunArgs {
     /// This replica's identity in the Lease and in Events (default: host name and pid).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
-    /// Watch only this namespace (default: all namespaces).
+    /// Namespaced mode: watch TracePipelines and the objects they own only in these
+    /// namespaces (comma-separated or repeated); with neither this nor --namespace, every
+    /// namespace.
+    #[arg(long, env = "TRACEHOUSE_OPERATOR_NAMESPACES", value_delimiter = ',')]
+    namespaces: Vec<String>,
+    /// One more namespace to watch (the older one-namespace flag; added to --namespaces).
     #[arg(long, env = "TRACEHOUSE_OPERATOR_NAMESPACE")]
     namespace: Option<String>,
     /// Requeue period of a healthy pipeline: how soon a partition increase is noticed.
@@ -151,7 +156,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("cannot configure the Kubernetes client (KUBECONFIG or in-cluster)")?;
-    reconcile::check_crd(&client).await?;
+    let watch = Watch::from_names(args.namespaces.iter().chain(&args.namespace));
+    reconcile::check_crd(&client, &watch).await?;
 
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::new(&mut registry));
@@ -176,7 +182,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
     )?);
     tracing::info!(
-        %identity, namespace = args.namespace.as_deref().unwrap_or("<all>"),
+        %identity, namespaces = %watch,
         "starting {FIELD_MANAGER} {}", env!("CARGO_PKG_VERSION")
     );
 
@@ -190,7 +196,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             tracing::info!("leading: reconciling");
             metrics.leader.set(1);
             let stop = shutdown.child_token();
-            let controller = tokio::spawn(reconcile::run(ctx, args.namespace, stop.clone()));
+            let controller = tokio::spawn(reconcile::run(ctx, watch, stop.clone()));
             let ended = elector.hold(&shutdown).await;
             stop.cancel();
             // In-flight reconciles finish (bounded) before the Lease is handed over.
@@ -217,7 +223,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             Ok(())
         }
     } else {
-        reconcile::run(ctx, args.namespace, shutdown.clone()).await;
+        reconcile::run(ctx, watch, shutdown.clone()).await;
         Ok(())
     };
     shutdown.cancel();

@@ -106,3 +106,10 @@ chart's appVersion), or repository@digest; global.imageRegistry, when set, is pr
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The namespaces the operator watches, as a list: watchNamespaces, plus watchNamespace (the
+older one-namespace value, a one-element shorthand), without repeats; empty: the whole cluster. */}}
+{{- define "tracehouse.watchNamespaces" -}}
+{{- $all := concat (.Values.watchNamespaces | default list) (compact (list (.Values.watchNamespace | default ""))) -}}
+{{- toJson (uniq $all) -}}
+{{- end -}}

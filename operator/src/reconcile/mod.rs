@@ -268,34 +268,105 @@ async fn apply(tp: &TracePipeline, ctx: &Context) -> Result<Action, Error> {
     Ok(Action::requeue(requeue))
 }
 
-/// Fails fast when the CRD is not installed, instead of a watch that errors forever.
-pub async fn check_crd(client: &Client) -> anyhow::Result<()> {
-    let api: Api<TracePipeline> = Api::all(client.clone());
-    api.list(&ListParams::default().limit(1))
-        .await
-        .map(|_| ())
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot list TracePipelines ({e}): is the CRD installed? \
-                 `kubectl apply --server-side -f crds/tracepipelines.yaml`"
-            )
-        })
+/// The namespaces the controller watches: every namespace, or only the listed ones
+/// (namespaced mode, where the operator's RBAC is a Role in each and nothing cluster-wide).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Watch {
+    Cluster,
+    Namespaces(Vec<String>),
 }
 
-/// Runs the controller until `shutdown` is cancelled. `namespace` limits it to one
-/// namespace; `None` watches the whole cluster.
-pub async fn run(ctx: Arc<Context>, namespace: Option<String>, shutdown: CancellationToken) {
-    let client = ctx.client.clone();
-    fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
+impl Watch {
+    /// From the operator's flags: the names given (empty and repeated ones dropped, order
+    /// kept); none at all watches the whole cluster.
+    pub fn from_names<I, S>(names: I) -> Self
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
     {
-        match ns {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
+        let mut list: Vec<String> = Vec::new();
+        for name in names {
+            let name = name.as_ref().trim();
+            if !name.is_empty() && !list.iter().any(|n| n == name) {
+                list.push(name.to_owned());
+            }
+        }
+        if list.is_empty() {
+            Self::Cluster
+        } else {
+            Self::Namespaces(list)
         }
     }
+
+    /// `None` for the whole cluster, else each watched namespace.
+    fn scopes(&self) -> Vec<Option<&str>> {
+        match self {
+            Self::Cluster => vec![None],
+            Self::Namespaces(list) => list.iter().map(|n| Some(n.as_str())).collect(),
+        }
+    }
+}
+
+impl std::fmt::Display for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Cluster => f.write_str("<all>"),
+            Self::Namespaces(list) => f.write_str(&list.join(",")),
+        }
+    }
+}
+
+fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Fails fast when the CRD is not installed (or a watched namespace cannot be read), instead
+/// of a watch that errors forever. Lists where the controller will watch, so namespaced mode
+/// needs no cluster-wide permission.
+pub async fn check_crd(client: &Client, watch: &Watch) -> anyhow::Result<()> {
+    for ns in watch.scopes() {
+        api::<TracePipeline>(client, ns)
+            .list(&ListParams::default().limit(1))
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot list TracePipelines in {} ({e}): is the CRD installed? \
+                     `kubectl apply --server-side -f crds/tracepipelines.yaml`; in namespaced \
+                     mode, does the namespace exist with the operator's Role bound in it?",
+                    ns.unwrap_or("every namespace")
+                )
+            })?;
+    }
+    Ok(())
+}
+
+/// Runs the controller until `shutdown` is cancelled, over the whole cluster or each watched
+/// namespace.
+///
+/// Namespaced mode runs one `Controller` per namespace, side by side, sharing the one
+/// [`Context`] (keys are `namespace/name`, so nothing they keep in it collides). Simpler than
+/// one `Controller::for_stream` over merged watcher streams, and correct where that is not:
+/// a reflector store fed by several watchers takes one watcher's re-list (`Init` … `InitDone`)
+/// for the whole store and would drop the other namespaces' objects from it.
+pub async fn run(ctx: Arc<Context>, watch: Watch, shutdown: CancellationToken) {
+    let controllers = watch
+        .scopes()
+        .into_iter()
+        .map(|ns| run_in(ctx.clone(), ns.map(str::to_owned), shutdown.clone()));
+    futures::future::join_all(controllers).await;
+}
+
+/// One controller over `namespace` (`None`: every namespace).
+async fn run_in(ctx: Arc<Context>, namespace: Option<String>, shutdown: CancellationToken) {
+    let client = ctx.client.clone();
     let ns = namespace.as_deref();
     // Only objects we manage are watched (and cached).
     let owned =
@@ -328,4 +399,24 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>, shutdown: Cancell
         }
     })
     .await;
+}
+
+#[cfg(test)]
+mod watch_tests {
+    use super::Watch;
+
+    #[test]
+    fn no_namespace_watches_the_cluster() {
+        assert_eq!(Watch::from_names(Vec::<String>::new()), Watch::Cluster);
+        assert_eq!(Watch::from_names(["", " "]), Watch::Cluster);
+        assert_eq!(Watch::Cluster.scopes(), vec![None]);
+    }
+
+    #[test]
+    fn listed_namespaces_are_watched_once_each_in_order() {
+        let w = Watch::from_names(["team-b", "team-a", "team-b", ""]);
+        assert_eq!(w, Watch::Namespaces(vec!["team-b".into(), "team-a".into()]));
+        assert_eq!(w.scopes(), vec![Some("team-b"), Some("team-a")]);
+        assert_eq!(w.to_string(), "team-b,team-a");
+    }
 }

@@ -318,6 +318,30 @@ def sigterm_broker_down(ctx, w):
 
 # ------------------------------------------------------------------ g. batch settings rolled out under load
 
+def replace(live, slot, start, how="term", overlap=2.0):
+    """One pod of a rolling update: `start()` the replacement, then stop the pod in `slot`
+    `overlap` s later, by SIGTERM (its exit code is returned) or kill -9 (None)."""
+    new = start()
+    time.sleep(overlap)
+    code = None
+    if how == "kill":
+        live[slot].kill9()
+    else:
+        code = live[slot].stop(grace=20)
+    live[slot] = new
+    return code
+
+
+def settled(ctx, w, prod, spans):
+    """Every produced span in the table: seconds from the end of production."""
+    w.wait_produced(prod)
+    t0 = time.monotonic()
+    w.wait_rows(spans, ctx.p["catch_up_s"])
+    recover = time.monotonic() - t0
+    time.sleep(5)
+    return recover
+
+
 def batch_size_rollout(ctx, w):
     rate, hold, rollouts = 3000, ctx.p["rollout_hold_s"], ctx.p["rollouts"]
     parts, overlap = 8, 2.0
@@ -334,16 +358,10 @@ def batch_size_rollout(ctx, w):
         cfg = configs[gen % 2]
         # A rolling update, one pod at a time: the new one starts, then the old one gets SIGTERM.
         for i in range(len(live)):
-            new = w.start_collector("--config", cfg)
-            time.sleep(overlap)
-            exits.append(live[i].stop(grace=20))
-            live[i] = new
+            exits.append(replace(live, i, lambda: w.start_collector("--config", cfg),
+                                 overlap=overlap))
         say(f"{w.case}: generation {gen} on {cfg.rsplit('/', 1)[-1]}")
-    w.wait_produced(prod)
-    t0 = time.monotonic()
-    w.wait_rows(spans, ctx.p["catch_up_s"])
-    recover = time.monotonic() - t0
-    time.sleep(5)
+    recover = settled(ctx, w, prod, spans)
     f, rep = figures(w, recover, rollouts=rollouts, hold_s=hold, stop_exit_codes=exits,
                      configs=[c.rsplit("/", 1)[-1] for c in configs])
     exact(f, rep)
@@ -389,13 +407,11 @@ def rolling_upgrade(ctx, w):
     for i, (to, cfg, how) in enumerate(steps):
         time.sleep(hold)
         slot = i % 2
-        new = w.start_collector("--config", cfg, binary=old if to == "old" else None)
-        time.sleep(overlap)
-        if how == "kill":
-            live[slot].kill9()
-        else:
-            exits.append(live[slot].stop(grace=20))
-        live[slot] = new
+        binary = old if to == "old" else None
+        code = replace(live, slot, lambda: w.start_collector("--config", cfg, binary=binary),
+                       how, overlap)
+        if code is not None:
+            exits.append(code)
         label = f"{to}{'/th2' if cfg == SMALL_TH2 else ''}/{how}"
         done.append(label)
         # As a rollout waits for readiness, wait for the group to settle: every partition
@@ -415,11 +431,7 @@ def rolling_upgrade(ctx, w):
                              for c in live),
                      ctx.p["catch_up_s"], 0.5)
             staged_s = round(time.monotonic() - t_th2, 1)
-    w.wait_produced(prod)
-    t0 = time.monotonic()
-    w.wait_rows(spans, ctx.p["catch_up_s"])
-    recover = time.monotonic() - t0
-    time.sleep(5)
+    recover = settled(ctx, w, prod, spans)
     f, rep = figures(w, recover, steps=done, hold_s=hold, stop_exit_codes=exits,
                      th2_metadata_after_s=staged_s, previous_release=Path(old).parent.parent.name)
     exact(f, rep)

@@ -217,4 +217,4 @@ pub fn label(layouts: &[Layout]) -> String {
 
 #[cfg(test)]
 #[path = "layouts_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -5,7 +5,8 @@ use super::*;
 use crate::migrations::{MIGRATIONS, render_all, script};
 use crate::model::{self, Engine, Layouts};
 
-fn with(attribute_items: bool, buckets: bool) -> TableOptions {
+/// Default options with the layouts asked for (the status tests use it too).
+pub(crate) fn with(attribute_items: bool, buckets: bool) -> TableOptions {
     let mut o = model::default_options();
     o.layouts = Layouts {
         attribute_items,

@@ -203,20 +203,7 @@ pub fn kept(opts: &TableOptions, records: &[AppliedRecord]) -> Vec<Layout> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{self, Layouts, MapSerialization};
-
-    fn with(attribute_items: bool, buckets: bool) -> TableOptions {
-        let mut o = model::default_options();
-        o.layouts = Layouts {
-            attribute_items,
-            map_serialization: if buckets {
-                MapSerialization::Buckets
-            } else {
-                MapSerialization::Default
-            },
-        };
-        o
-    }
+    use crate::layouts::tests::with;
 
     fn record(version: u32, mode: Mode) -> AppliedRecord {
         AppliedRecord {

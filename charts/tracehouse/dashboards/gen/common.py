@@ -165,29 +165,34 @@ def common_stacking():
     return common.StackingConfig().mode(common_models.StackingMode.NORMAL)
 
 
-def prometheus_variables(metric: str) -> list:
-    """`datasource`, then `namespace` → `pipeline` → `pod`, each narrowing the next."""
+def chained_variable(name: str, label: str, query: str) -> dashboard.QueryVariable:
+    """A Prometheus query variable that narrows the next one: multi-select, `All` = `.*`."""
+    return (
+        dashboard.QueryVariable(name)
+        .label(label)
+        .datasource(PROMETHEUS)
+        .query(query)
+        .refresh(models.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(models.VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+        .current(models.VariableOption(selected=True, text="All", value="$__all"))
+    )
 
-    def chained(name: str, label: str, query: str) -> dashboard.QueryVariable:
-        return (
-            dashboard.QueryVariable(name)
-            .label(label)
-            .datasource(PROMETHEUS)
-            .query(query)
-            .refresh(models.VariableRefresh.ON_TIME_RANGE_CHANGED)
-            .sort(models.VariableSort.ALPHABETICAL_ASC)
-            .multi(True)
-            .include_all(True)
-            .all_value(".*")
-            .current(models.VariableOption(selected=True, text="All", value="$__all"))
-        )
 
-    return [
+def prometheus_variables(metric: str, pods: bool = True) -> list:
+    """`datasource`, then `namespace` → `pipeline` (→ `pod`), each narrowing the next."""
+    out = [
         dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus"),
-        chained("namespace", "Namespace", f"label_values({metric}, namespace)"),
-        chained("pipeline", "Pipeline", f'label_values({metric}{{namespace=~"$namespace"}}, pipeline)'),
-        chained("pod", "Pod", f'label_values({metric}{{namespace=~"$namespace", pipeline=~"$pipeline"}}, pod)'),
+        chained_variable("namespace", "Namespace", f"label_values({metric}, namespace)"),
+        chained_variable("pipeline", "Pipeline",
+                         f'label_values({metric}{{namespace=~"$namespace"}}, pipeline)'),
     ]
+    if pods:
+        out.append(chained_variable(
+            "pod", "Pod", f'label_values({metric}{{namespace=~"$namespace", pipeline=~"$pipeline"}}, pod)'))
+    return out
 
 
 def base(title: str, uid: str, description: str, tags: list[str]) -> dashboard.Dashboard:

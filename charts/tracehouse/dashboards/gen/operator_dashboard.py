@@ -5,30 +5,12 @@ from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.models import dashboard as models
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from common import PIPE_SEL, PROMETHEUS, RATE, base, prom, stat_panel, table_panel, thresholds, ts
+from common import (PIPE_SEL, PROMETHEUS, RATE, base, prom, prometheus_variables, stat_panel,
+                    table_panel, thresholds, ts)
 
 
 def variables() -> list:
-    def chained(name: str, label: str, query: str) -> dashboard.QueryVariable:
-        return (
-            dashboard.QueryVariable(name)
-            .label(label)
-            .datasource(PROMETHEUS)
-            .query(query)
-            .refresh(models.VariableRefresh.ON_TIME_RANGE_CHANGED)
-            .sort(models.VariableSort.ALPHABETICAL_ASC)
-            .multi(True)
-            .include_all(True)
-            .all_value(".*")
-            .current(models.VariableOption(selected=True, text="All", value="$__all"))
-        )
-
-    metric = "tracehouse_operator_pipeline_condition"
-    return [
-        dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus"),
-        chained("namespace", "Namespace", f"label_values({metric}, namespace)"),
-        chained("pipeline", "Pipeline", f'label_values({metric}{{namespace=~"$namespace"}}, pipeline)'),
-    ]
+    return prometheus_variables("tracehouse_operator_pipeline_condition", pods=False)
 
 
 def build() -> dashboard.Dashboard:

@@ -2,7 +2,6 @@
 and schema version (operator/src/metrics.rs)."""
 
 from grafana_foundation_sdk.builders import dashboard
-from grafana_foundation_sdk.models import dashboard as models
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from common import (PIPE_SEL, PROMETHEUS, RATE, base, prom, prometheus_variables, stat_panel,

@@ -22,6 +22,8 @@
 //!   [`schema_step`] (the schema migrations of the traces table, through the schema crate);
 //!   [`secrets`] (each Secret read once, everything else derived) and [`objects`]
 //!   (server-side apply that skips what is already in place);
+//! - [`endpoints`]: the optional allow-list of the Kafka and ClickHouse hosts a pipeline may
+//!   name (pure; a pipeline outside it is refused before anything is dialled);
 //! - [`error`]: the reconciler's errors, each with a metric label and a condition reason;
 //! - [`leader`]: Lease-based leader election; [`metrics`]: `/metrics` and `/healthz`, on the
 //!   address [`listen`] reads from `--metrics-addr` (every address, IPv6 included, by default);
@@ -32,6 +34,7 @@ pub mod autoscale;
 pub mod builders;
 pub mod crd;
 pub mod defaults;
+pub mod endpoints;
 pub mod error;
 pub mod gateway_diagnosis;
 pub mod gateway_pods;

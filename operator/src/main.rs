@@ -13,6 +13,7 @@ use clap::{ArgAction, Parser, Subcommand};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracehouse_operator::defaults::CollectorDefaults;
+use tracehouse_operator::endpoints::AllowList;
 use tracehouse_operator::leader::{Ended, LeaderElector, LeaseConfig};
 use tracehouse_operator::listen;
 use tracehouse_operator::metrics::{self, Metrics};
@@ -30,7 +31,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the controller (with leader election, /metrics and /healthz).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the TracePipeline CustomResourceDefinition as YAML, or check a file against it.
     Crd(CrdArgs),
 }
@@ -73,6 +74,14 @@ struct RunArgs {
     /// One more namespace to watch (the older one-namespace flag; added to --namespaces).
     #[arg(long, env = "TRACEHOUSE_OPERATOR_NAMESPACE")]
     namespace: Option<String>,
+    /// Kafka bootstrap and ClickHouse hosts a pipeline may name (comma-separated: host, IP,
+    /// or `*.suffix`); a pipeline naming another is refused. Default: any host.
+    #[arg(
+        long,
+        env = "TRACEHOUSE_OPERATOR_ALLOWED_ENDPOINTS",
+        value_delimiter = ','
+    )]
+    allowed_endpoints: Vec<String>,
     /// Requeue period of a healthy pipeline: how soon a partition increase is noticed.
     #[arg(long, default_value_t = 30)]
     requeue_seconds: u64,
@@ -105,7 +114,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(run(args)) {
+            match runtime.block_on(run(*args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");
@@ -178,6 +187,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             kafka_timeout: Duration::from_secs(args.kafka_timeout_seconds.max(1)),
             identity: identity.clone(),
             collector_defaults: CollectorDefaults::from_json(&args.collector_defaults)?,
+            allowed_endpoints: AllowList::new(&args.allowed_endpoints),
             ..Settings::default()
         },
     )?);

@@ -50,6 +50,7 @@ use crate::autoscale::{Autoscaler, Sizing};
 use crate::builders;
 use crate::crd::TracePipeline;
 use crate::defaults::CollectorDefaults;
+use crate::endpoints::{self, AllowList};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::status::Observation;
@@ -75,6 +76,8 @@ pub struct Settings {
     pub identity: String,
     /// The chart's defaults for every gateway (image, pull secrets, placement, metadata).
     pub collector_defaults: CollectorDefaults,
+    /// The Kafka and ClickHouse hosts a pipeline may name (empty: any).
+    pub allowed_endpoints: AllowList,
 }
 
 impl Default for Settings {
@@ -87,6 +90,7 @@ impl Default for Settings {
             max_backoff: Duration::from_secs(300),
             identity: FIELD_MANAGER.to_owned(),
             collector_defaults: CollectorDefaults::default(),
+            allowed_endpoints: AllowList::default(),
         }
     }
 }
@@ -239,7 +243,15 @@ async fn apply(tp: &TracePipeline, ctx: &Context) -> Result<Action, Error> {
         selector: Some(builders::selector_string(tp)),
         ..Default::default()
     };
-    let result = if tp.spec.paused {
+    let refused = ctx.settings.allowed_endpoints.refuse(
+        &tp.spec.kafka.bootstrap_servers,
+        &tp.spec.clickhouse.endpoint,
+    );
+    let result = if let Some(refused) = refused {
+        // A host outside the allow-list: nothing dialled, nothing applied, said in the status.
+        obs.error = Some((endpoints::NOT_ALLOWED, refused.to_string()));
+        Ok(Sizing::default())
+    } else if tp.spec.paused {
         // Frozen: look, never touch.
         obs.consumers = Some(converge::paused(tp, ctx).await);
         gateway::observe(tp, ctx, &mut obs)

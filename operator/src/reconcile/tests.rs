@@ -209,6 +209,40 @@ async fn a_missing_topic_fails_the_kafka_step_and_nothing_after_it_runs() {
     assert!(kafka["message"].as_str().unwrap().contains("otlp_spans"));
 }
 
+#[tokio::test]
+async fn a_pipeline_naming_a_host_outside_the_allow_list_is_refused_before_anything_is_dialled() {
+    let (world, _) = world_with(spec(json!({ "endpoint": "http://exfil.example:8123" })));
+    let settings = Settings {
+        allowed_endpoints: crate::endpoints::AllowList::new(["kafka", "clickhouse"]),
+        ..Settings::default()
+    };
+    let metrics = Arc::new(Metrics::new(&mut Registry::default()));
+    let ctx =
+        Arc::new(Context::with_backends(world.client(), metrics, settings, world.clone()).unwrap());
+    reconcile(cached(&world), ctx).await.unwrap();
+    let journal = world.take_journal();
+    // No Kafka, no ClickHouse, no object: the status, and its Warning Event.
+    assert_eq!(
+        writes(&journal)
+            .into_iter()
+            .filter(|e| !e.starts_with("POST /apis/events.k8s.io/"))
+            .collect::<Vec<_>>(),
+        [format!("PATCH {PIPELINE}/status")],
+        "{journal:#?}"
+    );
+    assert!(
+        journal
+            .iter()
+            .any(|e| e.starts_with("POST /apis/events.k8s.io/")),
+        "a Warning Event: {journal:#?}"
+    );
+    let ready = condition(&world, "Ready");
+    assert_eq!(ready["status"], "False");
+    assert_eq!(ready["reason"], "EndpointNotAllowed");
+    let message = ready["message"].as_str().unwrap();
+    assert!(message.contains("exfil.example"), "{message}");
+}
+
 #[test]
 fn backoff_doubles_from_one_second_up_to_the_cap() {
     let max = Duration::from_secs(300);

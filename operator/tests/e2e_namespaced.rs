@@ -1,9 +1,11 @@
 //! Namespaced mode on the local cluster: the stack's helm release upgraded to watch two
-//! namespaces (`watchNamespaces`), as a user installs it. A pipeline in a watched namespace
-//! is reconciled (its gateway Deployment appears); one in a namespace the release does not
-//! watch is left alone (no status, no gateway); the operator's ServiceAccount may read a
-//! Secret in a watched namespace and not in any other (SubjectAccessReview), and the release
-//! binds no ClusterRole.
+//! namespaces (`watchNamespaces`) and allow only the stack's hosts (`allowedEndpoints`), as
+//! a user installs it. A pipeline in a watched namespace is reconciled (its gateway
+//! Deployment appears); one in a namespace the release does not watch is left alone (no
+//! status, no gateway); one naming a broker outside the allow-list is refused
+//! (`EndpointNotAllowed`, no gateway); the operator's ServiceAccount may read a Secret in a
+//! watched namespace and not in any other (SubjectAccessReview and `kubectl auth can-i`),
+//! and the release binds no ClusterRole.
 //!
 //! The release is the stack's own (`tracehouse` in `tracehouse-system`: a second operator
 //! watching the whole cluster would reconcile the unwatched pipeline), so the stack's operator
@@ -61,6 +63,25 @@ async fn operator_may(client: &Client, verb: &str, resource: &str, ns: Option<&s
         .status
         .expect("a review's status")
         .allowed
+}
+
+/// The hosts of the stack's Kafka brokers and ClickHouse URL (the allow-list of this test).
+fn stack_hosts() -> Vec<String> {
+    let mut hosts: Vec<String> = stack_var("KAFKA_BROKERS")
+        .split(',')
+        .map(|b| b.rsplit_once(':').map_or(b, |(h, _)| h).to_owned())
+        .collect();
+    let url = stack_var("CLICKHOUSE_URL");
+    let authority = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+    let authority = authority.split('/').next().unwrap_or_default();
+    hosts.push(
+        authority
+            .rsplit_once(':')
+            .map_or(authority, |(h, _)| h)
+            .to_owned(),
+    );
+    hosts.dedup();
+    hosts
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -133,8 +154,10 @@ async fn scenario(
         create_clickhouse_secret(client, ns).await;
     }
 
-    // 1. The release, namespaced: two watched namespaces.
+    // 1. The release, namespaced: two watched namespaces, and only the stack's Kafka and
+    //    ClickHouse hosts allowed.
     let list = json!(watched).to_string();
+    let allowed = json!(stack_hosts()).to_string();
     helm(&[
         "upgrade",
         RELEASE,
@@ -145,6 +168,8 @@ async fn scenario(
         "config/local/values.yaml",
         "--set-json",
         &format!("watchNamespaces={list}"),
+        "--set-json",
+        &format!("allowedEndpoints={allowed}"),
         "--wait",
         "--timeout",
         "180s",
@@ -263,7 +288,40 @@ async fn scenario(
     )
     .await;
 
-    // 4. The unwatched pipeline: two requeue periods later, still untouched.
+    // 4. A pipeline in the other watched namespace naming a broker outside the allow-list:
+    //    refused in its status, no gateway.
+    let refused: Api<TracePipeline> = Api::namespaced(client.clone(), &watched[1]);
+    let mut elsewhere = sample(&watched[1], topic, database);
+    elsewhere["spec"]["kafka"]["bootstrapServers"] = json!("kafka.elsewhere.invalid:9092");
+    apply(&refused, &elsewhere).await;
+    wait_for(
+        "the pipeline naming another broker refused",
+        Duration::from_secs(120),
+        || async {
+            let tp = refused.get(name).await.map_err(|e| e.to_string())?;
+            match ready_condition(&tp) {
+                Some((status, reason, message))
+                    if status == "False"
+                        && reason == "EndpointNotAllowed"
+                        && message.contains("kafka.elsewhere.invalid:9092") =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(
+        Api::<Deployment>::namespaced(client.clone(), &watched[1])
+            .get_opt(&gateway)
+            .await
+            .unwrap()
+            .is_none(),
+        "a refused pipeline gets no gateway"
+    );
+
+    // 5. The unwatched pipeline: two requeue periods later, still untouched.
     tokio::time::sleep(RESYNC * 2).await;
     let tp = outside.get(name).await.expect("the unwatched pipeline");
     assert!(

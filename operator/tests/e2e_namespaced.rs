@@ -1,11 +1,11 @@
 //! Namespaced mode on the local cluster: the stack's helm release upgraded to watch two
 //! namespaces (`watchNamespaces`) and allow only the stack's hosts (`allowedEndpoints`), as
 //! a user installs it. A pipeline in a watched namespace is reconciled (its gateway
-//! Deployment appears); one in a namespace the release does not watch is left alone (no
-//! status, no gateway); one naming a broker outside the allow-list is refused
-//! (`EndpointNotAllowed`, no gateway); the operator's ServiceAccount may read a Secret in a
-//! watched namespace and not in any other (SubjectAccessReview and `kubectl auth can-i`),
-//! and the release binds no ClusterRole.
+//! Deployment appears, and it becomes Ready); one in a namespace the release does not watch
+//! is left alone (no status, no gateway); one naming a broker outside the allow-list is
+//! refused (`EndpointNotAllowed`, no gateway); the operator's ServiceAccount may read a
+//! Secret in a watched namespace and not in any other (SubjectAccessReview and `kubectl auth
+//! can-i`), and the release binds no ClusterRole.
 //!
 //! The release is the stack's own (`tracehouse` in `tracehouse-system`: a second operator
 //! watching the whole cluster would reconcile the unwatched pipeline), so the stack's operator
@@ -287,6 +287,13 @@ async fn scenario(
         },
     )
     .await;
+    // And Ready, every step through the namespaced Role: its Secret read, the schema
+    // migrated, the gateway's pods listed, its Events written.
+    wait_ready(&inside, name, 2, 1, Duration::from_secs(240)).await;
+    assert!(
+        !pipeline_events(client, &watched[0], name).await.is_empty(),
+        "the operator wrote the watched pipeline's Events"
+    );
 
     // 4. A pipeline in the other watched namespace naming a broker outside the allow-list:
     //    refused in its status, no gateway.

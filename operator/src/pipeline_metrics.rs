@@ -18,6 +18,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::crd::{TracePipeline, TracePipelineStatus, condition};
+use crate::offsets_retention;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PipelineLabels {
@@ -48,6 +49,9 @@ pub struct Gauges {
     /// `spec.autoscaling`, the collectors' own age measure when they report one.
     pub lag_seconds: Option<i64>,
     pub lag_records: Option<i64>,
+    /// From the `Consuming` condition's reason: 0 consuming (or stopped within the broker's
+    /// `offsets.retention.minutes`), 1 `OffsetsExpiringSoon`, 2 `OffsetsMayHaveExpired`.
+    pub offsets_retention_stage: i64,
     /// From `status.autoscaling` (pipelines with `spec.autoscaling`).
     pub incoming_spans_per_second: Option<i64>,
 }
@@ -65,7 +69,17 @@ pub fn gauges(
             now.as_second().saturating_sub(t.0.as_second()).max(0)
         })
     });
+    let consuming = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::CONSUMING);
+    let offsets_retention_stage = match consuming.map(|c| c.reason.as_str()) {
+        Some(offsets_retention::EXPIRING_SOON) => 1,
+        Some(offsets_retention::MAY_HAVE_EXPIRED) => 2,
+        _ => 0,
+    };
     Gauges {
+        offsets_retention_stage,
         conditions: status
             .conditions
             .iter()
@@ -105,6 +119,7 @@ pub struct PipelineMetrics {
     lag_seconds: Family<PipelineLabels, Gauge>,
     lag_records: Family<PipelineLabels, Gauge>,
     incoming_spans_per_second: Family<PipelineLabels, Gauge>,
+    offsets_retention_stage: Family<PipelineLabels, Gauge>,
 }
 
 impl PipelineMetrics {
@@ -153,6 +168,12 @@ impl PipelineMetrics {
             m.lag_records.clone(),
         );
         registry.register(
+            "pipeline_offsets_retention_stage",
+            "The pipeline stopped near or past the broker's offsets.retention.minutes: 0 no, \
+             1 OffsetsExpiringSoon (80 %), 2 OffsetsMayHaveExpired (the Consuming condition)",
+            m.offsets_retention_stage.clone(),
+        );
+        registry.register(
             "pipeline_incoming_spans_per_second",
             "Spans per second arriving on the pipeline's topics",
             m.incoming_spans_per_second.clone(),
@@ -198,6 +219,9 @@ impl PipelineMetrics {
         self.inflight_budget_bytes
             .get_or_create(&labels)
             .set(g.inflight_budget_bytes);
+        self.offsets_retention_stage
+            .get_or_create(&labels)
+            .set(g.offsets_retention_stage);
     }
 
     /// Removes every series of `tp` (it is being deleted).
@@ -223,6 +247,7 @@ impl PipelineMetrics {
             &self.lag_seconds,
             &self.lag_records,
             &self.incoming_spans_per_second,
+            &self.offsets_retention_stage,
         ] {
             family.remove(&labels);
         }
@@ -264,6 +289,30 @@ mod tests {
             observed_generation: None,
             last_transition_time: Time(Timestamp::UNIX_EPOCH),
         }
+    }
+
+    /// The `Consuming` condition's warning stages, as a gauge an alert can read.
+    #[test]
+    fn the_offsets_retention_stage_follows_the_consuming_reason() {
+        let tp = pipeline(serde_json::json!({}));
+        let stage = |reason: Option<&str>| {
+            let conditions = reason
+                .map(|r| Condition {
+                    reason: r.into(),
+                    ..condition(condition::CONSUMING, "False")
+                })
+                .into_iter()
+                .collect();
+            let status = TracePipelineStatus {
+                conditions,
+                ..Default::default()
+            };
+            gauges(&tp, &status, Timestamp::now(), None).offsets_retention_stage
+        };
+        assert_eq!(stage(None), 0);
+        assert_eq!(stage(Some(offsets_retention::PAUSED)), 0);
+        assert_eq!(stage(Some(offsets_retention::EXPIRING_SOON)), 1);
+        assert_eq!(stage(Some(offsets_retention::MAY_HAVE_EXPIRED)), 2);
     }
 
     #[test]

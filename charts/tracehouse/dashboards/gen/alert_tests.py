@@ -88,6 +88,12 @@ CASES: dict[str, tuple[list[dict], list[tuple[str, list[dict]]]]] = {
         + both("tracehouse_operator_pipeline_condition", "1x20", "1x20", {"condition": "SchemaReady"}, pod=False),
         [("5m", []), ("15m", [pipe()])],
     ),
+    "TracehouseCommittedOffsetsExpiring": (
+        # `orders` stopped long enough to reach stage 1 at minute 5, stage 2 at minute 15;
+        # `payments` consumes. Fires once the 5-minute `for` has passed.
+        both("tracehouse_operator_pipeline_offsets_retention_stage", "0x4 1x10 2x10", "0x25", pod=False),
+        [("4m", []), ("8m", []), ("11m", [pipe()]), ("20m", [pipe()])],
+    ),
     "TracehouseOperatorDown": (
         # Scraped for 4 minutes, then gone: absent once the 5-minute lookback has passed
         # (9m), firing 5 minutes later.

@@ -41,6 +41,7 @@ WANTED = f"max by ({BY}) (tracehouse_operator_pipeline_desired_replicas)"
 COLLECTORS = f"max by ({BY}) (tracehouse_process_start_time_seconds)"
 IN_FLIGHT_AGE = f"max by ({BY}) (tracehouse_oldest_in_flight_seconds)"
 WINDOW_SECONDS = f"max by ({BY}) (tracehouse_dedup_window_seconds)"
+RETENTION_STAGE = f"max by ({BY}) (tracehouse_operator_pipeline_offsets_retention_stage)"
 
 # Where each alert's `runbook_url` points (an anchor per alert: its lower-case name); the
 # chart's prometheusRule.runbookBaseUrl replaces it.
@@ -159,6 +160,23 @@ ALERTS = [
         "kubectl describe tracepipeline -n {{ $labels.namespace }} {{ $labels.pipeline }}: the "
         "condition that is False (SchemaReady, KafkaReachable, GatewayAvailable) has the reason and "
         "message; the Operator dashboard shows reconcile errors by reason.",
+    ),
+    Alert(
+        "TracehouseCommittedOffsetsExpiring",
+        f"{RETENTION_STAGE} >= 1",
+        [RETENTION_STAGE],
+        "5m",
+        "warning",
+        "TracePipeline {{ $labels.namespace }}/{{ $labels.pipeline }} has been stopped for most of "
+        "the broker's offsets.retention.minutes",
+        "Nothing has consumed the pipeline's topics (paused, or no ready gateway pod) for 80 % or "
+        "more of the broker's offsets.retention.minutes (stage 2: past it). Once the consumer group's "
+        "committed offsets expire, the collectors restart from auto.offset.reset and the batch cuts "
+        "recorded with them are gone.",
+        "kubectl describe tracepipeline -n {{ $labels.namespace }} {{ $labels.pipeline }}: the "
+        "Consuming condition says why nothing consumes and since when; resume it (spec.paused: "
+        "false, or fix what keeps the gateway unready) before the offsets expire, or raise the "
+        "broker's offsets.retention.minutes.",
     ),
     Alert(
         "TracehouseCollectorRestarts",

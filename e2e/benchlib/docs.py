@@ -147,7 +147,8 @@ def cost_block(rep, source):
             if run.get("mode") == "live" else f"pre-filled {rep[legs[0]]['spans']:,} spans")
     lines = [f"**{what}, `{run.get('span_profile')}` spans, {run.get('attributes')} table, "
              f"{run.get('engine')} engine** — {_when(run['date'])}, commit `{run['git']}`, "
-             f"{cost.cost_note(run).split(';')[0]}. Report: [`{source}`]({_rel(source)}).",
+             f"{cost.cost_note(run).split(';')[0]}. Report: [`{source}`]({_rel(source)})."
+             f"{_binaries(run)}",
              "", "```", run["command"], "```", "", cost.cost_table(rep, legs, summary=True)]
     return "\n".join(lines)
 

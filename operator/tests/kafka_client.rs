@@ -8,42 +8,19 @@
 //! lets it go when the pipeline does.
 #![cfg(feature = "stack-tests")]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rdkafka::admin::{AdminOptions, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication};
+use common::{create_topic, grow_topic};
+use rdkafka::admin::{AdminOptions, ResourceSpecifier};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tracehouse_e2e::{delete_topics, kafka_admin, kafka_brokers, unique_name};
 use tracehouse_operator::kafka::{Clients, KafkaAccess, KafkaError, PartitionOffsets};
 
 const T: Duration = Duration::from_secs(10);
-
-async fn create_topic(topic: &str, partitions: i32) {
-    let result = kafka_admin()
-        .create_topics(
-            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-        )
-        .await
-        .expect("create_topics");
-    for r in result {
-        r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
-    }
-}
-
-async fn grow_topic(topic: &str, partitions: usize) {
-    let result = kafka_admin()
-        .create_partitions(
-            &[NewPartitions::new(topic, partitions)],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-        )
-        .await
-        .expect("create_partitions");
-    for r in result {
-        r.unwrap_or_else(|(t, e)| panic!("adding partitions to {t}: {e}"));
-    }
-}
 
 /// Three records on partition 0, the first written at `first_ms`.
 async fn produce(topic: &str, first_ms: i64) {

@@ -353,8 +353,8 @@ mod tests {
         .unwrap()
     }
 
-    #[test]
-    fn one_read_gives_the_kafka_access_the_connection_and_the_fingerprint() {
+    /// A snapshot of `shop` holding the Secrets [`kafka_spec`] names.
+    fn kafka_secrets() -> SecretSnapshot {
         let mut s = SecretSnapshot {
             namespace: "shop".into(),
             ..Default::default()
@@ -364,6 +364,12 @@ mod tests {
             "kafka-scram",
             Some(secret(&[("username", "writer"), ("password", "hunter2")])),
         );
+        s
+    }
+
+    #[test]
+    fn one_read_gives_the_kafka_access_the_connection_and_the_fingerprint() {
+        let s = kafka_secrets();
         let access = s.kafka_access(&kafka_spec()).unwrap();
         assert_eq!(access.brokers, "kafka:9094");
         assert_eq!(access.properties["ssl.ca.pem"], "PEM");
@@ -390,15 +396,7 @@ mod tests {
 
     #[test]
     fn a_missing_secret_fails_only_what_needs_it() {
-        let mut s = SecretSnapshot {
-            namespace: "shop".into(),
-            ..Default::default()
-        };
-        s.insert("kafka-ca", Some(secret(&[("ca.crt", "PEM")])));
-        s.insert(
-            "kafka-scram",
-            Some(secret(&[("username", "writer"), ("password", "hunter2")])),
-        );
+        let mut s = kafka_secrets();
         s.insert("clickhouse-writer", None);
         assert!(s.kafka_access(&kafka_spec()).is_ok());
         let ch: ClickHouseSpec =

@@ -436,6 +436,11 @@ mod tests {
 
     /// Strimzi's KafkaUser Secrets as they are: a SCRAM user's holds only `password` (the
     /// user is the Secret's name), a TLS user's `user.crt`/`user.key`/`ca.crt`.
+    /// The gateway's pod template spec.
+    fn pod_spec(d: super::super::Desired) -> k8s_openapi::api::core::v1::PodSpec {
+        d.deployment.spec.unwrap().template.spec.unwrap()
+    }
+
     #[test]
     fn strimzi_kafka_user_secrets_are_used_as_they_are() {
         let tp = pipeline(serde_json::json!({
@@ -535,14 +540,7 @@ mod tests {
                 "securityContext": { "allowPrivilegeEscalation": false, "capabilities": { "drop": ["ALL"] } }
             }
         }));
-        let pod = desired(&tp, 1)
-            .unwrap()
-            .deployment
-            .spec
-            .unwrap()
-            .template
-            .spec
-            .unwrap();
+        let pod = pod_spec(desired(&tp, 1).unwrap());
         let psc = pod.security_context.unwrap();
         assert_eq!(psc.run_as_user, None);
         assert_eq!(psc.run_as_group, None);
@@ -557,14 +555,7 @@ mod tests {
 
     #[test]
     fn without_a_security_context_the_pod_runs_as_the_images_user_read_only() {
-        let pod = desired(&secured(), 1)
-            .unwrap()
-            .deployment
-            .spec
-            .unwrap()
-            .template
-            .spec
-            .unwrap();
+        let pod = pod_spec(desired(&secured(), 1).unwrap());
         assert_eq!(pod.security_context.unwrap().run_as_user, Some(65_532));
         let sc = pod.containers[0].security_context.clone().unwrap();
         assert_eq!(sc.read_only_root_filesystem, Some(true));
@@ -603,14 +594,7 @@ mod tests {
             limits: Some(quantities(&[("memory", "3Gi")])),
             ..Default::default()
         });
-        let pod = super::super::desired_with(&own, 1, &chart)
-            .unwrap()
-            .deployment
-            .spec
-            .unwrap()
-            .template
-            .spec
-            .unwrap();
+        let pod = pod_spec(super::super::desired_with(&own, 1, &chart).unwrap());
         let r = pod.containers[0].resources.clone().unwrap();
         assert_eq!(r.requests, None);
         assert_eq!(r.limits.unwrap()["memory"].0, "3Gi");

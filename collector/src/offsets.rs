@@ -275,11 +275,6 @@ impl PartitionLedger {
         &self.writes
     }
 
-    /// The log this partition's offsets count in.
-    pub fn log(&self) -> &LogId {
-        &self.log
-    }
-
     /// The previous owner's bundles this partition is in, to be replayed whole: each is
     /// registered as pending at once (its acknowledgement moves the commit like any batch's,
     /// once the records before it were closed: rule 1) and the consumer's own records in it

@@ -50,6 +50,7 @@ from types import SimpleNamespace
 from urllib.parse import urlencode, urlsplit
 
 from bench import Bench, POLL
+from cost import least_squares_2
 from options import SPAN_PROFILES
 from procs import BenchError, machine, on_signal, proc_cpu_seconds, run, say, stop
 from report import column_cost_table
@@ -83,18 +84,12 @@ def cuts(n, rows_per_insert):
 
 
 def fit_per_insert(points):
-    """Least squares of cpu = a·inserts + b·rows over (inserts, rows, cpu_seconds) points:
+    """cpu = a·inserts + b·rows over (inserts, rows, cpu_seconds) points:
     {"per_insert_us", "per_row_us"}, or None when the points cannot separate the two."""
-    sxx = sum(i * i for i, _, _ in points)
-    sxy = sum(i * r for i, r, _ in points)
-    syy = sum(r * r for _, r, _ in points)
-    sxc = sum(i * c for i, _, c in points)
-    syc = sum(r * c for _, r, c in points)
-    det = sxx * syy - sxy * sxy
-    if len(points) < 2 or abs(det) < 1e-9 * max(sxx * syy, 1):
+    fit = least_squares_2(points)
+    if fit is None:
         return None
-    a = (sxc * syy - syc * sxy) / det
-    b = (syc * sxx - sxc * sxy) / det
+    a, b = fit
     return {"per_insert_us": round(a * 1e6, 1), "per_row_us": round(b * 1e6, 3)}
 
 

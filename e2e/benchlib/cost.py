@@ -96,19 +96,27 @@ def net(cpu_seconds, per_second, seconds):
     return cpu_seconds - (per_second or 0.0) * (seconds or 0.0)
 
 
-def fit_insert_and_byte(points):
-    """Least squares of cpu = a·inserts + b·bytes over (inserts, bytes, cpu_seconds) points:
-    {"per_insert_us", "per_mib_ms"}, or None when the points cannot separate the two."""
-    sxx = sum(i * i for i, _, _ in points)
-    sxy = sum(i * b for i, b, _ in points)
-    syy = sum(b * b for _, b, _ in points)
-    sxc = sum(i * c for i, _, c in points)
-    syc = sum(b * c for _, b, c in points)
+def least_squares_2(points):
+    """Least squares of c = a·x + b·y over (x, y, c) points: (a, b), or None when the points
+    cannot separate the two (fewer than two, or collinear). The calibrations' one fit."""
+    sxx = sum(x * x for x, _, _ in points)
+    sxy = sum(x * y for x, y, _ in points)
+    syy = sum(y * y for _, y, _ in points)
+    sxc = sum(x * c for x, _, c in points)
+    syc = sum(y * c for _, y, c in points)
     det = sxx * syy - sxy * sxy
     if len(points) < 2 or abs(det) < 1e-9 * max(sxx * syy, 1):
         return None
-    a = (sxc * syy - syc * sxy) / det
-    b = (syc * sxx - sxc * sxy) / det
+    return (sxc * syy - syc * sxy) / det, (syc * sxx - sxc * sxy) / det
+
+
+def fit_insert_and_byte(points):
+    """cpu = a·inserts + b·bytes over (inserts, bytes, cpu_seconds) points:
+    {"per_insert_us", "per_mib_ms"}, or None when the points cannot separate the two."""
+    fit = least_squares_2(points)
+    if fit is None:
+        return None
+    a, b = fit
     return {"per_insert_us": round(a * 1e6, 1), "per_mib_ms": round(b * 2**20 * 1e3, 3)}
 
 

@@ -94,7 +94,7 @@ struct CreateRow {
 /// `(name, create_table_query)` of those of `names` that exist in the database, their
 /// comments taken out ([`create_query::without_comments`]): what the TTL and window
 /// parsers read.
-pub async fn create_queries(
+pub(crate) async fn create_queries(
     server: &Server,
     database: &Ident,
     names: &[Ident],
@@ -129,7 +129,7 @@ pub async fn create_queries(
 
 /// The server's defaults of the window settings (`system.merge_tree_settings`); empty when
 /// they cannot be read (then every window setting is set explicitly, never assumed).
-pub async fn server_defaults(server: &Server) -> dedup_window::ServerDefaults {
+pub(crate) async fn server_defaults(server: &Server) -> dedup_window::ServerDefaults {
     #[derive(Debug, clickhouse::Row, serde::Deserialize)]
     struct Row {
         name: String,
@@ -157,7 +157,7 @@ pub async fn server_defaults(server: &Server) -> dedup_window::ServerDefaults {
 
 /// The IO shell of [`layouts::gate`]: reads `version()` once, only when `opts` ask for a layout;
 /// `apply` calls it before anything runs.
-pub async fn check_layouts_gate(server: &Server, opts: &TableOptions) -> Result<(), Error> {
+pub(crate) async fn check_layouts_gate(server: &Server, opts: &TableOptions) -> Result<(), Error> {
     if opts.layouts.is_default() {
         return Ok(());
     }

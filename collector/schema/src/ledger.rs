@@ -66,7 +66,7 @@ pub struct AppliedRecord {
     pub statements: String,
 }
 
-pub fn ledger_ident() -> Ident {
+pub(crate) fn ledger_ident() -> Ident {
     Ident::new("table", LEDGER_TABLE).expect("constant name is valid")
 }
 

@@ -164,7 +164,7 @@ fn same_but_window(recorded: &AppliedRecord, m: &Rendered) -> bool {
 
 /// Where an opt-in migration stands, from the options and its ledger row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OptInState {
+pub(crate) enum OptInState {
     /// Counts as recorded: `skipped` and still not asked for, or applied (asked for or not:
     /// an applied layout is kept).
     Recorded,
@@ -176,7 +176,7 @@ pub enum OptInState {
     Compare,
 }
 
-pub fn opt_in_state(opt_in: OptIn, record: Option<&AppliedRecord>) -> OptInState {
+pub(crate) fn opt_in_state(opt_in: OptIn, record: Option<&AppliedRecord>) -> OptInState {
     let skipped = record.map(|r| r.mode == Mode::Skipped.as_str());
     match (opt_in.wanted, skipped) {
         (false, Some(_)) => OptInState::Recorded,

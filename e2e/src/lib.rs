@@ -106,6 +106,16 @@ pub fn unique_name(prefix: &str) -> String {
     )
 }
 
+/// Put the stack's operator release back as `e2e/stack up` installs it (`k8s_operator_up`):
+/// what a test that reinstalls the chart its own way runs at its end, pass or fail.
+pub fn restore_stack_operator() -> String {
+    run_repo_command(&[
+        "bash",
+        "-c",
+        "source e2e/lib/common.sh && source e2e/lib/clickhouse.sh && source e2e/lib/k8s.sh && k8s_operator_up",
+    ])
+}
+
 /// Run a shell command from the repository root, failing the test on a non-zero exit.
 pub fn run_repo_command(args: &[&str]) -> String {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

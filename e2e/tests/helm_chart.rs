@@ -26,7 +26,9 @@ use kube::{Api, Client, ResourceExt};
 use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use serde_json::json;
 use tracehouse_e2e::k8s::{client, collector_image, operator_image, pod_ready, wait_for};
-use tracehouse_e2e::{kafka_admin, run_repo_command, stack_var, unique_name};
+use tracehouse_e2e::{
+    kafka_admin, restore_stack_operator, run_repo_command, stack_var, unique_name,
+};
 
 const RELEASE: &str = "tracehouse";
 const NAMESPACE: &str = "tracehouse-system";
@@ -164,13 +166,7 @@ async fn helm_uninstall_install_upgrade_on_the_local_cluster() {
     // Whatever happened: the stack's release back as `e2e/stack up` installs it, then the
     // sample pipeline (if step 8 did not get there) and its namespace of step 7 deleted,
     // topic and database dropped.
-    let restored = std::panic::catch_unwind(|| {
-        run_repo_command(&[
-            "bash",
-            "-c",
-            "source e2e/lib/common.sh && source e2e/lib/clickhouse.sh && source e2e/lib/k8s.sh && k8s_operator_up",
-        ])
-    });
+    let restored = std::panic::catch_unwind(restore_stack_operator);
     if let Err(e) = tracepipelines(&client, "default")
         .delete(&name, &DeleteParams::default())
         .await

@@ -28,7 +28,7 @@ use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use tracehouse_e2e::k8s::{client, wait_for};
-use tracehouse_e2e::{run_repo_command, stack_var, unique_name};
+use tracehouse_e2e::{restore_stack_operator, run_repo_command, stack_var, unique_name};
 use tracehouse_operator::builders::Names;
 use tracehouse_operator::crd::TracePipeline;
 
@@ -115,13 +115,7 @@ async fn namespaced_release_reconciles_only_its_namespaces_and_reads_no_other_se
 
     // Whatever happened: the stack's release back as `e2e/stack up` installs it, then the
     // namespaces (and the pipelines in them) deleted.
-    let restored = std::panic::catch_unwind(|| {
-        run_repo_command(&[
-            "bash",
-            "-c",
-            "source e2e/lib/common.sh && source e2e/lib/clickhouse.sh && source e2e/lib/k8s.sh && k8s_operator_up",
-        ])
-    });
+    let restored = std::panic::catch_unwind(restore_stack_operator);
     for ns in watched.iter().chain([&unwatched]) {
         if let Err(e) = namespaces.delete(ns, &DeleteParams::default()).await {
             eprintln!("cleanup: cannot delete namespace {ns}: {e}");

@@ -41,7 +41,7 @@
 //! only a budget spent for [`BUDGET_HOLD`] pauses all partitions (but for rule 5), resumed
 //! below [`RESUME_FRACTION`] (`machine_budget.rs`).
 //!
-//! Why one file of ~620 lines: every handler below reads and changes the same private
+//! Why one file of ~650 lines: every handler below reads and changes the same private
 //! partition table under the numbered rules above, and they are checked against each other
 //! when read together; what could leave did (bundling: `machine_bundles.rs`; the linger timer:
 //! `machine_linger.rs`; the budget:

@@ -1,8 +1,10 @@
 # shellcheck shell=bash
 # The OpenTelemetry Collector that e2e/bench compares tracehouse against: the contrib Kafka
-# receiver, the core batch processor and the contrib ClickHouse exporter, built from the Go
-# module proxy with the collector builder (ocb) at the versions pinned in
-# e2e/otelcol/builder-config.yaml. Sourced after lib/common.sh.
+# receiver, the core batch processor and the contrib ClickHouse exporter, plus the contrib
+# filter, redaction, attributes and probabilistic sampler processors for the processing
+# differential test (issue 38; e2e/otelcol/PROCESSORS.md), built from the Go module proxy with
+# the collector builder (ocb) at the versions pinned in e2e/otelcol/builder-config.yaml.
+# Sourced after lib/common.sh.
 #
 #   otelcol_install   install the builder and build the collector (cached; ~5 min cold)
 #   otelcol_bin       path of the built binary

@@ -14,6 +14,8 @@ pub use crate::Encoding;
 /// inserts: the schema crate's definitions.
 pub use tracehouse_schema::{Attributes, InsertFormat};
 
+pub use crate::processing::{ProcessingConfig, RuleError};
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -24,6 +26,9 @@ pub struct Config {
     pub metrics_addr: SocketAddr,
     /// How long SIGTERM may take: drain in-flight inserts, commit, leave the group.
     pub shutdown_deadline_ms: u64,
+    /// Drop, redact and sample rules applied to every span before it is written.
+    #[serde(skip_serializing_if = "ProcessingConfig::is_empty")]
+    pub processing: ProcessingConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -248,6 +253,7 @@ impl Default for Config {
             // Every address, IPv4 and IPv6 (`http::bind`).
             metrics_addr: "[::]:8888".parse().expect("static address"),
             shutdown_deadline_ms: 25_000,
+            processing: ProcessingConfig::default(),
         }
     }
 }
@@ -337,6 +343,9 @@ pub enum ConfigError {
     },
     #[error("invalid `{field}`: {reason}")]
     Invalid { field: &'static str, reason: String },
+    /// A processing rule, named by its path (`processing.rules[2].when[0].regex`).
+    #[error(transparent)]
+    Processing(#[from] RuleError),
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -472,6 +481,7 @@ impl Config {
                 ),
             ));
         }
+        self.processing.validate()?;
         Ok(())
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! - [`config`]: the collector's configuration, its defaults and its pure validation;
 //! - [`yaml`]: the one door to the YAML library (the config file, the ConfigMap, the CRD);
+//! - [`processing`]: the drop, redact and sample rules and how a value is tested;
 //! - [`Encoding`]: how records on the topic are encoded;
 //! - [`telemetry`]: the log format and the `/metrics` text both binaries serve;
 //! - [`metric_names`]: the collector's metrics another program reads (the autoscaler).
@@ -13,6 +14,7 @@
 pub mod config;
 mod encoding;
 pub mod metric_names;
+pub mod processing;
 pub mod telemetry;
 pub mod yaml;
 

@@ -52,9 +52,9 @@ from urllib.parse import urlencode, urlsplit
 from bench import Bench, POLL
 from cost import least_squares_2
 from options import SPAN_PROFILES
-from procs import BenchError, machine, on_signal, proc_cpu_seconds, run, say, stop
+from harness.procs import BenchError, machine, on_signal, proc_cpu_seconds, run, say, stop
 from report import column_cost_table
-from stack import REPO, free_port
+from harness.stack import REPO, free_port
 
 # Column groups a collector may leave to the server's defaults; a name ending in "." is a
 # Nested group (every subcolumn).

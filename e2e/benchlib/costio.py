@@ -11,7 +11,7 @@ from urllib.parse import urlencode, urlsplit
 
 from cost import (KEYS_COLUMNS, KEYS_INDEXES, Settler, disk_figures, fit_insert_and_byte,
                   parse_events, parse_settle_probe, rate)
-from procs import BenchError, proc_cpu_seconds, say
+from harness.procs import BenchError, proc_cpu_seconds, say
 
 
 def cpu_or_none(pid):

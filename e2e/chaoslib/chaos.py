@@ -34,13 +34,12 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchlib"))
 
 from cases import CASES as COLLECTOR_CASES  # noqa: E402
 from cases import WITHOUT_WORLD, Failed  # noqa: E402
 from infra import CHAOS_STATE, PrivateClickHouse, PrivateKafka  # noqa: E402
-from procs import on_signal, say, stop_all  # noqa: E402
-from stack import git_revision, stack_env  # noqa: E402
+from harness.procs import on_signal, say, stop_all  # noqa: E402
+from harness.stack import git_revision, stack_env  # noqa: E402
 from world import World  # noqa: E402
 from operator_cases import CASES as OPERATOR_CASES  # noqa: E402
 from production_cases import CASES as PRODUCTION_CASES  # noqa: E402

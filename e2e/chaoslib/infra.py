@@ -15,8 +15,8 @@ import os
 import shutil
 import time
 
-from procs import BenchError, run, say
-from stack import E2E, STATE, free_port
+from harness.procs import BenchError, run, say
+from harness.stack import E2E, STATE, free_port
 
 
 def free_ports(n):

@@ -17,8 +17,8 @@ import urllib.request
 from collections import namedtuple
 from pathlib import Path
 
-from procs import BenchError, proc_status_kib
-from stack import stack_env
+from harness.procs import BenchError, proc_status_kib
+from harness.stack import stack_env
 
 REPO = Path(__file__).resolve().parent.parent.parent
 # Where `e2e/stack up` runs the operator (as operator/tests/common/mod.rs has it).

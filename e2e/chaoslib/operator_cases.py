@@ -27,7 +27,7 @@ from cases import Failed, check, exact
 from confluent_kafka.admin import AdminClient, NewTopic
 from infra import wait_for
 from kube import Kubectl, PodMemory, Pipeline, is_collector_process
-from procs import BenchError, say
+from harness.procs import BenchError, say
 
 REQUEUE_S = 10  # the requeue period config/local gives the stack's operator
 

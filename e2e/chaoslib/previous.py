@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from procs import say
+from harness.procs import say
 
 REPO = Path(__file__).resolve().parents[2]
 PREVIOUS_RELEASE = "d00aafdfda272c4f8b269719c2230b905b04843e"

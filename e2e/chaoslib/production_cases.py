@@ -37,8 +37,8 @@ from pathlib import Path
 
 from cases import check, exact, figures, kill_and_replace, m
 from infra import wait_for
-from procs import say
-from stack import Kafka
+from harness.procs import say
+from harness.stack import Kafka
 from world import CONFIGS
 
 SMALL = str(CONFIGS / "small-batches.yaml")

@@ -18,10 +18,9 @@ from pathlib import Path
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from procs import BenchError, run
+from harness import E2E, REPO
+from harness.procs import BenchError, run
 
-E2E = Path(__file__).resolve().parent.parent
-REPO = E2E.parent
 CACHE = Path(os.environ.get("TRACEHOUSE_CACHE", Path.home() / ".cache" / "tracehouse"))
 STATE = Path(os.environ.get("TRACEHOUSE_STATE", CACHE / "state"))
 KAFKA_LIB = CACHE / "kafka-4.1.1" / "lib"

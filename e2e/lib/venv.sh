@@ -4,6 +4,14 @@
 # lib/common.sh.
 #
 #   requirements_venv NAME REQUIREMENTS   print the venv's path, creating it first if needed
+#
+# The harness is one Python package, e2e/harness: its modules are imported as `harness.…` and
+# run as `python -m harness.<package>.<module>`, with e2e/ on the path. Set here, once, for
+# every script that sources this file.
+case ":${PYTHONPATH:-}:" in
+  *":$E2E_DIR:"*) ;;
+  *) export PYTHONPATH="$E2E_DIR${PYTHONPATH:+:$PYTHONPATH}" ;;
+esac
 
 requirements_venv() {
   local name="$1" requirements="$2"

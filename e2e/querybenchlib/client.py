@@ -21,7 +21,7 @@ import json
 import time
 from urllib.parse import urlsplit
 
-from procs import BenchError
+from harness.procs import BenchError
 
 RESTART_WAIT = 120  # seconds a request waits for the server to come back
 

@@ -17,8 +17,8 @@ import os
 import subprocess
 import time
 
-from procs import BenchError, proc_cpu_seconds, run, say, spawn, stop
-from stack import STATE, free_port
+from harness.procs import BenchError, proc_cpu_seconds, run, say, spawn, stop
+from harness.stack import STATE, free_port
 
 # What every span carries: loadgen's "rich" shape (every attribute value kind, events, links),
 # 12 services with 6 operations each, traces of 15..45 spans, ~5 % error spans (loadgen's rate).

@@ -42,10 +42,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchlib"))
 
-from procs import BenchError, loadavg, machine, on_signal, run, say, stop_all  # noqa: E402
-from stack import (REPO, git_revision, kafka_and_clickhouse_running, kafka_java,  # noqa: E402
+from harness.procs import BenchError, loadavg, machine, on_signal, run, say, stop_all  # noqa: E402
+from harness.stack import (REPO, git_revision, kafka_and_clickhouse_running, kafka_java,  # noqa: E402
                    new_run, stack_env)
 
 from catalog import read_catalog  # noqa: E402

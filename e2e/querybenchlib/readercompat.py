@@ -55,10 +55,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchlib"))
 
-from procs import BenchError, on_signal, run, say, stop_all  # noqa: E402
-from stack import REPO, kafka_and_clickhouse_running, kafka_java, new_run, stack_env  # noqa: E402
+from harness.procs import BenchError, on_signal, run, say, stop_all  # noqa: E402
+from harness.stack import REPO, kafka_and_clickhouse_running, kafka_java, new_run, stack_env  # noqa: E402
 
 from catalog import read_catalog  # noqa: E402
 from client import TimedClient  # noqa: E402

@@ -7,7 +7,6 @@ import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchlib"))
 
 from layouts import LAYOUTS, parse_layouts, sql_str  # noqa: E402
 from queries import QUERIES, anchored, draw_all, tokens  # noqa: E402

@@ -6,9 +6,8 @@ import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchlib"))
 
-from procs import BenchError  # noqa: E402
+from harness.procs import BenchError  # noqa: E402
 from readercompat import (PR50878_DDL, Case, cases, fixture_statements,  # noqa: E402
                           migration_versions, opt_in_versions, problems, shapes_for)
 from readers import judge, needs_lookup  # noqa: E402

@@ -28,11 +28,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "querybenchlib"))
 
 import cost  # noqa: E402
 import report  # noqa: E402
-import qreport  # noqa: E402
+from harness.querybench import report as qreport  # noqa: E402
 
 REPO = HERE.parent.parent
 DOCS = "docs"

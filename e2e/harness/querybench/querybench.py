@@ -26,7 +26,7 @@ On the local stack (Kafka and ClickHouse must be running: `e2e/stack up kafka cl
 6. prints the markdown tables, writes the JSON (FILE) and a PNG beside it (FILE with .png).
 
 docs/querybench.md shows the result files kept in e2e/bench-results/: `e2e/docs` renders them
-(qreport.markdown: date, commit, command of each).
+(report.markdown: date, commit, command of each).
 Artifacts (logs, configs) go to $TRACEHOUSE_STATE/querybench/<run-id>/; databases and the topic
 are dropped at the end unless --keep. Exit code 0 only if every layout loaded exactly N rows and
 every reader query returned rows.
@@ -42,19 +42,17 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-
-from harness.procs import BenchError, loadavg, machine, on_signal, run, say, stop_all  # noqa: E402
-from harness.stack import (REPO, git_revision, kafka_and_clickhouse_running, kafka_java,  # noqa: E402
-                   new_run, stack_env)
-
-from catalog import read_catalog  # noqa: E402
-from client import TimedClient  # noqa: E402
-from ingest import DATA_HOURS, SERVICES, SPANS_PER_TRACE, load, produce  # noqa: E402
-from layouts import LAYOUTS, parse_layouts  # noqa: E402
-from queries import QUERIES, draw_all  # noqa: E402
-from readers import judge, reader_queries  # noqa: E402
-from qreport import markdown, plot  # noqa: E402
-from stats import summarize  # noqa: E402
+from harness.procs import BenchError, loadavg, machine, on_signal, run, say, stop_all
+from harness.stack import (REPO, git_revision, kafka_and_clickhouse_running, kafka_java,
+                           new_run, stack_env)
+from harness.querybench.catalog import read_catalog
+from harness.querybench.client import TimedClient
+from harness.querybench.ingest import DATA_HOURS, SERVICES, SPANS_PER_TRACE, load, produce
+from harness.querybench.layouts import LAYOUTS, parse_layouts
+from harness.querybench.queries import QUERIES, draw_all
+from harness.querybench.readers import judge, reader_queries
+from harness.querybench.report import markdown, plot
+from harness.querybench.stats import summarize
 
 # Caches dropped before each cold run. The OS page cache is not dropped (the machine is shared).
 CACHE_DROPS = ("MARK CACHE", "UNCOMPRESSED CACHE", "INDEX MARK CACHE", "INDEX UNCOMPRESSED CACHE",

@@ -1,17 +1,13 @@
 """Unit tests of the reader check's pure parts (no stack): the migration list read from
 `schema print`, the cases, the verdicts, what fails a case, the PR #50878 fixture's statements."""
 
-import sys
 import unittest
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from harness.procs import BenchError  # noqa: E402
-from readercompat import (PR50878_DDL, Case, cases, fixture_statements,  # noqa: E402
-                          migration_versions, opt_in_versions, problems, shapes_for)
-from readers import judge, needs_lookup  # noqa: E402
-from test_querybench import CATALOG  # noqa: E402
+from harness.procs import BenchError
+from harness.querybench.readercompat import (PR50878_DDL, Case, cases, fixture_statements,
+                                             migration_versions, opt_in_versions, problems, shapes_for)
+from harness.querybench.readers import judge, needs_lookup
+from harness.querybench.test_querybench import CATALOG
 
 PRINTED = """-- tracehouse traces schema for otel.otel_traces (migrations 1..3)
 

@@ -8,7 +8,7 @@ Shared by the benchmark (querybench.py) and the reader check after every migrati
 do not fill: the reader check reads the catalog without it.
 """
 
-from queries import tokens
+from harness.querybench.queries import tokens
 
 
 def read_catalog(ch, layout, db, traces=True):

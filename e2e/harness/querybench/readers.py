@@ -21,12 +21,12 @@ applicable", any other error still a failure. The runners say which tables have 
 
 import json
 import re
-from pathlib import Path
 
-from layouts import sql_str
-from queries import anchored
+from harness import REPO
+from harness.querybench.layouts import sql_str
+from harness.querybench.queries import anchored
 
-DASHBOARDS = Path(__file__).resolve().parents[2] / "charts" / "tracehouse" / "dashboards"
+DASHBOARDS = REPO / "charts" / "tracehouse" / "dashboards"
 
 
 class MacroError(ValueError):

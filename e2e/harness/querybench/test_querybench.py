@@ -2,18 +2,14 @@
 layout, the readers' macro expansion, percentiles, the report."""
 
 import random
-import sys
 import unittest
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from layouts import LAYOUTS, parse_layouts, sql_str  # noqa: E402
-from queries import QUERIES, anchored, draw_all, tokens  # noqa: E402
-from readers import (MacroError, dashboard_for, dashboard_queries, expand_macros,  # noqa: E402
-                     interpolate, reader_queries)
-from qreport import markdown  # noqa: E402
-from stats import percentile, summarize  # noqa: E402
+from harness.querybench.layouts import LAYOUTS, parse_layouts, sql_str
+from harness.querybench.queries import QUERIES, anchored, draw_all, tokens
+from harness.querybench.readers import (MacroError, dashboard_for, dashboard_queries, expand_macros,
+                                        interpolate, reader_queries)
+from harness.querybench.report import markdown
+from harness.querybench.stats import percentile, summarize
 
 CATALOG = {
     "tmin_ms": 1_793_491_200_000, "tmax_ms": 1_793_491_200_000 + 26 * 3_600_000,

@@ -55,16 +55,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-
-from harness.procs import BenchError, on_signal, run, say, stop_all  # noqa: E402
-from harness.stack import REPO, kafka_and_clickhouse_running, kafka_java, new_run, stack_env  # noqa: E402
-
-from catalog import read_catalog  # noqa: E402
-from client import TimedClient  # noqa: E402
-from ingest import apply_schema, fill, produce  # noqa: E402
-from layouts import LAYOUTS  # noqa: E402
-from queries import QUERIES  # noqa: E402
-from readers import LOOKUP_SUFFIX, judge, reader_queries  # noqa: E402
+from harness.procs import BenchError, on_signal, run, say, stop_all
+from harness.stack import REPO, kafka_and_clickhouse_running, kafka_java, new_run, stack_env
+from harness.querybench.catalog import read_catalog
+from harness.querybench.client import TimedClient
+from harness.querybench.ingest import apply_schema, fill, produce
+from harness.querybench.layouts import LAYOUTS
+from harness.querybench.queries import QUERIES
+from harness.querybench.readers import LOOKUP_SUFFIX, judge, reader_queries
 
 PR50878_DDL = REPO / "collector" / "schema" / "tests" / "fixtures" / "pr50878_map.sql"
 

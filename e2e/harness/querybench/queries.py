@@ -20,7 +20,7 @@ self-join).
 from dataclasses import dataclass, field
 from typing import Callable
 
-from layouts import sql_str
+from harness.querybench.layouts import sql_str
 
 HOUR_MS = 3_600_000
 PAGE = 50  # rows the widening search wants before it stops

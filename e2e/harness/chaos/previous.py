@@ -14,9 +14,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from harness import REPO
 from harness.procs import say
 
-REPO = Path(__file__).resolve().parents[2]
 PREVIOUS_RELEASE = "d00aafdfda272c4f8b269719c2230b905b04843e"
 CACHE = Path(os.environ.get("TRACEHOUSE_CACHE", Path.home() / ".cache" / "tracehouse"))
 

@@ -17,10 +17,10 @@ import urllib.request
 from collections import namedtuple
 from pathlib import Path
 
+from harness import REPO
 from harness.procs import BenchError, proc_status_kib
 from harness.stack import stack_env
 
-REPO = Path(__file__).resolve().parent.parent.parent
 # Where `e2e/stack up` runs the operator (as operator/tests/common/mod.rs has it).
 OPERATOR_NAMESPACE = "tracehouse-system"
 OPERATOR_NAME = "tracehouse-operator"

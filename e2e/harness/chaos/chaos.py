@@ -34,16 +34,15 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
-
-from cases import CASES as COLLECTOR_CASES  # noqa: E402
-from cases import WITHOUT_WORLD, Failed  # noqa: E402
-from infra import CHAOS_STATE, PrivateClickHouse, PrivateKafka  # noqa: E402
-from harness.procs import on_signal, say, stop_all  # noqa: E402
-from harness.stack import git_revision, stack_env  # noqa: E402
-from world import World  # noqa: E402
-from operator_cases import CASES as OPERATOR_CASES  # noqa: E402
-from production_cases import CASES as PRODUCTION_CASES  # noqa: E402
-from production_cases import PRIVATE_KAFKA  # noqa: E402
+from harness.chaos.cases import CASES as COLLECTOR_CASES
+from harness.chaos.cases import WITHOUT_WORLD, Failed
+from harness.chaos.infra import CHAOS_STATE, PrivateClickHouse, PrivateKafka
+from harness.procs import on_signal, say, stop_all
+from harness.stack import git_revision, stack_env
+from harness.chaos.world import World
+from harness.chaos.operator_cases import CASES as OPERATOR_CASES
+from harness.chaos.production_cases import CASES as PRODUCTION_CASES
+from harness.chaos.production_cases import PRIVATE_KAFKA
 
 CASES = {**COLLECTOR_CASES, **OPERATOR_CASES, **PRODUCTION_CASES}
 

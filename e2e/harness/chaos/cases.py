@@ -15,8 +15,8 @@ import subprocess
 import time
 from collections import Counter
 
-from infra import wait_for
-from world import CONFIGS, REPO
+from harness.chaos.infra import wait_for
+from harness.chaos.world import CONFIGS, REPO
 
 SMALL = str(CONFIGS / "small-batches.yaml")
 POISON = str(CONFIGS / "poison.yaml")

@@ -23,10 +23,10 @@ import random
 import signal
 import time
 
-from cases import Failed, check, exact
+from harness.chaos.cases import Failed, check, exact
 from confluent_kafka.admin import AdminClient, NewTopic
-from infra import wait_for
-from kube import Kubectl, PodMemory, Pipeline, is_collector_process
+from harness.chaos.infra import wait_for
+from harness.chaos.kube import Kubectl, PodMemory, Pipeline, is_collector_process
 from harness.procs import BenchError, say
 
 REQUEUE_S = 10  # the requeue period config/local gives the stack's operator

@@ -17,11 +17,11 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from infra import wait_for
+from harness import REPO
+from harness.chaos.infra import wait_for
 from harness.procs import BenchError, proc_status_kib, run, say, spawn, stop
 from harness.stack import ClickHouse, Kafka, free_port, metric_sum, metrics_scrape
 
-REPO = Path(__file__).resolve().parent.parent.parent
 # One home for the collector configurations of the stack tests and the matrix.
 CONFIGS = REPO / "collector" / "tests" / "configs"
 

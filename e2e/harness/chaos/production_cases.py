@@ -35,11 +35,11 @@ import re
 import time
 from pathlib import Path
 
-from cases import check, exact, figures, kill_and_replace, m
-from infra import wait_for
+from harness.chaos.cases import check, exact, figures, kill_and_replace, m
+from harness.chaos.infra import wait_for
 from harness.procs import say
 from harness.stack import Kafka
-from world import CONFIGS
+from harness.chaos.world import CONFIGS
 
 SMALL = str(CONFIGS / "small-batches.yaml")
 SMALL_TH2 = str(CONFIGS / "small-batches-th2.yaml")
@@ -389,7 +389,7 @@ def rolling_upgrade(ctx, w):
     docs/upgrade.md says: first the new release rolled to `kafka.commit_format: th2`, which
     finishes the cuts it named and writes new ones as the old release does; then the old
     release rolled in. A partition handed to the old one then carries only cuts it reads."""
-    from previous import previous_collector
+    from harness.chaos.previous import previous_collector
     old = previous_collector()
     rate, hold, parts, overlap = 3000, ctx.p["rollout_hold_s"], 8, 2.0
     # (binary, config, how the replaced pod stops)

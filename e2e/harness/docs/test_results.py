@@ -1,13 +1,9 @@
-"""Unit tests of docs.py (no stack, no venv needed): `python3 -m unittest discover -s e2e/benchlib
--p test_docs.py` from the repository root."""
+"""Unit tests of results.py (no stack, no venv needed): `PYTHONPATH=e2e python3 -m unittest
+harness.docs.test_results` from the repository root."""
 
-import sys
 import unittest
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from docs import DocError, bench_block, chaos_block, columncost_block, cost_block, render  # noqa: E402
+from harness.docs.results import DocError, bench_block, chaos_block, columncost_block, cost_block, render
 
 CHAOS = {"profile": "quick", "seed": 7, "revision": "abc1234", "took_s": 512.9,
          "started": "2026-11-26T15:19:16+00:00", "command": "e2e/chaos --case kill9",

@@ -49,11 +49,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from urllib.parse import urlencode, urlsplit
 
-from bench import Bench, POLL
-from cost import least_squares_2
-from options import SPAN_PROFILES
+from harness.bench.bench import Bench, POLL
+from harness.bench.cost import least_squares_2
+from harness.bench.options import SPAN_PROFILES
 from harness.procs import BenchError, machine, on_signal, proc_cpu_seconds, run, say, stop
-from report import column_cost_table
+from harness.bench.report import column_cost_table
 from harness.stack import REPO, free_port
 
 # Column groups a collector may leave to the server's defaults; a name ending in "." is a

@@ -26,14 +26,10 @@ import re
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from harness import REPO
+from harness.bench import cost, report
+from harness.querybench import report as qreport
 
-import cost  # noqa: E402
-import report  # noqa: E402
-from harness.querybench import report as qreport  # noqa: E402
-
-REPO = HERE.parent.parent
 DOCS = "docs"
 RESULTS = ("e2e/bench-results", "e2e/chaos-results")
 # A marker counts only at the start of a line: prose may quote one in backticks.

@@ -1,4 +1,4 @@
-"""Markdown tables of a bench report (e2e/benchlib/bench.py): the per-leg figures with
+"""Markdown tables of a bench report (e2e/harness/bench/bench.py): the per-leg figures with
 tracehouse's ratio to every other leg, and, in live mode, span end -> queryable per leg; a
 partition sweep's inserts, parts and freshness per leg and partition count; what each column
 group and each INSERT cost the server (e2e/column-cost). Standard library only (e2e/docs)."""

@@ -1,16 +1,13 @@
-"""Unit tests of series.py's pure parts (no stack): `python3 -m unittest e2e/benchlib/test_series.py`
-from the repository root, in the bench venv (`$(e2e/lib/...) bench_venv`) for the plot test."""
+"""Unit tests of series.py's pure parts (no stack): `PYTHONPATH=e2e python3 -m unittest
+harness.bench.test_series` from the repository root, in the bench venv (`$(e2e/lib/...) bench_venv`) for the plot test."""
 
 import math
-import sys
 import tempfile
 import unittest
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from series import (Series, collector_freshness, histogram_buckets, histogram_quantile,  # noqa: E402
-                    parse_arrivals, plot, plot_sweep)
+from harness.bench.series import (Series, collector_freshness, histogram_buckets, histogram_quantile,
+                                  parse_arrivals, plot, plot_sweep)
 
 
 class SeriesTest(unittest.TestCase):

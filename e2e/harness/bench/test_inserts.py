@@ -1,17 +1,14 @@
 """Unit tests of inserts.py, report.py's insert rows and sweep table, and the sweep's options
-(no stack): `python3 -m unittest discover -s e2e/benchlib -p 'test_*.py'` from the repository
-root."""
+(no stack): `python3 -m unittest discover -s e2e/harness/bench -t e2e -p 'test_*.py'` from the
+repository root."""
 
 import sys
 import unittest
-from pathlib import Path
 from unittest import mock
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from inserts import blocks_query, insert_figures, parse_blocks, table_stats  # noqa: E402
-from options import parse  # noqa: E402
-from report import sweep_table, table  # noqa: E402
+from harness.bench.inserts import blocks_query, insert_figures, parse_blocks, table_stats
+from harness.bench.options import parse
+from harness.bench.report import sweep_table, table
 
 # rows: the engine's written_rows, views included (twice the spans here).
 SNAPSHOT = {"bench_1_tracehouse": {"otel_traces": {"inserts": 120, "failed": 1, "rows": 120000,

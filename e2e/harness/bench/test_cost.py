@@ -1,16 +1,13 @@
 """Unit tests of cost.py (what a span costs the system: subtractions, the calibration fit,
 medians of repeats, settling, bytes on disk, the table) and of the new options (no stack):
-`python3 -m unittest discover -s e2e/benchlib -p 'test_*.py'` from the repository root."""
+`python3 -m unittest discover -s e2e/harness/bench -t e2e -p 'test_*.py'` from the repository root."""
 
 import sys
 import unittest
-from pathlib import Path
 from unittest import mock
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import cost  # noqa: E402
-from options import parse  # noqa: E402
+from harness.bench import cost
+from harness.bench.options import parse
 
 
 class RotateTest(unittest.TestCase):

@@ -94,15 +94,15 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from options import SPAN_PROFILES, parse
+from harness.bench.options import SPAN_PROFILES, parse
 from harness.procs import (BenchError, SocketBytes, loadavg, machine, machine_busy_seconds, on_signal,
                            proc_cpu_seconds, proc_status_kib, run, say, spawn, stop, stop_all)
-from inserts import blocks_query, insert_figures, parse_blocks, table_stats
-import cost
-import costio
-from report import freshness_table, sweep_table, table
-from series import (Series, arrivals_ddl, arrivals_query, record_arrivals_query, collector_freshness, parse_arrivals,
-                    plot, plot_sweep)
+from harness.bench.inserts import blocks_query, insert_figures, parse_blocks, table_stats
+from harness.bench import cost
+from harness.bench import costio
+from harness.bench.report import freshness_table, sweep_table, table
+from harness.bench.series import (Series, arrivals_ddl, arrivals_query, record_arrivals_query, collector_freshness, parse_arrivals,
+                                  plot, plot_sweep)
 from harness.stack import (E2E, REPO, STATE, ClickHouse, Kafka, OwnClickHouse, OwnKafka, free_port, git_revision, group_describe,
                            kafka_and_clickhouse_running, kafka_java, log_tail_errors, metric_sum, metrics_scrape,
                            new_run, stack_env)

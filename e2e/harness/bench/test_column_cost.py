@@ -1,16 +1,12 @@
 """Unit tests of column_cost.py's pure parts and its table (no stack; the bench's venv, since
-column_cost.py reuses the bench's runner): `python3 -m unittest discover -s e2e/benchlib -p
-'test_*.py'` from the repository root."""
+column_cost.py reuses the bench's runner): `python3 -m unittest discover -s e2e/harness/bench -t
+e2e -p 'test_*.py'` from the repository root."""
 
-import sys
 import unittest
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from column_cost import (GROUPS, cuts, fit_per_insert, parse, schema_statements,  # noqa: E402
-                         variant_columns)
-from report import column_cost_table  # noqa: E402
+from harness.bench.column_cost import (GROUPS, cuts, fit_per_insert, parse, schema_statements,
+                                       variant_columns)
+from harness.bench.report import column_cost_table
 
 COLUMNS = ["Timestamp", "TraceId", "ResourceAttributes", "ResourceAttributesKeys",
            "SpanAttributes", "SpanAttributesKeys", "Events.Timestamp", "Events.Name",

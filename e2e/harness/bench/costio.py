@@ -9,8 +9,8 @@ import statistics
 import time
 from urllib.parse import urlencode, urlsplit
 
-from cost import (KEYS_COLUMNS, KEYS_INDEXES, Settler, disk_figures, fit_insert_and_byte,
-                  parse_events, parse_settle_probe, rate)
+from harness.bench.cost import (KEYS_COLUMNS, KEYS_INDEXES, Settler, disk_figures, fit_insert_and_byte,
+                                parse_events, parse_settle_probe, rate)
 from harness.procs import BenchError, proc_cpu_seconds, say
 
 

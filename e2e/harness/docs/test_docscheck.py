@@ -1,8 +1,8 @@
-"""Unit tests of docscheck.py: `python -m unittest discover -s e2e/docslib`."""
+"""Unit tests of docscheck.py: `python -m unittest discover -s e2e/harness/docs -t e2e`."""
 
 import unittest
 
-from docscheck import Block, Crd, anchor, blocks, broken_links, check_yaml, openapi_to_jsonschema, shell_text
+from harness.docs.docscheck import Block, Crd, anchor, blocks, broken_links, check_yaml, openapi_to_jsonschema, shell_text
 
 CRD = Crd.load({"spec": {
     "group": "example.dev", "names": {"kind": "Pipe"},

@@ -14,7 +14,7 @@ import copy
 
 import yaml
 
-from docscheck import blocks
+from harness.docs.docscheck import blocks
 
 PLAIN_MARKER = "# otelcol-config.yaml"
 

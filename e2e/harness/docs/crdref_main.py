@@ -5,7 +5,7 @@ import sys
 
 import yaml
 
-from crdref import render
+from harness.docs.crdref import render
 
 CRD = pathlib.Path("crds/tracepipelines.yaml")
 OUT = pathlib.Path("docs/crd-reference.md")

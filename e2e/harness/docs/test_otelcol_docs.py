@@ -1,9 +1,9 @@
-"""Unit tests of otelcol_docs.py: `python -m unittest discover -s e2e/docslib`."""
+"""Unit tests of otelcol_docs.py: `python -m unittest discover -s e2e/harness/docs -t e2e`."""
 
-import pathlib
 import unittest
 
-from otelcol_docs import documented, relay
+from harness import REPO
+from harness.docs.otelcol_docs import documented, relay
 
 DOC = '''
 ```yaml
@@ -55,7 +55,7 @@ class OtelcolDocsTest(unittest.TestCase):
         self.assertIn("SCRAM-SHA-512", str(plain), "the documented one is left as it is")
 
     def test_the_install_guides_operator_resource_exports_as_its_plain_configuration(self):
-        path = pathlib.Path(__file__).resolve().parents[2] / "docs" / "install.md"
+        path = REPO / "docs" / "install.md"
         plain, cr = documented(path.read_text())
         self.assertEqual(plain["exporters"], cr["exporters"])
         self.assertEqual(plain["service"], cr["service"])

@@ -1,6 +1,6 @@
 """Entry point of `e2e/docs-check`: every fenced block of README.md and docs/*.md checked.
 
-Usage: docscheck_main.py --helm HELM [--kubectl KUBECTL] [FILE…]
+Usage: python -m harness.docs.docscheck_main --helm HELM [--kubectl KUBECTL] [FILE…]
 With --kubectl (an API server the CRD is installed on), every TracePipeline is also sent with
 `kubectl apply --dry-run=server` into namespace `default`, so its CEL rules run too.
 """
@@ -16,7 +16,7 @@ import tempfile
 
 import yaml
 
-from docscheck import SHELL, Block, Crd, Finding, blocks, broken_links, check_yaml, shell_text
+from harness.docs.docscheck import SHELL, Block, Crd, Finding, blocks, broken_links, check_yaml, shell_text
 
 CHART = "charts/tracehouse"
 

@@ -1,8 +1,8 @@
-"""Unit tests of crdref.py: `python -m unittest discover -s e2e/docslib`."""
+"""Unit tests of crdref.py: `python -m unittest discover -s e2e/harness/docs -t e2e`."""
 
 import unittest
 
-from crdref import HEADER, anchor, constraints, render, sections, type_of
+from harness.docs.crdref import HEADER, anchor, constraints, render, sections, type_of
 
 CRD = {
     "spec": {

@@ -1,8 +1,8 @@
-"""Unit tests of grants.py (no engine): `python -m unittest discover -s e2e/grants`."""
+"""Unit tests of grants.py (no engine): `python -m unittest discover -s e2e/harness/grants -t e2e`."""
 
 import unittest
 
-from grants import Privilege, covered, missing, parse_grants, parse_used
+from harness.grants.grants import Privilege, covered, missing, parse_grants, parse_used
 
 DOC = """
 ```sql

@@ -1,4 +1,4 @@
-"""The pure half of e2e/grants/probe: privileges the engine recorded, against GRANTs a document
+"""The pure half of e2e/grants-probe: privileges the engine recorded, against GRANTs a document
 states.
 
 `system.query_log.used_privileges` holds one string per privilege the engine checked for a

@@ -17,26 +17,23 @@ import io
 import lzma
 import os
 import struct
-import sys
 import unittest
 import zlib
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lz4.block
+import lz4.frame
 
-import lz4.block  # noqa: E402
-import lz4.frame  # noqa: E402
+import chdb
 
-import chdb  # noqa: E402
-
-import blocks  # noqa: E402
-import errors  # noqa: E402
-import httpcompression  # noqa: E402
-import infile  # noqa: E402
-import native  # noqa: E402
-import server  # noqa: E402
-import sqltext  # noqa: E402
-import stats  # noqa: E402
-from errors import CHError  # noqa: E402
+import blocks
+import errors
+import httpcompression
+import infile
+import native
+import server
+import sqltext
+import stats
+from errors import CHError
 
 
 def decompress_all(data: bytes) -> bytes:

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from errors import CHError  # noqa: E402
-from faults import Faults, Rule  # noqa: E402
+from errors import CHError
+from faults import Faults, Rule
 
 
 class FaultsTest(unittest.TestCase):

@@ -7,7 +7,8 @@
 //! [`source`] is the Kafka side: retries, bisection, the rejection breaker, the HTTP sink,
 //! skipped records to the dead-letter topic) → acknowledgements and commits ([`offsets`]).
 //! Dependencies point down this list only: [`rows`] reads [`decode`]'s views and writes
-//! with [`wire`] (ClickHouse's binary primitives, a leaf); [`encode`] uses both.
+//! with [`wire`] (ClickHouse's binary primitives, a leaf); [`process`] (the drop, redact and
+//! sample rules) reads the same views; [`encode`] uses all three.
 //! [`pipeline`] wires the stages with bounded queues; [`config`] is what the user writes
 //! (with [`yaml`], from the `tracehouse-contract` crate the operator shares);
 //! [`metrics`] and [`http`] are what operators and autoscalers read ([`freshness`] is the
@@ -28,6 +29,7 @@ pub mod metrics;
 pub mod offsets;
 pub mod pipeline;
 pub mod pool;
+pub mod process;
 pub mod rows;
 pub mod source;
 pub mod startup;

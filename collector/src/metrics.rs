@@ -51,11 +51,22 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// A processing rule (`processing.rules[].name`) and what it did to a span: `dropped`,
+/// `sampled_out` or `redacted`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    pub rule: String,
+    pub outcome: &'static str,
+}
+
 /// Every metric the collector exports.
 pub struct Metrics {
     pub records_consumed: Family<TopicLabels, Counter>,
     pub bytes_consumed: Family<TopicLabels, Counter>,
     pub spans_decoded: Counter,
+    /// What each processing rule did: spans dropped, sampled out, or with attributes
+    /// redacted (counted when encoded; each rule's three series start at 0).
+    pub spans_processed: Family<RuleLabels, Counter>,
     pub rows_inserted: Counter,
     pub bytes_inserted: Counter,
     pub records_skipped: Family<ReasonLabels, Counter>,
@@ -132,6 +143,7 @@ impl Metrics {
             records_consumed: Family::default(),
             bytes_consumed: Family::default(),
             spans_decoded: Counter::default(),
+            spans_processed: Family::default(),
             rows_inserted: Counter::default(),
             bytes_inserted: Counter::default(),
             records_skipped: Family::default(),
@@ -224,6 +236,12 @@ impl Metrics {
             names::SPANS_DECODED.stem,
             "Spans decoded from records",
             m.spans_decoded.clone(),
+        );
+        r.register(
+            "spans_processed",
+            "Spans a processing rule dropped, sampled out or redacted (label rule, outcome); \
+             dropped and sampled-out spans are not in spans_decoded",
+            m.spans_processed.clone(),
         );
         r.register(
             "rows_inserted",

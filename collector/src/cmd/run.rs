@@ -145,7 +145,9 @@ pub fn run(args: RunArgs) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    let factory = match tracehouse_collector::insert::encoder::factory(&cfg) {
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::new(&mut registry));
+    let factory = match tracehouse_collector::insert::encoder::factory(&cfg, &metrics) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("error: {e}");
@@ -165,8 +167,6 @@ pub fn run(args: RunArgs) -> ExitCode {
         }
     };
     let result = runtime.block_on(async move {
-        let mut registry = Registry::default();
-        let metrics = Arc::new(Metrics::new(&mut registry));
         tracing::info!(
             brokers = %cfg.kafka.brokers, topics = ?cfg.kafka.topics, group = %cfg.kafka.group_id,
             clickhouse = %cfg.clickhouse.url, database = %cfg.clickhouse.database, table = %cfg.clickhouse.table,

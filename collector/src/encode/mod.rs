@@ -21,6 +21,9 @@ mod native;
 pub mod plan;
 mod rowbinary;
 
+use std::sync::Arc;
+
+use bumpalo::Bump;
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
@@ -30,6 +33,7 @@ use crate::decode::proto::{self, ResourceView, ScopeView, SpanScratch, SpanView}
 use crate::decode::{self, DecodeError, Encoding};
 use crate::freshness::{self, EndTimes};
 use crate::pool::{BufPool, PooledBuf};
+use crate::process::{self, Processor, RuleCounts, Verdict};
 use crate::rows::{self, JsonObject, MapAttrs};
 use native::NativeBlock;
 use plan::PlannedColumn;
@@ -192,6 +196,11 @@ pub struct Encoder {
     /// The current record's end times, counted into `end_times` only once the record is in
     /// (a record taken back and read again by `prost` must not count twice).
     record_ends: Vec<u64>,
+    /// The drop, redact and sample rules; `None` when there are none.
+    processor: Option<Arc<Processor>>,
+    process_scratch: process::Scratch,
+    /// Where a record's redacted attribute bodies live until its rows are written.
+    arena: Bump,
 }
 
 impl Encoder {
@@ -230,7 +239,25 @@ impl Encoder {
             nested_attrs: Rendered::new(table.attributes),
             end_times: EndTimes::default(),
             record_ends: Vec::new(),
+            processor: None,
+            process_scratch: process::Scratch::default(),
+            arena: Bump::new(),
         })
+    }
+
+    /// Applies `processor`'s rules to every span from now on (none: every span is written).
+    pub fn with_processor(mut self, processor: Arc<Processor>) -> Self {
+        if !processor.is_empty() {
+            self.process_scratch = processor.scratch();
+            self.processor = Some(processor);
+        }
+        self
+    }
+
+    /// What each processing rule did to the records appended since the last call (empty
+    /// without rules).
+    pub fn take_process_counts(&mut self) -> Vec<RuleCounts> {
+        self.process_scratch.take_counts()
     }
 
     /// How [`Encoder::finish`]'s bodies are compressed.
@@ -309,7 +336,12 @@ impl Encoder {
     fn push_proto(&mut self, payload: &[u8]) -> Result<usize, Stop> {
         let mark = self.mark();
         self.record_ends.clear();
-        match self.push_proto_inner(payload) {
+        let mut arena = std::mem::take(&mut self.arena);
+        arena.reset();
+        let pushed = self.push_proto_inner(payload, &arena);
+        self.arena = arena;
+        self.process_scratch.end_record(pushed.is_ok());
+        match pushed {
             Ok(n) => {
                 self.end_times
                     .record_all(&self.record_ends, freshness::unix_now_ns);
@@ -359,7 +391,8 @@ impl Encoder {
         self.raw.len().saturating_sub(raw_mark) + native
     }
 
-    fn push_proto_inner(&mut self, payload: &[u8]) -> Result<usize, Stop> {
+    /// Appends the rows of `payload`'s spans; redacted attribute bodies go in `arena`.
+    fn push_proto_inner<'r>(&mut self, payload: &'r [u8], arena: &'r Bump) -> Result<usize, Stop> {
         let before = self.row_count;
         let raw_mark = self.raw.len();
         let native_mark = match &self.rows {
@@ -374,6 +407,9 @@ impl Encoder {
         let mut lists = SpanScratch::default();
         for rs in resource_spans {
             proto::resource_spans(rs, &mut resource, &mut scopes)?;
+            if let Some(p) = &self.processor {
+                p.resource(&mut resource.attrs, arena, &mut self.process_scratch)?;
+            }
             // Once per resource: every span of it shares these values.
             rows::service_name(&resource.attrs, &mut self.service_name)?;
             self.resource
@@ -385,6 +421,17 @@ impl Encoder {
                 proto::scope_spans(ss, &mut scope)?;
                 for body in &scope.spans {
                     let span = proto::span(body, &mut lists)?;
+                    if let Some(p) = &self.processor
+                        && p.span(
+                            &span,
+                            scope.name,
+                            &mut lists,
+                            arena,
+                            &mut self.process_scratch,
+                        )? == Verdict::Skip
+                    {
+                        continue;
+                    }
                     self.record_ends.push(span.end_time_unix_nano);
                     self.span_attrs
                         .fill(&lists.attrs, proto::SPAN_VALUE_DEPTH)?;

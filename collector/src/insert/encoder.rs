@@ -12,7 +12,10 @@ use crate::config::Config;
 use crate::decode;
 use crate::encode::{Encoder, EncoderOptions};
 use crate::freshness::EndTimes;
+use crate::metrics::{Metrics, RuleLabels};
+use crate::process::Processor;
 use crate::workers::{EncoderFactory, RecordEncoder};
+use prometheus_client::metrics::counter::Counter;
 
 /// The table options the collector writes to, derived from its configuration (the
 /// engine, TTL and the rest only matter to migrations, which the operator or the
@@ -30,6 +33,8 @@ pub fn table_options(cfg: &Config) -> Result<TableOptions, SettingError> {
 struct ConfiguredEncoder {
     encoder: Encoder,
     encoding: decode::Encoding,
+    /// Per processing rule: its dropped, sampled-out and redacted counters.
+    processed: Arc<[[Counter; 3]]>,
 }
 
 impl RecordEncoder for ConfiguredEncoder {
@@ -38,9 +43,25 @@ impl RecordEncoder for ConfiguredEncoder {
     }
 
     fn append(&mut self, payload: &[u8]) -> Result<u64, decode::DecodeError> {
-        self.encoder
-            .push_record(payload, self.encoding)
-            .map(|n| n as u64)
+        let n = self.encoder.push_record(payload, self.encoding);
+        if !self.processed.is_empty() {
+            for (c, counters) in self
+                .encoder
+                .take_process_counts()
+                .iter()
+                .zip(&*self.processed)
+            {
+                for (v, counter) in [c.dropped, c.sampled_out, c.redacted]
+                    .into_iter()
+                    .zip(counters)
+                {
+                    if v > 0 {
+                        counter.inc_by(v);
+                    }
+                }
+            }
+        }
+        n.map(|n| n as u64)
     }
 
     fn finish(&mut self) -> Bytes {
@@ -56,8 +77,44 @@ impl RecordEncoder for ConfiguredEncoder {
     }
 }
 
+/// The processing rules of `cfg`, compiled (with the hash key read from its file).
+pub fn processor(cfg: &Config) -> Result<Processor, String> {
+    let p = &cfg.processing;
+    let key = match &p.hash_key_file {
+        Some(path) => Some(std::fs::read(path).map_err(|e| {
+            format!(
+                "invalid `processing.hash_key_file`: cannot read {}: {e}",
+                path.display()
+            )
+        })?),
+        None => None,
+    };
+    let key = key.as_deref().map(|k| k.strip_suffix(b"\n").unwrap_or(k));
+    if key.is_some_and(<[u8]>::is_empty) {
+        return Err("invalid `processing.hash_key_file`: the key is empty".into());
+    }
+    Processor::new(p, key).map_err(|e| e.to_string())
+}
+
 /// Build the per-thread encoder factory (checked once here, so workers cannot fail).
-pub fn factory(cfg: &Config) -> Result<EncoderFactory, String> {
+/// `metrics` receives what the processing rules did.
+pub fn factory(cfg: &Config, metrics: &Metrics) -> Result<EncoderFactory, String> {
+    let processor = Arc::new(processor(cfg)?);
+    let processed: Arc<[[Counter; 3]]> = processor
+        .names()
+        .iter()
+        .map(|rule| {
+            ["dropped", "sampled_out", "redacted"].map(|outcome| {
+                metrics
+                    .spans_processed
+                    .get_or_create(&RuleLabels {
+                        rule: rule.clone(),
+                        outcome,
+                    })
+                    .clone()
+            })
+        })
+        .collect();
     let table = table_options(cfg).map_err(|e| e.to_string())?;
     // `auto` is resolved for the table by the encoder.
     let format = cfg.clickhouse.insert_format;
@@ -69,8 +126,13 @@ pub fn factory(cfg: &Config) -> Result<EncoderFactory, String> {
     };
     Encoder::with_options(&table, options).map_err(|e| format!("clickhouse: {e}"))?;
     Ok(Arc::new(move || {
-        let encoder =
-            Encoder::with_options(&table, options).expect("checked when the factory was built");
-        Box::new(ConfiguredEncoder { encoder, encoding }) as Box<dyn RecordEncoder>
+        let encoder = Encoder::with_options(&table, options)
+            .expect("checked when the factory was built")
+            .with_processor(processor.clone());
+        Box::new(ConfiguredEncoder {
+            encoder,
+            encoding,
+            processed: processed.clone(),
+        }) as Box<dyn RecordEncoder>
     }))
 }

@@ -1,0 +1,439 @@
+//! Process: the `processing` rules (drop, redact, sample; `tracehouse_contract::processing`)
+//! applied to one span's borrowed wire views between reading and writing its row.
+//!
+//! [`Processor`] is compiled once from the configuration and shared by every encoder
+//! thread; each encoder keeps its own [`Scratch`]. The encoder calls [`Processor::resource`]
+//! once per resource (resource redactions, and every resource condition evaluated where its
+//! rule stands in the list) and [`Processor::span`] once per span (span, event and link
+//! redactions, then drop and sample in rule order), and writes the row only for
+//! [`Verdict::Keep`].
+//!
+//! The rules, numbered as the tests name them:
+//! 1. Rules apply in the order written; a redaction is seen by every rule after it and by
+//!    none before it (a drop on `enduser.id` placed after its hash tests the hash).
+//! 2. A decision is a function of the span (with its resource and scope) and the rules
+//!    alone: no clock, no randomness, nothing carried from span to span. A replayed record
+//!    gives the same rows; what an insert token names stays what it was.
+//! 3. A drop or sample rule applies when every condition in its `when` holds; a missing
+//!    attribute fails every test but `exists: false` (and passes it under `not`).
+//! 4. Sampling draws from the trace id only (`sample.rs`), so every span of a trace gets the
+//!    same draw on every replica; an error span is kept unless `errors: sample`.
+//! 5. A redacted value is a new `KeyValue` written in the record's arena; a removed one is
+//!    left out of the list. The row writers see ordinary wire views either way.
+//! 6. No rule: [`Processor::is_empty`], and the encoder does not call in at all.
+
+mod redact;
+pub mod sample;
+#[cfg(test)]
+mod tests;
+
+use bumpalo::Bump;
+use tracehouse_contract::processing::{
+    Action, AttributeList, Errors, ProcessingConfig, RuleError, SpanField, Subject, Test,
+};
+
+use crate::decode::proto::{self, SpanScratch, SpanView};
+use crate::rows;
+pub use redact::Hasher;
+use redact::Redactor;
+use sample::Sampler;
+
+/// What becomes of a span.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Keep,
+    /// Dropped or sampled out: no row.
+    Skip,
+}
+
+/// What the rules did, per rule, in [`Scratch::counts`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RuleCounts {
+    pub dropped: u64,
+    pub sampled_out: u64,
+    /// Spans in which the rule changed an attribute (its resource's count for each span).
+    pub redacted: u64,
+}
+
+/// One compiled condition.
+#[derive(Debug)]
+struct Cond {
+    subject: CondSubject,
+    test: Test,
+    not: bool,
+}
+
+#[derive(Debug)]
+enum CondSubject {
+    /// Index into [`Scratch::resource_results`] (evaluated once per resource).
+    Resource(usize),
+    /// Index into [`Processor::attribute_keys`].
+    Attribute(usize),
+    Span(SpanField),
+}
+
+#[derive(Debug)]
+enum Kind {
+    Drop,
+    Redact(Box<Redactor>),
+    Sample { sampler: Sampler, errors: Errors },
+}
+
+#[derive(Debug)]
+struct Compiled {
+    kind: Kind,
+    when: Vec<Cond>,
+    /// The keys of this rule's resource conditions and where their results go.
+    resource_conds: Vec<(Vec<u8>, usize, Test, bool)>,
+}
+
+/// The compiled rules. `Sync`: one for every encoder thread.
+#[derive(Debug, Default)]
+pub struct Processor {
+    names: Vec<String>,
+    rules: Vec<Compiled>,
+    /// Every span attribute a condition reads, each once: one pass over a span's
+    /// attributes finds them all.
+    attribute_keys: Vec<Vec<u8>>,
+    resource_results: usize,
+    redacts_resource: bool,
+}
+
+impl Processor {
+    /// Compiles `cfg` (already validated; a problem found here still names its field).
+    /// `hash_key` is the content of `hash_key_file`, read by the caller.
+    pub fn new(cfg: &ProcessingConfig, hash_key: Option<&[u8]>) -> Result<Self, RuleError> {
+        cfg.validate()?;
+        let hasher = Hasher::new(hash_key);
+        let mut p = Processor::default();
+        for (i, rule) in cfg.rules.iter().enumerate() {
+            let at = format!("processing.rules[{i}]");
+            let mut compiled = Compiled {
+                kind: Kind::Drop,
+                when: Vec::new(),
+                resource_conds: Vec::new(),
+            };
+            for (j, c) in rule.when.iter().enumerate() {
+                let (subject, test) = c.compile(&format!("{at}.when[{j}]"))?;
+                let subject = match subject {
+                    Subject::Resource(key) => {
+                        let slot = p.resource_results;
+                        p.resource_results += 1;
+                        compiled.resource_conds.push((
+                            key.as_bytes().to_vec(),
+                            slot,
+                            test.clone(),
+                            c.not,
+                        ));
+                        CondSubject::Resource(slot)
+                    }
+                    Subject::Attribute(key) => {
+                        let key = key.as_bytes();
+                        let idx = match p.attribute_keys.iter().position(|k| k == key) {
+                            Some(idx) => idx,
+                            None => {
+                                p.attribute_keys.push(key.to_vec());
+                                p.attribute_keys.len() - 1
+                            }
+                        };
+                        CondSubject::Attribute(idx)
+                    }
+                    Subject::Span(f) => CondSubject::Span(f),
+                };
+                compiled.when.push(Cond {
+                    subject,
+                    test,
+                    not: c.not,
+                });
+            }
+            compiled.kind = match rule.action {
+                Action::Drop => Kind::Drop,
+                Action::Redact => {
+                    let r = rule
+                        .redact
+                        .as_ref()
+                        .expect("validated: redact rules have `redact`");
+                    p.redacts_resource |= r.covers(AttributeList::Resource);
+                    Kind::Redact(Box::new(Redactor::new(
+                        r,
+                        &format!("{at}.redact"),
+                        hasher.clone(),
+                    )?))
+                }
+                Action::Sample => {
+                    let s = rule
+                        .sample
+                        .as_ref()
+                        .expect("validated: sample rules have `sample`");
+                    Kind::Sample {
+                        sampler: Sampler::new(s.percent, s.seed),
+                        errors: s.errors,
+                    }
+                }
+            };
+            p.names.push(rule.name.clone());
+            p.rules.push(compiled);
+        }
+        Ok(p)
+    }
+
+    /// No rule: nothing to do for any span (rule 6).
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The rules' names, in order (the `rule` label of the metrics).
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// A scratch sized for these rules.
+    pub fn scratch(&self) -> Scratch {
+        Scratch {
+            counts: vec![RuleCounts::default(); self.rules.len()],
+            total: vec![RuleCounts::default(); self.rules.len()],
+            resource_results: vec![false; self.resource_results],
+            resource_redacted: vec![false; self.rules.len()],
+            attribute_at: vec![None; self.attribute_keys.len()],
+            ..Scratch::default()
+        }
+    }
+
+    /// Once per resource, before its spans: redacts the resource's attributes and evaluates
+    /// every resource condition where its rule stands (rule 1).
+    pub fn resource<'r>(
+        &self,
+        attrs: &mut Vec<&'r [u8]>,
+        arena: &'r Bump,
+        st: &mut Scratch,
+    ) -> proto::Result<()> {
+        for (i, rule) in self.rules.iter().enumerate() {
+            st.resource_redacted[i] = false;
+            if let Kind::Redact(r) = &rule.kind
+                && r.covers(AttributeList::Resource)
+            {
+                let mut all = 0..attrs.len();
+                st.resource_redacted[i] =
+                    r.redact(attrs, std::slice::from_mut(&mut all), arena, &mut st.text)?;
+            }
+            for (key, slot, test, not) in &rule.resource_conds {
+                let value = first_value(attrs, key, proto::RESOURCE_VALUE_DEPTH, &mut st.text)?;
+                st.resource_results[*slot] = test.text(value.then_some(st.text.as_slice())) != *not;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this processor changes resource attributes (the service name is then read
+    /// after [`Self::resource`]).
+    pub fn redacts_resource(&self) -> bool {
+        self.redacts_resource
+    }
+
+    /// One span: redactions in place, then the verdict (rules 1–5).
+    pub fn span<'r>(
+        &self,
+        span: &SpanView<'r>,
+        scope_name: &[u8],
+        lists: &mut SpanScratch<'r>,
+        arena: &'r Bump,
+        st: &mut Scratch,
+    ) -> proto::Result<Verdict> {
+        st.attributes_read = false;
+        for (i, rule) in self.rules.iter().enumerate() {
+            match &rule.kind {
+                Kind::Redact(r) => {
+                    let mut changed = st.resource_redacted[i];
+                    if r.covers(AttributeList::Span) {
+                        let mut all = 0..lists.attrs.len();
+                        let all = std::slice::from_mut(&mut all);
+                        if r.redact(&mut lists.attrs, all, arena, &mut st.text)? {
+                            changed = true;
+                            st.attributes_read = false;
+                        }
+                    }
+                    if r.covers(AttributeList::Events) {
+                        let SpanScratch {
+                            events,
+                            event_attrs,
+                            ..
+                        } = lists;
+                        let mut ranges: Vec<_> = events.iter().map(|e| e.attrs.clone()).collect();
+                        if r.redact(event_attrs, &mut ranges, arena, &mut st.text)? {
+                            changed = true;
+                            for (e, range) in events.iter_mut().zip(ranges) {
+                                e.attrs = range;
+                            }
+                        }
+                    }
+                    if r.covers(AttributeList::Links) {
+                        let SpanScratch {
+                            links, link_attrs, ..
+                        } = lists;
+                        let mut ranges: Vec<_> = links.iter().map(|l| l.attrs.clone()).collect();
+                        if r.redact(link_attrs, &mut ranges, arena, &mut st.text)? {
+                            changed = true;
+                            for (l, range) in links.iter_mut().zip(ranges) {
+                                l.attrs = range;
+                            }
+                        }
+                    }
+                    if changed {
+                        st.counts[i].redacted += 1;
+                    }
+                }
+                Kind::Drop => {
+                    if self.holds(&rule.when, span, scope_name, &lists.attrs, st)? {
+                        st.counts[i].dropped += 1;
+                        return Ok(Verdict::Skip);
+                    }
+                }
+                Kind::Sample { sampler, errors } => {
+                    if *errors == Errors::Keep && span.status_code == STATUS_ERROR {
+                        continue;
+                    }
+                    if self.holds(&rule.when, span, scope_name, &lists.attrs, st)?
+                        && !sampler.keeps(span.trace_id)
+                    {
+                        st.counts[i].sampled_out += 1;
+                        return Ok(Verdict::Skip);
+                    }
+                }
+            }
+        }
+        Ok(Verdict::Keep)
+    }
+
+    /// Whether every condition holds (rule 3).
+    fn holds(
+        &self,
+        when: &[Cond],
+        span: &SpanView<'_>,
+        scope_name: &[u8],
+        attrs: &[&[u8]],
+        st: &mut Scratch,
+    ) -> proto::Result<bool> {
+        for c in when {
+            let pass = match &c.subject {
+                CondSubject::Resource(slot) => {
+                    // Stored with `not` applied.
+                    if !st.resource_results[*slot] {
+                        return Ok(false);
+                    }
+                    continue;
+                }
+                CondSubject::Attribute(k) => {
+                    if !st.attributes_read {
+                        self.read_attributes(attrs, st)?;
+                    }
+                    match st.attribute_at[*k] {
+                        Some(at) => {
+                            let kv = proto::kv(attrs[at])?;
+                            st.text.clear();
+                            rows::push_value_as_string(
+                                kv.value,
+                                &mut st.text,
+                                proto::SPAN_VALUE_DEPTH,
+                            )?;
+                            c.test.text(Some(&st.text))
+                        }
+                        None => c.test.text(None),
+                    }
+                }
+                CondSubject::Span(SpanField::Name) => c.test.text(Some(span.name)),
+                CondSubject::Span(SpanField::Kind) => {
+                    c.test.text(Some(rows::span_kind(span.kind).as_bytes()))
+                }
+                CondSubject::Span(SpanField::Status) => c
+                    .test
+                    .text(Some(rows::status_code(span.status_code).as_bytes())),
+                CondSubject::Span(SpanField::Scope) => c.test.text(Some(scope_name)),
+                CondSubject::Span(SpanField::Duration) => c.test.duration(rows::duration_ns(
+                    span.start_time_unix_nano,
+                    span.end_time_unix_nano,
+                )),
+            };
+            if pass == c.not {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// One pass over the span's attributes: where each key a condition reads first appears
+    /// (pdata's `Get` returns the first of repeated keys).
+    fn read_attributes(&self, attrs: &[&[u8]], st: &mut Scratch) -> proto::Result<()> {
+        st.attribute_at.fill(None);
+        for (i, body) in attrs.iter().enumerate() {
+            let key = proto::kv(body)?.key;
+            for (k, want) in self.attribute_keys.iter().enumerate() {
+                if st.attribute_at[k].is_none() && key == want.as_slice() {
+                    st.attribute_at[k] = Some(i);
+                }
+            }
+        }
+        st.attributes_read = true;
+        Ok(())
+    }
+}
+
+/// `STATUS_CODE_ERROR`.
+const STATUS_ERROR: i32 = 2;
+
+/// Renders the first value under `key` into `out`; whether there is one.
+fn first_value(
+    attrs: &[&[u8]],
+    key: &[u8],
+    depth: usize,
+    out: &mut Vec<u8>,
+) -> proto::Result<bool> {
+    for body in attrs {
+        let kv = proto::kv(body)?;
+        if kv.key == key {
+            out.clear();
+            rows::push_value_as_string(kv.value, out, depth)?;
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// An encoder's working memory for the rules, reused span after span.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    /// What each rule did to the current record.
+    counts: Vec<RuleCounts>,
+    /// … and to the records in since the last [`Scratch::take_counts`].
+    total: Vec<RuleCounts>,
+    resource_results: Vec<bool>,
+    /// Per rule: it changed the current resource's attributes.
+    resource_redacted: Vec<bool>,
+    /// Per key of [`Processor::attribute_keys`]: its first index in the span's attributes.
+    attribute_at: Vec<Option<usize>>,
+    attributes_read: bool,
+    /// A value's text.
+    text: Vec<u8>,
+}
+
+impl Scratch {
+    /// The current record is in (`true`: its counts join the total) or taken back.
+    pub fn end_record(&mut self, kept: bool) {
+        if self.total.len() != self.counts.len() {
+            self.total = vec![RuleCounts::default(); self.counts.len()];
+        }
+        for (t, c) in self.total.iter_mut().zip(&mut self.counts) {
+            if kept {
+                t.dropped += c.dropped;
+                t.sampled_out += c.sampled_out;
+                t.redacted += c.redacted;
+            }
+            *c = RuleCounts::default();
+        }
+    }
+
+    /// What each rule did to the records in since the last call; starts counting anew.
+    pub fn take_counts(&mut self) -> Vec<RuleCounts> {
+        let zero = vec![RuleCounts::default(); self.total.len()];
+        std::mem::replace(&mut self.total, zero)
+    }
+}

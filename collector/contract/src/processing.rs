@@ -352,7 +352,10 @@ impl Condition {
             tests.push(Test::Prefix(p.clone()));
         }
         if let Some(g) = &self.glob {
-            tests.push(Test::Regex(compile_regex(&glob_regex(g), &format!("{at}.glob"))?));
+            tests.push(Test::Regex(compile_regex(
+                &glob_regex(g),
+                &format!("{at}.glob"),
+            )?));
         }
         if let Some(r) = &self.regex {
             tests.push(Test::Regex(compile_regex(r, &format!("{at}.regex"))?));
@@ -409,7 +412,12 @@ pub fn compile_regex(pattern: &str, at: &str) -> Result<regex::bytes::Regex, Rul
     regex::bytes::RegexBuilder::new(pattern)
         .size_limit(1 << 20)
         .build()
-        .map_err(|e| err(at, format!("{pattern:?} is not a valid regular expression: {e}")))
+        .map_err(|e| {
+            err(
+                at,
+                format!("{pattern:?} is not a valid regular expression: {e}"),
+            )
+        })
 }
 
 /// `250ms`, `2s`, `1.5s`, `500us`, `100ns`, `1m` → nanoseconds.
@@ -447,7 +455,10 @@ impl Redact {
         at: &str,
     ) -> Result<(Vec<regex::bytes::Regex>, Vec<regex::bytes::Regex>), RuleError> {
         if self.keys.is_empty() && self.patterns.is_empty() && self.values.is_empty() {
-            return Err(err(at, "name the attributes: `keys`, `patterns` or `values`"));
+            return Err(err(
+                at,
+                "name the attributes: `keys`, `patterns` or `values`",
+            ));
         }
         if let Some(i) = self.keys.iter().position(String::is_empty) {
             return Err(err(format!("{at}.keys[{i}]"), "must not be empty"));

@@ -40,8 +40,20 @@ fn the_recipes_parse_validate_and_round_trip() {
     assert_eq!(p.rules.len(), 6);
     assert_eq!(p.rules[0].when[0].one_of.as_ref().unwrap().len(), 2);
     assert_eq!(p.rules[3].redact.as_ref().unwrap().with, Redaction::Mask);
-    assert!(!p.rules[3].redact.as_ref().unwrap().covers(AttributeList::Resource));
-    assert!(p.rules[4].redact.as_ref().unwrap().covers(AttributeList::Links));
+    assert!(
+        !p.rules[3]
+            .redact
+            .as_ref()
+            .unwrap()
+            .covers(AttributeList::Resource)
+    );
+    assert!(
+        p.rules[4]
+            .redact
+            .as_ref()
+            .unwrap()
+            .covers(AttributeList::Links)
+    );
     let s = p.rules[5].sample.as_ref().unwrap();
     assert_eq!((s.percent, s.seed, s.errors), (10.0, 22, Errors::Keep));
     let again: ProcessingConfig = rules(&crate::yaml::to_string(&p).unwrap());
@@ -70,7 +82,10 @@ fn each_mistake_names_its_field() {
             "rules: [{name: Bad_Name, action: drop, when: [{span: name, equals: x}]}]",
             "processing.rules[0].name",
         ),
-        ("rules: [{name: a, action: drop}]", "processing.rules[0].when"),
+        (
+            "rules: [{name: a, action: drop}]",
+            "processing.rules[0].when",
+        ),
         (
             "rules: [{name: a, action: drop, when: [{span: name, attribute: k, equals: x}]}]",
             "processing.rules[0].when[0]",
@@ -150,7 +165,10 @@ fn tests_compare_the_text_and_only_exists_false_passes_an_absent_attribute() {
     assert!(prefix.text(Some(b"/internal/x")) && !prefix.text(Some(b"/api")));
     let glob = compile("{span: name, glob: 'GET /health*'}");
     assert!(glob.text(Some(b"GET /healthz")));
-    assert!(!glob.text(Some(b"x GET /healthz")), "a glob matches the whole value");
+    assert!(
+        !glob.text(Some(b"x GET /healthz")),
+        "a glob matches the whole value"
+    );
     assert!(compile("{span: name, glob: 'a?c'}").text(Some("aéc".as_bytes())));
     assert!(compile("{span: name, glob: 'a.c'}").text(Some(b"a.c")));
     assert!(!compile("{span: name, glob: 'a.c'}").text(Some(b"abc")));

@@ -78,6 +78,26 @@ def on_signal(signum, _frame):
     raise SystemExit(128 + signum)
 
 
+def run_main(main, *args):
+    """A runner's `if __name__ == "__main__"` (bench, column-cost, querybench and its compat
+    check, chaos): SIGTERM, SIGINT and SIGHUP unwind the run as an exit (on_signal), so its
+    cleanup runs and the exit is said as such; a BenchError ends it with its message on one line
+    and status 1; every child is stopped on the way out. Exits with main(*args)'s status."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    try:
+        sys.exit(main(*args))
+    except BenchError as e:
+        say(f"error: {e}")
+        sys.exit(1)
+    except SystemExit as e:
+        if isinstance(e.code, int) and e.code > 128:
+            say(f"interrupted by signal {e.code - 128}; children stopped, run cleaned up")
+        raise
+    finally:
+        stop_all()
+
+
 def run(cmd, timeout, check=True, env=None, capture=True, log=None):
     """Run a command to completion with a deadline; output captured (or appended to log)."""
     out = open(log, "ab") if log else (subprocess.PIPE if capture else None)

@@ -95,8 +95,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness.bench.options import SPAN_PROFILES, parse
-from harness.procs import (BenchError, SocketBytes, loadavg, machine, machine_busy_seconds, on_signal,
-                           proc_cpu_seconds, proc_status_kib, run, say, spawn, stop, stop_all)
+from harness.procs import (BenchError, SocketBytes, loadavg, machine, machine_busy_seconds, proc_cpu_seconds,
+                           proc_status_kib, run, run_main, say, spawn, stop, stop_all)
 from harness.bench.inserts import blocks_query, insert_figures, parse_blocks, table_stats
 from harness.bench import cost
 from harness.bench import costio
@@ -813,9 +813,6 @@ def run_legs(b, a):
 def main():
     a = parse(__doc__, str(E2E / "otelcol" / "config.yaml"))
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
     a.otelcol_config = str(Path(a.otelcol_config).resolve())
     a.out = str(Path(a.out).resolve())
     os.chdir(REPO)
@@ -973,12 +970,4 @@ def sweep_summary(report, a, b, png):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchError as e:
-        say(f"error: {e}")
-        sys.exit(1)
-    except SystemExit as e:
-        if isinstance(e.code, int) and e.code > 128:
-            say(f"interrupted by signal {e.code - 128}; children stopped, run cleaned up")
-        raise
+    run_main(main)

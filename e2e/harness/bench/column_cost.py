@@ -40,7 +40,6 @@ import argparse
 import http.client
 import json
 import os
-import signal
 import statistics
 import sys
 import time
@@ -52,7 +51,7 @@ from urllib.parse import urlencode, urlsplit
 from harness.bench.bench import Bench, POLL
 from harness.bench.cost import least_squares_2
 from harness.bench.options import SPAN_PROFILES
-from harness.procs import BenchError, machine, on_signal, proc_cpu_seconds, run, say, stop
+from harness.procs import BenchError, machine, proc_cpu_seconds, run, run_main, say, stop
 from harness.bench.report import column_cost_table
 from harness.stack import REPO, free_port
 
@@ -317,8 +316,6 @@ def parse(argv=None):
 
 def main():
     a = parse()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, on_signal)
     a.out = str(Path(a.out).resolve())
     os.chdir(REPO)
     cc = ColumnCost(a)
@@ -351,8 +348,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchError as e:
-        say(f"error: {e}")
-        sys.exit(1)
+    run_main(main)

@@ -27,8 +27,6 @@ Every case cleans up its topics and database (and namespace) after passing and k
 
 import argparse
 import json
-import signal
-import sys
 import time
 import traceback
 from datetime import datetime, timezone
@@ -37,7 +35,7 @@ from pathlib import Path
 from harness.chaos.cases import CASES as COLLECTOR_CASES
 from harness.chaos.cases import WITHOUT_WORLD, Failed
 from harness.chaos.infra import CHAOS_STATE, PrivateClickHouse, PrivateKafka
-from harness.procs import on_signal, say, stop_all
+from harness.procs import run_main, say, stop_all
 from harness.stack import git_revision, stack_env
 from harness.chaos.world import World
 from harness.chaos.operator_cases import CASES as OPERATOR_CASES
@@ -160,7 +158,6 @@ def main():
                     help="every case on the runner's private Kafka (the operator cases still need "
                     "the shared stack's Kubernetes and operator)")
     args = ap.parse_args()
-    signal.signal(signal.SIGTERM, on_signal)
     profile = "full" if args.full else "quick"
     names = args.case or [n for n in CASES if args.full or n not in FULL_ONLY]
     started = datetime.now(timezone.utc)
@@ -195,7 +192,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    finally:
-        stop_all()
+    run_main(main)

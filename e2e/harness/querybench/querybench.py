@@ -42,7 +42,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.procs import BenchError, loadavg, machine, on_signal, run, say, stop_all
+from harness.procs import BenchError, loadavg, machine, run, run_main, say, stop_all
 from harness.stack import (REPO, git_revision, kafka_and_clickhouse_running, kafka_java,
                            new_run, stack_env)
 from harness.querybench.catalog import read_catalog
@@ -195,8 +195,6 @@ class QueryBench:
 
 def main():
     a = parse_args()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, on_signal)
     a.out = str(Path(a.out).resolve())
     os.chdir(REPO)
     b = QueryBench(a)
@@ -277,8 +275,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchError as e:
-        say(f"error: {e}")
-        sys.exit(1)
+    run_main(main)

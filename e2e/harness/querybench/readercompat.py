@@ -48,14 +48,13 @@ import argparse
 import json
 import os
 import re
-import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.procs import BenchError, on_signal, run, say, stop_all
+from harness.procs import BenchError, run, run_main, say, stop_all
 from harness.stack import REPO, kafka_and_clickhouse_running, kafka_java, new_run, stack_env
 from harness.querybench.catalog import read_catalog
 from harness.querybench.client import TimedClient
@@ -242,8 +241,6 @@ def parse_args(argv):
 
 def main(argv):
     a = parse_args(argv)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, on_signal)
     os.chdir(REPO)
     run_id, out_dir = new_run("readercompat")
     if not kafka_and_clickhouse_running():
@@ -300,8 +297,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except BenchError as e:
-        say(f"error: {e}")
-        sys.exit(1)
+    run_main(main, sys.argv[1:])

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from harness import REPO
 from harness.bench import cost, report
-from harness.querybench import report as qreport
+from harness.querybench import report as querybench_report
 
 DOCS = "docs"
 RESULTS = ("e2e/bench-results", "e2e/chaos-results")
@@ -192,9 +192,10 @@ def columncost_block(rep, source):
 
 
 def querybench_block(result, source):
-    """An e2e/querybench result, as qreport renders it (the style of docs/querybench.md)."""
+    """An e2e/querybench result, as querybench_report renders it (the style of
+    docs/querybench.md)."""
     run = result["run"]
-    lines = ["```", run["command"], "```", "", qreport.markdown(result), "",
+    lines = ["```", run["command"], "```", "", querybench_report.markdown(result), "",
              f"Report: [`{source}`]({_rel(source)})."]
     png = Path(source).with_suffix(".png")
     if (REPO / png).exists():

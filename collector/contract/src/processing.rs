@@ -51,13 +51,13 @@ impl ProcessingConfig {
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "schemars", schemars(extend("x-kubernetes-validations" = [
     {"rule": "has(self.redact) == (self.action == 'redact')",
-     "message": "`redact` is set exactly when action is redact"},
+     "message": "spec.processing.rules[].redact is set exactly when action is redact"},
     {"rule": "has(self.sample) == (self.action == 'sample')",
-     "message": "`sample` is set exactly when action is sample"},
+     "message": "spec.processing.rules[].sample is set exactly when action is sample"},
     {"rule": "self.action != 'drop' || (has(self.when) && size(self.when) > 0)",
-     "message": "a drop rule needs at least one condition in `when` (it would drop every span)"},
+     "message": "spec.processing.rules[].when: a drop rule needs at least one condition (it would drop every span)"},
     {"rule": "self.action != 'redact' || !has(self.when) || size(self.when) == 0",
-     "message": "`when` is not supported on redact rules: a redaction applies to every span"},
+     "message": "spec.processing.rules[].when is not supported on redact rules: a redaction applies to every span"},
 ])))]
 #[serde(deny_unknown_fields)]
 pub struct Rule {
@@ -97,13 +97,13 @@ pub enum Action {
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "schemars", schemars(extend("x-kubernetes-validations" = [
     {"rule": "[has(self.resource), has(self.attribute), has(self.span)].exists_one(x, x)",
-     "message": "name exactly one of `resource`, `attribute`, `span`"},
-    {"rule": "[has(self.equals), has(self['in']), has(self.prefix), has(self.glob), has(self.regex), has(self.exists), has(self.below), has(self.above)].exists_one(x, x)",
-     "message": "give exactly one test: equals, in, prefix, glob, regex, exists, below or above"},
+     "message": "spec.processing.rules[].when[]: name exactly one of resource, attribute, span"},
+    {"rule": "[has(self.equals), has(self.__in__), has(self.prefix), has(self.glob), has(self.regex), has(self.exists), has(self.below), has(self.above)].exists_one(x, x)",
+     "message": "spec.processing.rules[].when[]: give exactly one test: equals, in, prefix, glob, regex, exists, below or above"},
     {"rule": "(has(self.below) || has(self.above)) == (has(self.span) && self.span == 'duration')",
-     "message": "`below`/`above` test `span: duration`, and `span: duration` takes only them"},
+     "message": "spec.processing.rules[].when[]: below/above test span: duration, and span: duration takes only them"},
     {"rule": "!has(self.exists) || !has(self.span)",
-     "message": "`exists` tests an attribute, not a span field"},
+     "message": "spec.processing.rules[].when[].exists tests an attribute, not a span field"},
 ])))]
 #[serde(default, deny_unknown_fields)]
 pub struct Condition {
@@ -167,7 +167,7 @@ pub enum SpanField {
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "schemars", schemars(extend("x-kubernetes-validations" = [
     {"rule": "(has(self.keys) && size(self.keys) > 0) || (has(self.patterns) && size(self.patterns) > 0) || (has(self.values) && size(self.values) > 0)",
-     "message": "name the attributes: `keys`, `patterns` or `values`"},
+     "message": "spec.processing.rules[].redact: name the attributes: keys, patterns or values"},
 ])))]
 #[serde(default, deny_unknown_fields)]
 pub struct Redact {
@@ -218,6 +218,9 @@ pub enum AttributeList {
 /// `sample`: keep the spans of a share of trace ids.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schemars", schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.percent > 0.0", "message": "spec.processing.rules[].sample.percent must be above 0 (to drop every span, use a drop rule)"},
+])))]
 #[serde(deny_unknown_fields)]
 pub struct Sample {
     /// The share of traces kept, in percent (0 < percent ≤ 100).

@@ -7,7 +7,7 @@
 //! and its insert (the model's columns, by name) lands, feeding the lookup table; `status`
 //! settles (a second `apply` does nothing) — also when the tables carry column and table
 //! comments that mention `TTL` and `SETTINGS`. That the readers' queries return rows on an
-//! adopted table is checked by e2e/querybenchlib/readercompat.py on the same DDL
+//! adopted table is checked by e2e/harness/querybench/readercompat.py on the same DDL
 //! (`fixtures/pr50878_map.sql`).
 #![cfg(feature = "stack-tests")]
 

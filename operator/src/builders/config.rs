@@ -12,6 +12,9 @@ use crate::kafka::security::kafka_security_properties;
 
 /// The collector drains for this long on SIGTERM (must stay below the grace period).
 const SHUTDOWN_DEADLINE_MS: u64 = 25_000;
+/// Where `spec.processing.hashKey`'s Secret key is mounted in the collector container.
+pub(super) const HASH_KEY_DIR: &str = "/etc/tracehouse/processing";
+const HASH_KEY_FILE: &str = "/etc/tracehouse/processing/hash.key";
 
 fn usize_field(field: &'static str, v: i64) -> Result<usize, BuildError> {
     usize::try_from(v)
@@ -74,8 +77,13 @@ pub fn collector_config(tp: &TracePipeline) -> Result<collector::Config, BuildEr
     cfg.metrics_addr =
         std::net::SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, METRICS_PORT as u16));
     cfg.shutdown_deadline_ms = SHUTDOWN_DEADLINE_MS;
+    if let Some(p) = &s.processing {
+        cfg.processing.rules = p.rules.clone();
+        cfg.processing.hash_key_file = p.hash_key.as_ref().map(|_| HASH_KEY_FILE.into());
+    }
     cfg.validate().map_err(|e| match e {
         collector::ConfigError::Invalid { field, reason } => invalid(spec_field(field), reason),
+        collector::ConfigError::Processing(e) => invalid(format!("spec.{}", e.field), e.reason),
         other => invalid("spec", other),
     })?;
     Ok(cfg)
@@ -198,6 +206,46 @@ mod tests {
         assert_ne!(config_hash(&yaml), config_hash(&default));
     }
 
+    /// `spec.processing` reaches the collector as written, the hash key as the mounted
+    /// file's path (never its value); a rule the collector refuses names the spec field.
+    #[test]
+    fn processing_reaches_the_collector_and_a_bad_rule_names_its_spec_field() {
+        let default =
+            tracehouse_contract::yaml::to_string(&collector_config(&sample()).unwrap()).unwrap();
+        assert!(!default.contains("processing"), "{default}");
+        let mut tp = sample();
+        tp.spec.processing = Some(
+            tracehouse_contract::yaml::from_str(
+                "rules:\n\
+                 - {name: health, action: drop, when: [{attribute: http.route, equals: /healthz}]}\n\
+                 - {name: users, action: redact, redact: {keys: [enduser.id], with: hash}}\n\
+                 hashKey: {name: pii-key, key: key}\n",
+            )
+            .unwrap(),
+        );
+        let cfg = collector_config(&tp).unwrap();
+        assert_eq!(cfg.processing.rules.len(), 2);
+        assert_eq!(
+            cfg.processing.hash_key_file.as_deref(),
+            Some(std::path::Path::new(HASH_KEY_FILE))
+        );
+        let yaml = tracehouse_contract::yaml::to_string(&cfg).unwrap();
+        assert!(
+            yaml.contains("hash_key_file: /etc/tracehouse/processing/hash.key"),
+            "{yaml}"
+        );
+        assert!(!yaml.contains("pii-key"), "{yaml}");
+        assert!(super::super::referenced_secrets(&tp).contains("pii-key"));
+        let mut bad = tp.clone();
+        bad.spec.processing.as_mut().unwrap().rules[0].when[0].regex = Some("(".into());
+        bad.spec.processing.as_mut().unwrap().rules[0].when[0].equals = None;
+        let err = collector_config(&bad).unwrap_err().to_string();
+        assert!(
+            err.contains("spec.processing.rules[0].when[0].regex"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn body_limit_and_quorum_reach_the_collector_and_unset_leave_the_config_as_it_was() {
         let default =
@@ -226,10 +274,7 @@ mod tests {
         assert!(
             matches!(
                 &err,
-                BuildError::InvalidField {
-                    field: "spec.collector.maxInflightBytes",
-                    ..
-                }
+                BuildError::InvalidField { field, .. } if field == "spec.collector.maxInflightBytes"
             ),
             "{err}"
         );

@@ -19,6 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::clickhouse_tls::{CLICKHOUSE_CA_DIR, CLICKHOUSE_CLIENT_CERT_DIR};
+use super::config::HASH_KEY_DIR;
 use super::{
     BuildError, CONFIG_DIR, CONFIG_HASH_ANNOTATION, CONFIG_KEY, CONTAINER, ENV_KAFKA_SASL_PASSWORD,
     ENV_KAFKA_SASL_USERNAME, METRICS_PORT, Names, labels, meta, selector_labels,
@@ -181,6 +182,25 @@ fn volumes(tp: &TracePipeline, names: &Names) -> (Vec<Volume>, Vec<VolumeMount>)
     }
     if let Some(r) = clickhouse.and_then(|t| t.ca.as_ref()) {
         mount("clickhouse-ca", CLICKHOUSE_CA_DIR, ca(r));
+    }
+    // The processing hash key, as `hash.key`; readable by the collector's user (65532).
+    if let Some(r) = tp
+        .spec
+        .processing
+        .as_ref()
+        .and_then(|p| p.hash_key.as_ref())
+    {
+        let key = SecretVolumeSource {
+            secret_name: Some(r.name.clone()),
+            default_mode: Some(0o444),
+            items: Some(vec![KeyToPath {
+                key: r.key.clone(),
+                path: "hash.key".to_owned(),
+                mode: None,
+            }]),
+            ..Default::default()
+        };
+        mount("processing-hash-key", HASH_KEY_DIR, key);
     }
     if let Some(t) = clickhouse.filter(|t| t.client_cert_secret_name.is_some()) {
         mount(
@@ -439,6 +459,32 @@ mod tests {
     /// The gateway's pod template spec.
     fn pod_spec(d: super::super::Desired) -> k8s_openapi::api::core::v1::PodSpec {
         d.deployment.spec.unwrap().template.spec.unwrap()
+    }
+
+    #[test]
+    fn the_processing_hash_key_is_mounted_as_a_file_the_collector_can_read() {
+        let mut tp = crate::crd::fixtures::sample();
+        tp.spec.processing = Some(crate::crd::ProcessingSpec {
+            rules: Vec::new(),
+            hash_key: Some(crate::crd::SecretKeyRef {
+                name: "pii-key".into(),
+                key: "hmac".into(),
+            }),
+        });
+        let (volumes, mounts) = volumes(&tp, &Names::of("p"));
+        let v = volumes
+            .iter()
+            .find(|v| v.name == "processing-hash-key")
+            .unwrap();
+        let secret = v.secret.as_ref().unwrap();
+        assert_eq!(secret.secret_name.as_deref(), Some("pii-key"));
+        assert_eq!(secret.default_mode, Some(0o444));
+        let items = secret.items.as_ref().unwrap();
+        assert_eq!(
+            (items[0].key.as_str(), items[0].path.as_str()),
+            ("hmac", "hash.key")
+        );
+        assert!(mounts.iter().any(|m| m.mount_path == HASH_KEY_DIR));
     }
 
     #[test]

@@ -67,14 +67,20 @@ pub const ENV_KAFKA_SASL_PASSWORD: &str = "KAFKA_SASL_PASSWORD";
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BuildError {
     #[error("invalid spec field `{field}`: {reason}")]
-    InvalidField { field: &'static str, reason: String },
+    InvalidField {
+        field: std::borrow::Cow<'static, str>,
+        reason: String,
+    },
     #[error("the pipeline has no {0} (it was never stored by the API server)")]
     MissingMetadata(&'static str),
 }
 
-pub(crate) fn invalid(field: &'static str, reason: impl ToString) -> BuildError {
+pub(crate) fn invalid(
+    field: impl Into<std::borrow::Cow<'static, str>>,
+    reason: impl ToString,
+) -> BuildError {
     BuildError::InvalidField {
-        field,
+        field: field.into(),
         reason: reason.to_string(),
     }
 }
@@ -258,7 +264,7 @@ impl Desired {
 }
 
 /// Names of every Secret the gateway pods read (credentials, CA bundles, client
-/// certificates), whose change must roll them.
+/// certificates, the processing hash key), whose change must roll them.
 pub fn referenced_secrets(tp: &TracePipeline) -> std::collections::BTreeSet<String> {
     let s = &tp.spec;
     let k = s.kafka.tls.as_ref();
@@ -270,6 +276,10 @@ pub fn referenced_secrets(tp: &TracePipeline) -> std::collections::BTreeSet<Stri
         k.and_then(|t| t.client_cert_secret_name.as_ref()),
         c.and_then(|t| t.ca.as_ref()).map(|r| &r.name),
         c.and_then(|t| t.client_cert_secret_name.as_ref()),
+        s.processing
+            .as_ref()
+            .and_then(|p| p.hash_key.as_ref())
+            .map(|r| &r.name),
     ]
     .into_iter()
     .flatten()

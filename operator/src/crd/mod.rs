@@ -32,11 +32,13 @@ mod collector;
 #[cfg(test)]
 pub(crate) mod fixtures;
 mod kafka_clickhouse;
+mod processing;
 
 pub use autoscaling::{AutoscalingSpec, AutoscalingStatus};
 pub use bytes::ByteSize;
 pub use collector::*;
 pub use kafka_clickhouse::*;
+pub use processing::ProcessingSpec;
 
 /// API group of the CRD.
 pub const GROUP: &str = "tracehouse.dev";
@@ -157,6 +159,13 @@ pub mod condition {
     json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
 ))]
 #[kube(printcolumn(
+    name = "Processing",
+    type_ = "string",
+    priority = 1,
+    json_path = ".status.processing",
+    description = "The processing rules by action (empty: every span is written as it came)"
+))]
+#[kube(printcolumn(
     name = "Age",
     type_ = "date",
     json_path = ".metadata.creationTimestamp"
@@ -186,6 +195,9 @@ pub struct TracePipelineSpec {
     /// (kubectl scale, an HPA or KEDA) owns the count and the autoscaler only reports the lag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<AutoscalingSpec>,
+    /// Drop, redact and sample spans before they are written (none: every span as it came).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processing: Option<ProcessingSpec>,
 }
 
 /// What the operator observed and did, as of `observedGeneration`.
@@ -234,6 +246,10 @@ pub struct TracePipelineStatus {
     /// Hash of the collector configuration the gateway runs; changes roll the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_hash: Option<String>,
+    /// The processing rules in that configuration, by action (`2 drop, 1 redact, 1 sample`);
+    /// absent when every span is written as it came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processing: Option<String>,
     /// The last reconcile error, cleared by the next success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,

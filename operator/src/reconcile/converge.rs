@@ -162,6 +162,7 @@ pub(super) async fn converge(
     })?;
     let deployment = apply_objects(ctx, &objects, live_deployment).await?;
     obs.config_hash = Some(desired.config_hash);
+    obs.processing = Some(tp.spec.processing.as_ref().and_then(|p| p.label()));
     obs.collector_image = Some(desired.image);
     obs.collector_upgrade = Some(desired.upgrade_available);
     obs.gateway = deployment.as_ref().map(Gateway::of);

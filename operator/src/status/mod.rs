@@ -108,6 +108,9 @@ pub struct Observation {
     pub kept_layouts: Vec<&'static str>,
     pub desired_replicas: Option<i32>,
     pub config_hash: Option<String>,
+    /// `status.processing` of the configuration just applied (`Some(None)`: no rules); not
+    /// run, the stored one stands.
+    pub processing: Option<Option<String>>,
     /// The image the gateway was given; not run, the stored one stands.
     pub collector_image: Option<String>,
     /// `Some(newer)` while `upgradePolicy: Manual` holds the gateway back; not run: stored.
@@ -398,6 +401,10 @@ pub fn next(prev: &TracePipelineStatus, obs: &Observation, now: &Time) -> TraceP
             .unwrap_or_else(|| prev.retention.clone()),
         layouts: obs.layouts.clone().or_else(|| prev.layouts.clone()),
         config_hash: obs.config_hash.clone().or_else(|| prev.config_hash.clone()),
+        processing: obs
+            .processing
+            .clone()
+            .unwrap_or_else(|| prev.processing.clone()),
         last_error: obs.failure().map(|(_, m)| m),
         lag: match &obs.lag {
             Step::Ok(l) => Some(l.clone()),

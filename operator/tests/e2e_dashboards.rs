@@ -1,8 +1,8 @@
 #![cfg(feature = "stack-tests")]
 //! The shipped dashboards and alerts, proven on the real stack: two pipelines (Map and JSON
-//! attributes, the Map one with a dead-letter topic) move a load of spans and a few poison
-//! records, and a third one names a topic that does not exist (reconcile errors, not Ready);
-//! then
+//! attributes, the Map one with a dead-letter topic and a processing rule) move a load of
+//! spans and a few poison records, and a third one names a topic that does not exist
+//! (reconcile errors, not Ready); then
 //! - every PromQL expression of every Gateway and Operator panel, and every signal of every
 //!   alert (charts/tracehouse/dashboards/gen/alert-signals.json), returns at least one series
 //!   from the stack's Prometheus, which scrapes the pods it discovers through the API server;
@@ -63,6 +63,14 @@ async fn every_dashboard_and_alert_query_returns_data_after_a_load() {
             map["spec"]["kafka"]["deadLetterTopic"] = json!(dead_letters);
             // Autoscaled (every default): the Operator dashboard's Autoscaling row reads it.
             map["spec"]["autoscaling"] = json!({});
+            // A rule no span of the load matches: its tracehouse_spans_processed_total series
+            // (each at 0 from the start) feed the Gateway dashboard's Processing row, and every
+            // span is still written.
+            map["spec"]["processing"] = json!({"rules": [{
+                "name": "dash-none",
+                "action": "drop",
+                "when": [{"span": "name", "equals": "dash-no-such-span"}],
+            }]});
             let mut js = sample(&ns, &json_topic, &json_db);
             js["metadata"]["name"] = json!("json");
             js["spec"]["clickhouse"]["schema"]["attributes"] = json!(Attributes::Json);

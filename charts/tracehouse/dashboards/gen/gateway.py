@@ -15,6 +15,12 @@ from common import PIPE_SEL, RATE, SEL, base, prom, prometheus_variables, stat_p
 BY_PIPE = "namespace, pipeline"
 BY_POD = "namespace, pipeline, pod"
 
+# Spans written (decoded and kept) and spans a processing rule dropped or sampled out, per
+# pipeline: dropped and sampled-out spans are not in spans_decoded.
+WRITTEN = f"sum by ({BY_PIPE}) (rate(tracehouse_spans_decoded_total{{{SEL}}}[{RATE}]))"
+REMOVED = (f"sum by ({BY_PIPE}) (rate(tracehouse_spans_processed_total"
+           f"{{{SEL}, outcome=~\"dropped|sampled_out\"}}[{RATE}]))")
+
 
 def p50_p99(histogram):
     """The p50 and p99 per pipeline of a collector histogram (its `_bucket` series)."""
@@ -89,6 +95,26 @@ def build() -> dashboard.Dashboard:
                  "{{pipeline}} to ClickHouse (compressed)", "B"),
         ],
         description="Record payload bytes consumed and compressed insert bytes ClickHouse acknowledged.",
+    ))
+
+    d = d.with_row(dashboard.Row("Processing"))
+    d = d.with_panel(ts(
+        "Spans dropped, sampled out and redacted /s by rule", "cps",
+        [prom(f"sum by (rule, outcome) (rate(tracehouse_spans_processed_total{{{SEL}}}[{RATE}]))",
+              "{{rule}} {{outcome}}")],
+        description="What each processing rule (spec.processing.rules) did per second: dropped and "
+                    "sampled_out spans are not written; redacted spans are written with an attribute "
+                    "removed, masked or hashed. Rules of the same name in several selected pipelines "
+                    "add up. No data: no selected pipeline has rules.",
+        stack=True,
+    ))
+    d = d.with_panel(ts(
+        "Share of incoming spans written", "percentunit",
+        [prom(f"{WRITTEN} / ({WRITTEN} + ({REMOVED} or {WRITTEN} * 0))", "{{namespace}}/{{pipeline}}")],
+        description="Spans written ÷ spans that came in (written + dropped + sampled out), per "
+                    "pipeline: the rest were dropped or sampled out by the pipeline's processing "
+                    "rules. 1 = every span is written (always so without rules); redacted spans "
+                    "are written.",
     ))
 
     d = d.with_row(dashboard.Row("Lag and scaling"))

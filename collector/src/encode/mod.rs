@@ -420,10 +420,10 @@ impl Encoder {
             for ss in &scopes {
                 proto::scope_spans(ss, &mut scope)?;
                 for body in &scope.spans {
-                    let span = proto::span(body, &mut lists)?;
+                    let mut span = proto::span(body, &mut lists)?;
                     if let Some(p) = &self.processor
                         && p.span(
-                            &span,
+                            &mut span,
                             scope.name,
                             &mut lists,
                             arena,

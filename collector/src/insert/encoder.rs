@@ -77,6 +77,9 @@ impl RecordEncoder for ConfiguredEncoder {
     }
 }
 
+/// The shortest `processing.hash_key_file` key taken.
+pub const MIN_HASH_KEY_BYTES: usize = 32;
+
 /// The processing rules of `cfg`, compiled (with the hash key read from its file).
 pub fn processor(cfg: &Config) -> Result<Processor, String> {
     let p = &cfg.processing;
@@ -90,8 +93,14 @@ pub fn processor(cfg: &Config) -> Result<Processor, String> {
         None => None,
     };
     let key = key.as_deref().map(|k| k.strip_suffix(b"\n").unwrap_or(k));
-    if key.is_some_and(<[u8]>::is_empty) {
-        return Err("invalid `processing.hash_key_file`: the key is empty".into());
+    if let Some(k) = key
+        && k.len() < MIN_HASH_KEY_BYTES
+    {
+        return Err(format!(
+            "invalid `processing.hash_key_file`: the key has {} bytes, at least {MIN_HASH_KEY_BYTES} \
+             are needed (as the OpenTelemetry Collector's redaction processor asks of an HMAC-SHA256 key)",
+            k.len()
+        ));
     }
     Processor::new(p, key).map_err(|e| e.to_string())
 }

@@ -26,6 +26,8 @@ mod redact;
 pub mod sample;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod vectors_tests;
 
 use bumpalo::Bump;
 use tracehouse_contract::processing::{
@@ -230,10 +232,11 @@ impl Processor {
         self.redacts_resource
     }
 
-    /// One span: redactions in place, then the verdict (rules 1–5).
+    /// One span: redactions in place, then the verdict (rules 1–5); a sampled span's
+    /// tracestate may change (`sample.rs`).
     pub fn span<'r>(
         &self,
-        span: &SpanView<'r>,
+        span: &mut SpanView<'r>,
         scope_name: &[u8],
         lists: &mut SpanScratch<'r>,
         arena: &'r Bump,
@@ -289,14 +292,21 @@ impl Processor {
                     }
                 }
                 Kind::Sample { sampler, errors } => {
-                    if *errors == Errors::Keep && span.status_code == STATUS_ERROR {
+                    if *errors == Errors::Keep && span.status_code == STATUS_ERROR
+                        || !self.holds(&rule.when, span, scope_name, &lists.attrs, st)?
+                    {
                         continue;
                     }
-                    if self.holds(&rule.when, span, scope_name, &lists.attrs, st)?
-                        && !sampler.keeps(span.trace_id)
-                    {
-                        st.counts[i].sampled_out += 1;
-                        return Ok(Verdict::Skip);
+                    let priority = sampling_priority(&lists.attrs)?;
+                    match sampler.draw(span.trace_id, span.trace_state, priority, &mut st.text) {
+                        sample::Draw::Drop => {
+                            st.counts[i].sampled_out += 1;
+                            return Ok(Verdict::Skip);
+                        }
+                        sample::Draw::KeepWith => {
+                            span.trace_state = arena.alloc_slice_copy(&st.text);
+                        }
+                        sample::Draw::Keep => {}
                     }
                 }
             }
@@ -379,6 +389,38 @@ impl Processor {
 
 /// `STATUS_CODE_ERROR`.
 const STATUS_ERROR: i32 = 2;
+
+/// The span's `sampling.priority` (the first one): 0 drops, above 0 keeps; an int, a double
+/// or a text that parses as a number; anything else defers to the draw.
+fn sampling_priority(attrs: &[&[u8]]) -> proto::Result<sample::Priority> {
+    use sample::Priority;
+    for body in attrs {
+        let kv = proto::kv(body)?;
+        if kv.key != b"sampling.priority" {
+            continue;
+        }
+        let n = match kv.value {
+            proto::Value::Int(i) => i as f64,
+            proto::Value::Double(d) => d,
+            proto::Value::Str(s) => match std::str::from_utf8(s)
+                .ok()
+                .and_then(|t| t.parse::<f64>().ok())
+            {
+                Some(d) => d,
+                None => return Ok(Priority::Defer),
+            },
+            _ => return Ok(Priority::Defer),
+        };
+        return Ok(if n == 0.0 {
+            Priority::Drop
+        } else if n > 0.0 {
+            Priority::Keep
+        } else {
+            Priority::Defer
+        });
+    }
+    Ok(Priority::Defer)
+}
 
 /// Renders the first value under `key` into `out`; whether there is one.
 fn first_value(

@@ -16,8 +16,7 @@ use crate::wire::put_str;
 /// What `mask` writes, as the OpenTelemetry Collector's `redaction` processor does.
 pub const MASK: &[u8] = b"****";
 
-/// `with: hash`: lower-case hex SHA-256 of the value's text, or HMAC-SHA256 under the
-/// processing's key.
+/// `with: hash`: lower-case hex SHA-256, or HMAC-SHA256 under the processing's key.
 #[derive(Clone)]
 pub struct Hasher {
     key: Option<Hmac<Sha256>>,
@@ -32,6 +31,10 @@ impl std::fmt::Debug for Hasher {
 }
 
 impl Hasher {
+    pub fn is_keyed(&self) -> bool {
+        self.key.is_some()
+    }
+
     pub fn new(key: Option<&[u8]>) -> Self {
         Self {
             key: key.map(|k| Hmac::<Sha256>::new_from_slice(k).expect("HMAC takes any key length")),
@@ -142,21 +145,19 @@ impl Redactor {
     ) -> proto::Result<Outcome<'r>> {
         let kv = proto::kv(body)?;
         if self.key_hit(kv.key) {
-            return Ok(match self.with {
-                Redaction::Remove => Outcome::Removed,
-                Redaction::Mask => Outcome::Replaced(key_value(arena, kv.key, MASK, text)),
-                Redaction::Hash => {
-                    let mut value = Vec::new();
-                    rows::push_value_as_string(
-                        kv.value,
-                        &mut value,
-                        proto::EVENT_LINK_VALUE_DEPTH,
-                    )?;
-                    let mut hex = Vec::with_capacity(64);
-                    self.hasher.push_hex(&value, &mut hex);
-                    Outcome::Replaced(key_value(arena, kv.key, &hex, text))
+            let mut value = Vec::new();
+            match self.with {
+                Redaction::Remove => return Ok(Outcome::Removed),
+                Redaction::Mask => {
+                    let s = match kv.value {
+                        Value::Str(s) => s,
+                        _ => b"",
+                    };
+                    per_line(s, &mut value, |_, out| out.extend_from_slice(MASK));
                 }
-            });
+                Redaction::Hash => self.hash_value(kv.value, &mut value)?,
+            }
+            return Ok(Outcome::Replaced(key_value(arena, kv.key, &value, text)));
         }
         let Value::Str(s) = kv.value else {
             return Ok(Outcome::Same);
@@ -164,23 +165,61 @@ impl Redactor {
         if !self.values.iter().any(|re| re.is_match(s)) {
             return Ok(Outcome::Same);
         }
-        Ok(match self.with {
-            Redaction::Remove => Outcome::Removed,
-            Redaction::Hash => {
-                let mut hex = Vec::with_capacity(64);
-                self.hasher.push_hex(s, &mut hex);
-                Outcome::Replaced(key_value(arena, kv.key, &hex, text))
+        if self.with == Redaction::Remove {
+            return Ok(Outcome::Removed);
+        }
+        // Each match is replaced, pattern after pattern (the `redaction` processor's
+        // `blocked_values`): by `****`, or by the hash of the matched text.
+        let mut value = s.to_vec();
+        for re in &self.values {
+            if re.is_match(&value) {
+                value = match self.with {
+                    Redaction::Hash => re
+                        .replace_all(&value, |c: &regex::bytes::Captures<'_>| {
+                            let mut hex = Vec::with_capacity(64);
+                            self.hasher.push_hex(&c[0], &mut hex);
+                            hex
+                        })
+                        .into_owned(),
+                    _ => re.replace_all(&value, MASK).into_owned(),
+                };
             }
-            Redaction::Mask => {
-                let mut masked = s.to_vec();
-                for re in &self.values {
-                    if re.is_match(&masked) {
-                        masked = re.replace_all(&masked, MASK).into_owned();
-                    }
-                }
-                Outcome::Replaced(key_value(arena, kv.key, &masked, text))
-            }
-        })
+        }
+        Ok(Outcome::Replaced(key_value(arena, kv.key, &value, text)))
+    }
+
+    /// `with: hash` of a whole value. Unkeyed, the `attributes` processor's `hash`: SHA-256 of
+    /// a string's bytes, of an int's or a double's eight little-endian bytes, of a bool's one
+    /// byte; other values become the empty string. Keyed, the `redaction` processor's
+    /// `hmac-sha256` with `redact_all_types`: HMAC of the value's text, line by line.
+    fn hash_value(&self, v: Value<'_>, out: &mut Vec<u8>) -> proto::Result<()> {
+        if self.hasher.is_keyed() {
+            let mut text = Vec::new();
+            rows::push_value_as_string(v, &mut text, proto::EVENT_LINK_VALUE_DEPTH)?;
+            per_line(&text, out, |line, out| self.hasher.push_hex(line, out));
+            return Ok(());
+        }
+        let bytes: Vec<u8> = match v {
+            Value::Str(s) => s.to_vec(),
+            Value::Int(i) => i.to_le_bytes().to_vec(),
+            Value::Double(d) => d.to_bits().to_le_bytes().to_vec(),
+            Value::Bool(b) => vec![u8::from(b)],
+            _ => return Ok(()),
+        };
+        self.hasher.push_hex(&bytes, out);
+        Ok(())
+    }
+}
+
+/// Each line of `s` (split on `\n`, an empty one included) through `f`, the `\n`s kept: what
+/// Go's `regexp.ReplaceAllString(s, ".*")` does, which the `redaction` processor uses to mask
+/// or hash a blocked key's whole value.
+fn per_line(s: &[u8], out: &mut Vec<u8>, mut f: impl FnMut(&[u8], &mut Vec<u8>)) {
+    for (i, line) in s.split(|&b| b == b'\n').enumerate() {
+        if i > 0 {
+            out.push(b'\n');
+        }
+        f(line, out);
     }
 }
 

@@ -103,8 +103,8 @@ fn run_with(
         for ss in &scopes {
             proto::scope_spans(ss, &mut scope).unwrap();
             for body in &scope.spans {
-                let view = proto::span(body, &mut lists).unwrap();
-                if p.span(&view, scope.name, &mut lists, &arena, &mut st)
+                let mut view = proto::span(body, &mut lists).unwrap();
+                if p.span(&mut view, scope.name, &mut lists, &arena, &mut st)
                     .unwrap()
                     == Verdict::Keep
                 {
@@ -352,15 +352,15 @@ fn sampling_decides_by_trace_id_keeps_errors_and_applies_only_where_its_conditio
         &req,
     );
     assert_eq!(only_other.0.len(), 256, "conditions fail: nothing sampled");
-    assert_eq!(
-        run(
-            "rules: [{name: all, action: sample, sample: {percent: 100}}]",
-            &req
-        )
-        .0
-        .len(),
-        256
-    );
+    // At 100 % every trace but the all-zero id, which has no randomness: dropped, as the
+    // Collector's sampler does (fail closed).
+    let all = run(
+        "rules: [{name: all, action: sample, sample: {percent: 100}}]",
+        &req,
+    )
+    .0;
+    assert_eq!(all.len(), 255);
+    assert!(!names(&all).contains(&"t0"));
 }
 
 #[test]

@@ -19,118 +19,17 @@ mod common;
 mod conformance;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
 use conformance::cases::{self, EdgeRecord};
-use conformance::compare::{Diff, Table, differences};
-use serde_json::Value as J;
+use conformance::compare::{Diff, INTEGRAL_DOUBLE, Table, differences, type_differences};
+use conformance::otelcol::{Otelcol, OtelcolDatabase, create_topic, otelcol_bin};
 use tracehouse_loadgen::{Encoding, Generator, GeneratorConfig, encode};
 use tracehouse_schema::Attributes;
 
 /// Loadgen spans per test (two records of 100).
 const LOADGEN_SPANS: usize = 200;
-
-/// Path of the OpenTelemetry Collector binary, or a failure saying how to build it.
-fn otelcol_bin() -> PathBuf {
-    let hint = "build the OpenTelemetry Collector and export its path: \
-                `export TRACEHOUSE_OTELCOL_BIN=$(e2e/otelcol/build)` (cached after the first \
-                build, about 5 min cold), or run `e2e/test`, which does both";
-    let path = match std::env::var("TRACEHOUSE_OTELCOL_BIN") {
-        Ok(p) if !p.is_empty() => PathBuf::from(p),
-        _ => panic!("TRACEHOUSE_OTELCOL_BIN is not set: {hint}"),
-    };
-    assert!(
-        path.is_file(),
-        "TRACEHOUSE_OTELCOL_BIN={} is not a file: {hint}",
-        path.display()
-    );
-    path
-}
-
-/// The OpenTelemetry Collector running as a child process, killed on drop.
-struct Otelcol {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Otelcol {
-    fn start(bin: &PathBuf, topic: &str, database: &str, json: bool, encoding: Encoding) -> Self {
-        let config = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../e2e/otelcol/config.yaml");
-        let group = tracehouse_e2e::unique_name("group_otelcol");
-        let log = std::env::temp_dir().join(format!("{group}.log"));
-        let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(bin)
-            .arg("--config")
-            .arg(&config)
-            .env("KAFKA_BROKERS", var("KAFKA_BROKERS"))
-            .env("CLICKHOUSE_URL", var("CLICKHOUSE_URL"))
-            .env("CLICKHOUSE_USER", var("CLICKHOUSE_USER"))
-            .env("CLICKHOUSE_PASSWORD", var("CLICKHOUSE_PASSWORD"))
-            .env("BENCH_TOPIC", topic)
-            .env("BENCH_GROUP", &group)
-            .env("BENCH_DATABASE", database)
-            .env("BENCH_OTEL_JSON", if json { "true" } else { "false" })
-            .env("BENCH_METRICS_PORT", free_port().to_string())
-            .env("BENCH_ENCODING", encoding.as_str())
-            // One batch per record: a batch the exporter refuses loses only that record.
-            .env("BENCH_SEND_BATCH_SIZE", "1")
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .expect("start the OpenTelemetry Collector");
-        Self { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn log_tail(&self) -> String {
-        let text = self.log();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-}
-
-impl Drop for Otelcol {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The OpenTelemetry Collector's database, dropped after a passing test like a [`World`]'s.
-struct OtelcolDatabase(String);
-
-impl Drop for OtelcolDatabase {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("kept for a look: database {}", self.0);
-            return;
-        }
-        let database = self.0.clone();
-        tracehouse_e2e::block_on_cleanup(async move {
-            tracehouse_e2e::drop_database(&database).await;
-        });
-    }
-}
-
-async fn create_topic(topic: &str) {
-    use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
-    let results = tracehouse_e2e::kafka_admin()
-        .create_topics(
-            &[NewTopic::new(topic, 1, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
-        .await
-        .expect("create topic");
-    for r in results {
-        r.expect("create topic");
-    }
-}
 
 fn now_ns() -> u64 {
     SystemTime::now()
@@ -144,11 +43,9 @@ fn now_ns() -> u64 {
 const DURATION: &str = "Duration 0 when a span ends before it starts";
 const NON_FINITE_BATCH: &str =
     "JSON: a batch with NaN/±Inf is lost by the exporter, stored by tracehouse";
-const INTEGRAL_DOUBLE: &str = "JSON: an integral double stays Float64";
 const BOOL_NUMBERS: &str = "JSON: an array of bools and numbers keeps its bools";
 const WRONG_LENGTH_IDS: &str =
     "an id of the wrong length: the record is refused by pdata, stored by tracehouse";
-const UNTYPED_ARRAY: &str = "JSON: an empty array is typed on its own, not by its neighbours";
 
 /// Which deliberate differences `d` is made of, or `None` if it is not deliberate.
 fn deliberate(json: bool, lost: &BTreeSet<String>, d: &Diff) -> Option<BTreeSet<&'static str>> {
@@ -204,54 +101,6 @@ fn deliberate(json: bool, lost: &BTreeSet<String>, d: &Diff) -> Option<BTreeSet<
     }
 }
 
-/// The type tracehouse gives an array without a typed element (`[]`, `[null]`), the one
-/// the server gives such an array on its own.
-const NO_ELEMENT_TYPE: &str = "Array(Nullable(String))";
-
-/// The deliberate differences between two `JSONAllPathsWithTypes` results (or arrays of
-/// them), path by path; `None` when they differ in paths or in another way.
-fn type_differences(th: &J, go: &J, out: &mut BTreeSet<&'static str>) -> bool {
-    match (th, go) {
-        (J::Array(a), J::Array(b)) => {
-            a.len() == b.len()
-                && a.iter()
-                    .zip(b)
-                    .all(|(x, y)| x == y || type_differences(x, y, out))
-        }
-        (J::Object(a), J::Object(b)) => {
-            a.len() == b.len()
-                && a.iter().all(|(path, t)| {
-                    let (Some(t), Some(g)) = (t.as_str(), b.get(path).and_then(J::as_str)) else {
-                        return false;
-                    };
-                    if t == g {
-                        true
-                    } else if float_for_int(t, g) {
-                        out.insert(INTEGRAL_DOUBLE);
-                        true
-                    } else if untyped_array(t, g) {
-                        out.insert(UNTYPED_ARRAY);
-                        true
-                    } else {
-                        false
-                    }
-                })
-        }
-        _ => false,
-    }
-}
-
-/// An integral double: Go writes `1`, which the server reads as an integer.
-fn float_for_int(th: &str, go: &str) -> bool {
-    th.replace("Float64", "Int64") == go
-}
-
-/// An array without a typed element: the server types the exporter's `[]` like the
-/// arrays it met before at that path in the same insert.
-fn untyped_array(th: &str, go: &str) -> bool {
-    th == NO_ELEMENT_TYPE && go.starts_with("Array(")
-}
-
 async fn differential(attributes: Attributes, encoding: Encoding) {
     let started = Instant::now();
     let otelcol = otelcol_bin();
@@ -303,7 +152,7 @@ async fn differential(attributes: Attributes, encoding: Encoding) {
     let go_expected = total - lost.len() - refused;
 
     let th_collector = w.start_collector(&["--encoding", encoding.as_str()]);
-    let go_collector = Otelcol::start(&otelcol, &w.topic, &go_db.0, json, encoding);
+    let go_collector = Otelcol::start(&otelcol, &w.topic, &go_db.0, json, encoding, &[]);
     let go_count = || async {
         let sql = format!("SELECT count() FROM `{}`.`{}`", go_db.0, w.table);
         query(&sql).await.trim().parse::<usize>().unwrap_or(0)

@@ -54,7 +54,10 @@ CASES = {**COLLECTOR_CASES, **OPERATOR_CASES, **PRODUCTION_CASES}
 FULL_ONLY = {"kill9", "outage", "operator_rebalance", "operator_kill", "many_partitions_kill9",
              "many_partitions_kill9_late", "sigterm_broker_down", "fuzz_guided",
              # builds the previous release once (several minutes, its own target directory)
-             "rolling_upgrade"}
+             "rolling_upgrade",
+             # waits out two session timeouts (the kill -9'd member's, then the members
+             # SIGTERM'd while the group still waited for it): about 90 s
+             "processing_change"}
 
 PROFILES = {
     "quick": {"kills": 3, "catch_up_s": 240, "slow_delay_ms": 3000, "slow_s": 20,

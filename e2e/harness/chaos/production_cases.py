@@ -28,8 +28,14 @@ committed offsets read from Kafka itself (lag 0), not from the collector's metri
   that do not name the log) and this one in one group under load: an upgrade one pod at a time
   (the first old one SIGTERM'd, the second kill -9'd), then the staged rollback: the new
   release rolled to `kafka.commit_format: th2`, then the old release rolled in (SIGTERM each).
+- `processing_change` (issue 38): three collectors redacting with one rule set (A), one kill -9'd
+  while the server holds its answers (its inserts are in, unacknowledged) and replaced by one
+  with another rule set (B), the others rolled from A to B (SIGTERM): a replay under B of a
+  batch A inserted reuses A's token, so A's rows stand; every row is A's or B's, none raw or
+  mixed.
 """
 
+import json
 import random
 import re
 import time
@@ -45,6 +51,8 @@ SMALL = str(CONFIGS / "small-batches.yaml")
 SMALL_TH2 = str(CONFIGS / "small-batches-th2.yaml")
 LARGE = str(CONFIGS / "large-batches.yaml")
 LONG_LINGER = str(CONFIGS / "long-linger.yaml")
+RULES_A = str(CONFIGS / "processing-rollout-a.yaml")
+RULES_B = str(CONFIGS / "processing-rollout-b.yaml")
 DEAD_LETTER = str(CONFIGS / "dead-letter-limits.yaml")
 BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's default message.max.bytes
 FAT_RSS_BOUND_MIB = 512
@@ -439,6 +447,107 @@ def rolling_upgrade(ctx, w):
     return f
 
 
+# ------------------------------------------------------------------ i. processing rules changed by a crash and a rollout
+
+# Every row of processing_change's table by the rule set that wrote it (the two configurations'
+# headers): A hashes url.full and the resource's host.name (64 hex digits), removes
+# app.request.context and keeps app.tags; B masks both (`****`) and removes both keys. `raw`: a
+# value one of them redacts, as the load generator wrote it; `mixed`: neither A nor B whole.
+RULE_SETS_SQL = """
+SELECT count() AS rows, countIf(a) AS a, countIf(b) AS b, countIf(raw) AS raw
+FROM (
+  SELECT SpanAttributes['url.full'] AS url, ResourceAttributes['host.name'] AS host,
+         mapContains(SpanAttributes, 'app.request.context') AS ctx,
+         mapContains(SpanAttributes, 'app.tags') AS tags,
+         match(url, '^[0-9a-f]{{64}}$') AND match(host, '^[0-9a-f]{{64}}$') AND NOT ctx AND tags AS a,
+         url = '****' AND host = '****' AND NOT ctx AND NOT tags AS b,
+         startsWith(url, 'https://') OR startsWith(host, 'node-') OR ctx AS raw
+  FROM `{db}`.otel_traces)
+FORMAT JSONEachRow
+"""
+
+
+def rows_by_rule_set(w):
+    r = json.loads(w.ch_client.query(RULE_SETS_SQL.format(db=w.database), timeout=120))
+    return {k: int(v) for k, v in r.items()}
+
+
+def processing_change(ctx, w):
+    """A changed rule set across a crash and a rollout, under load on 8 partitions.
+
+    Three collectors run rule set A. The private chserver then answers INSERTs late (rows in,
+    answer held) for a few seconds; within that window one collector is kill -9'd — its last
+    inserts are stored and never acknowledged, so never committed — and a replacement with
+    rule set B starts 0–1 s later. The two others are rolled from A to B one at a time (start
+    the new one, SIGTERM the old one 2 s later). After the session timeout a B collector takes
+    the dead member's partitions and replays its batches under their recorded tokens: the
+    server keeps what A inserted under each token and drops B's differently redacted copy.
+
+    Judged: 0 lost, 0 duplicated (loadgen verify, which reads loadgen.id/seq: untouched by
+    either set); every stored row redacted wholly by A or wholly by B (none raw, none mixed),
+    both sets present; rows the B collectors had acknowledged beyond the rows stored as B —
+    replays that stood as A inserted them — above 0; clean exits."""
+    rate, hold, parts, overlap = 3000, ctx.p["rollout_hold_s"], 8, 2.0
+    delay_ms, late_s = 3000, 3.0
+    rng = random.Random(ctx.seed)
+    # Sized for 8 partitions at the 200 ms linger of both configurations: a token must outlive
+    # the session timeout and the replay after it.
+    window = sized_window(w, parts)
+    # The load lasts through the hold under A, the late window, the session timeout (30 s)
+    # with the rollout inside it, and a hold under B.
+    spans = int(rate * (hold + late_s + 35 + hold))
+    prod = w.produce_bg(w.gen("load"), spans, partitions=parts, rate=rate)
+    live = [w.start_collector("--config", RULES_A) for _ in range(3)]
+    w.wait_rows(1, 120)
+    time.sleep(hold)
+    ctx.ch.set_faults([{"match": w.database, "delay_ms": delay_ms}])
+    try:
+        t_late = time.monotonic()
+        time.sleep(rng.uniform(0.5, 1.5))  # every collector has inserts in, answers held
+        slot = rng.randrange(len(live))
+        live[slot].kill9()
+        t_kill = time.monotonic()
+        time.sleep(rng.uniform(0.0, 1.0))
+        b = [w.start_collector("--config", RULES_B)]
+        live[slot] = b[0]
+        time.sleep(max(0.0, t_late + late_s - time.monotonic()))
+    finally:
+        ctx.ch.set_faults([])
+    exits = []
+    for i in range(len(live)):
+        if i == slot:
+            continue
+        exits.append(replace(live, i, lambda: w.start_collector("--config", RULES_B), "term", overlap))
+        b.append(live[i])
+    say(f"{w.case}: every pod on rule set B (kill -9 of pod {slot} {time.monotonic() - t_kill:.1f} s ago)")
+    # As a rollout waits for readiness: the group of three holding all 8 partitions again (the
+    # dead member's wait for the session timeout, then the replays under B).
+    wait_for(f"the group of three holding all {parts} partitions",
+             lambda: w.group_members() == (3, "ConsumerGroupState.STABLE") and held(w) == parts,
+             ctx.p["catch_up_s"], 0.5)
+    settled_s = time.monotonic() - t_kill
+    recover = settled(ctx, w, prod, spans)
+    by_set = rows_by_rule_set(w)
+    acked_b = sum(c.metric("tracehouse_rows_inserted_total") for c in b)
+    replays = sum(c.metric("tracehouse_bundle_replays_total") for c in b)
+    mixed = by_set["rows"] - by_set["a"] - by_set["b"]
+    f, rep = figures(w, recover, spans=spans, partitions=parts, rate=rate, dedup_window=window,
+                     killed_after_late_s=round(t_kill - t_late, 2),
+                     group_settled_after_kill_s=round(settled_s, 1), stop_exit_codes=exits,
+                     table_rows=by_set["rows"], rows_rule_set_a=by_set["a"],
+                     rows_rule_set_b=by_set["b"], rows_mixed=mixed, rows_raw=by_set["raw"],
+                     rows_acked_by_b=int(acked_b), b_acked_rows_stored_as_a=int(acked_b) - by_set["b"],
+                     b_bundle_replays=int(replays))
+    exact(f, rep)
+    check(f, by_set["raw"] == 0, f"{by_set['raw']} rows hold a value rule sets A and B redact, as it came")
+    check(f, mixed == 0, f"{mixed} rows redacted by neither rule set whole: {by_set}")
+    check(f, by_set["a"] > 0 and by_set["b"] > 0, f"the rule set did not change mid-stream: {by_set}")
+    check(f, acked_b > by_set["b"],
+          f"no replay under B of a batch A had inserted: B acknowledged {acked_b} rows, {by_set['b']} stored as B")
+    check(f, all(code == 0 for code in exits), f"a replaced collector exited with {exits}")
+    return f
+
+
 CASES = {
     "many_partitions_kill9": (many_partitions_kill9,
                               "kill -9 under load on ≥ 96 partitions, default linger, replacement started"),
@@ -452,6 +561,8 @@ CASES = {
     "batch_size_rollout": (batch_size_rollout, "batch settings rolled out under load (start new, SIGTERM old)"),
     "rolling_upgrade": (rolling_upgrade,
                         "the previous release and this one in one group: upgrade (SIGTERM, kill -9), staged rollback"),
+    "processing_change": (processing_change,
+                          "processing rules changed A → B by a kill -9 (answers held) and a rollout (SIGTERM)"),
 }
 
 # Cases that run on the runner's private Kafka (they stop it).

@@ -79,8 +79,13 @@ async fn every_dashboard_and_alert_query_returns_data_after_a_load() {
             apply(&api, &map).await;
             apply(&api, &js).await;
             apply(&api, &broken).await;
-            wait_ready(&api, "map", 2, 1, Duration::from_secs(240)).await;
-            wait_ready(&api, "json", 2, 1, Duration::from_secs(240)).await;
+            let ready = wait_ready(&api, "map", 2, 1, Duration::from_secs(240)).await;
+            // `kubectl get tp -o wide` shows the rules by action; none, no column value.
+            let processing =
+                |tp: &TracePipeline| tp.status.as_ref().and_then(|s| s.processing.clone());
+            assert_eq!(processing(&ready).as_deref(), Some("1 drop"));
+            let ready = wait_ready(&api, "json", 2, 1, Duration::from_secs(240)).await;
+            assert_eq!(processing(&ready), None);
 
             produce_poison(&map_topic).await;
             tokio::join!(

@@ -261,25 +261,25 @@ impl Processor {
                             event_attrs,
                             ..
                         } = lists;
-                        let mut ranges: Vec<_> = events.iter().map(|e| e.attrs.clone()).collect();
-                        if r.redact(event_attrs, &mut ranges, arena, &mut st.text)? {
-                            changed = true;
-                            for (e, range) in events.iter_mut().zip(ranges) {
-                                e.attrs = range;
-                            }
-                        }
+                        changed |= r.redact_each(
+                            events,
+                            |e| &mut e.attrs,
+                            event_attrs,
+                            arena,
+                            &mut st.text,
+                        )?;
                     }
                     if r.covers(AttributeList::Links) {
                         let SpanScratch {
                             links, link_attrs, ..
                         } = lists;
-                        let mut ranges: Vec<_> = links.iter().map(|l| l.attrs.clone()).collect();
-                        if r.redact(link_attrs, &mut ranges, arena, &mut st.text)? {
-                            changed = true;
-                            for (l, range) in links.iter_mut().zip(ranges) {
-                                l.attrs = range;
-                            }
-                        }
+                        changed |= r.redact_each(
+                            links,
+                            |l| &mut l.attrs,
+                            link_attrs,
+                            arena,
+                            &mut st.text,
+                        )?;
                     }
                     if changed {
                         st.counts[i].redacted += 1;

@@ -137,6 +137,29 @@ impl Redactor {
         Ok(changed)
     }
 
+    /// Redacts the attribute lists of `items` (events or links: each names its range of
+    /// `bodies` through `range`), updating their ranges. Whether anything changed.
+    pub(super) fn redact_each<'r, T>(
+        &self,
+        items: &mut [T],
+        range: impl Fn(&mut T) -> &mut Range<usize>,
+        bodies: &mut Vec<&'r [u8]>,
+        arena: &'r Bump,
+        text: &mut Vec<u8>,
+    ) -> proto::Result<bool> {
+        if items.is_empty() {
+            return Ok(false);
+        }
+        let mut ranges: Vec<Range<usize>> = items.iter_mut().map(|i| range(i).clone()).collect();
+        let changed = self.redact(bodies, &mut ranges, arena, text)?;
+        if changed {
+            for (item, r) in items.iter_mut().zip(ranges) {
+                *range(item) = r;
+            }
+        }
+        Ok(changed)
+    }
+
     fn one<'r>(
         &self,
         body: &[u8],

@@ -266,6 +266,16 @@ fn hash_without_a_key_is_the_attributes_processors_sha256_for_every_value_type()
     }
 }
 
+/// The attributes every redaction run of the vectors starts from.
+fn redaction_input(v: &J) -> Vec<KeyValue> {
+    v["redaction"]["input_attributes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(kv)
+        .collect()
+}
+
 fn redaction_run<'a>(v: &'a J, name: &str) -> &'a J {
     v["redaction"]["runs"]
         .as_array()
@@ -280,12 +290,7 @@ const TOKENS_CARDS_MAILS: &str = r#"patterns: ['.*token.*'], values: ['4[0-9]{12
 #[test]
 fn mask_is_the_redaction_processors_mask_of_blocked_keys_and_values() {
     let v = vectors();
-    let input: Vec<KeyValue> = v["redaction"]["input_attributes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(kv)
-        .collect();
+    let input = redaction_input(&v);
     let rules = format!(
         "rules: [{{name: r, action: redact, redact: {{{TOKENS_CARDS_MAILS}, with: mask}}}}]"
     );
@@ -297,12 +302,7 @@ fn mask_is_the_redaction_processors_mask_of_blocked_keys_and_values() {
 #[test]
 fn a_keyed_hash_is_the_redaction_processors_hmac_sha256_on_text_values() {
     let v = vectors();
-    let input: Vec<KeyValue> = v["redaction"]["input_attributes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(kv)
-        .collect();
+    let input = redaction_input(&v);
     let rules = format!(
         "rules: [{{name: r, action: redact, redact: {{{TOKENS_CARDS_MAILS}, with: hash}}}}]"
     );

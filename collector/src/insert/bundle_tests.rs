@@ -46,6 +46,17 @@ async fn a_bundle_is_one_insert_under_its_token_and_each_member_is_acknowledged(
     assert_eq!(stage.metrics.inserts.get(), 1);
 }
 
+/// A bundle whose records hold no rows (the processing rules dropped every span): no
+/// request at all, and every member acknowledged.
+#[tokio::test]
+async fn a_bundle_without_rows_is_not_sent_and_each_member_is_acknowledged() {
+    let ch = Arc::new(FakeClickHouse::default());
+    let (stage, acks) = stage(&ch, None);
+    stage.insert_bundle(bundled(&[b"0", b"0"], &[b"0"])).await;
+    assert!(ch.attempts.lock().unwrap().is_empty(), "no request");
+    assert_eq!(acks.try_iter().count(), 2);
+}
+
 #[tokio::test]
 async fn a_refused_bundle_goes_out_one_batch_at_a_time_under_their_own_tokens() {
     let ch = Arc::new(FakeClickHouse {

@@ -348,6 +348,11 @@ impl<I: Inserter, D: DeadLetterSink> Inserts<I, D> {
         token: &str,
         may_continue: impl Fn() -> Done,
     ) -> Result<Option<InsertError>, Stop> {
+        // Nothing to write (every span of it dropped or sampled out by the processing rules,
+        // or records without spans): no request, and nothing is lost by not sending one.
+        if rows == 0 {
+            return Ok(None);
+        }
         let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
         loop {
             may_continue()?;

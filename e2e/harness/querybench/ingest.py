@@ -9,7 +9,8 @@ before it is stopped) and the ClickHouse server's CPU-seconds over the same inte
 is shared with whatever else runs on the stack: noise is possible, reported as it is). Then
 `OPTIMIZE TABLE … FINAL` merges the parts (timed, server CPU measured: the merge is part of what
 a layout costs — text indexes and bucketed maps are built or rewritten there) and
-`system.parts` gives the bytes on disk.
+`system.parts` gives the bytes on disk; for a table with the `*AttributesKeys` columns, also
+theirs and their bloom filters' (`keys_disk`, as e2e/bench counts the keys columns' share).
 """
 
 import json
@@ -69,11 +70,12 @@ def _cpu(pid):
         return None
 
 
-def _config(env, topic, group, db, attributes, mport):
+def _config(env, topic, group, db, attributes, mport, attribute_keys=True):
+    keys = "" if attribute_keys else "  attribute_keys: false\n"
     return (f"kafka:\n  brokers: \"{env['KAFKA_BROKERS']}\"\n  topics: [\"{topic}\"]\n"
             f"  group_id: \"{group}\"\n  encoding: otlp_proto\n"
             f"clickhouse:\n  url: \"{env['CLICKHOUSE_URL']}\"\n  database: \"{db}\"\n"
-            f"  table: otel_traces\n  attributes: {attributes}\n"
+            f"  table: otel_traces\n  attributes: {attributes}\n{keys}"
             f"metrics_addr: \"127.0.0.1:{mport}\"\n")
 
 
@@ -89,12 +91,15 @@ def apply_schema(collector, env, attributes, db, log, up_to=None, extra=()):
     run(cmd + list(extra), timeout=300, env={**os.environ, **env}, log=log)
 
 
-def fill(collector, env, ch, name, attributes, db, topic, spans, out_dir, timeout):
+def fill(collector, env, ch, name, attributes, db, topic, spans, out_dir, timeout,
+         attribute_keys=True):
     """`tracehouse-collector run` on the topic (a fresh consumer group) into `db` until the
-    table holds `spans` rows; (rows, wall seconds, collector CPU-seconds). Logs:
+    table holds `spans` rows; (rows, wall seconds, collector CPU-seconds). `attribute_keys`:
+    the collector fills the JSON table's keys columns (false for a table without them). Logs:
     `<name>-collector.*` in out_dir."""
     cfg = out_dir / f"{name}-collector.yaml"
-    cfg.write_text(_config(env, topic, f"{db}-group", db, attributes, free_port()))
+    cfg.write_text(_config(env, topic, f"{db}-group", db, attributes, free_port(),
+                           attribute_keys))
     log = out_dir / f"{name}-collector.log"
     t0 = time.monotonic()
     p = spawn([str(collector), "run", "--config", str(cfg)], log, env={**os.environ, **env})
@@ -122,13 +127,14 @@ def fill(collector, env, ch, name, attributes, db, topic, spans, out_dir, timeou
 
 def load(collector, env, ch, layout, db, topic, spans, out_dir, timeout):
     """Create, fill and merge one layout's table; its ingest figures."""
-    apply_schema(collector, env, layout.attributes, db, out_dir / f"{layout.name}-schema.log")
+    apply_schema(collector, env, layout.attributes, db, out_dir / f"{layout.name}-schema.log",
+                 extra=layout.schema_flags)
     for sql in layout.ddl(db):
         ch.execute(sql)
     ch_pid = _stack_pid("clickhouse")
     ch0 = _cpu(ch_pid)
     rows, wall, cpu = fill(collector, env, ch, layout.name, layout.attributes, db, topic, spans,
-                           out_dir, timeout)
+                           out_dir, timeout, attribute_keys=layout.attribute_keys)
     ch1 = _cpu(ch_pid)
     ingest_ch = ch1 - ch0 if ch0 is not None and ch1 is not None else None
 
@@ -156,6 +162,7 @@ def load(collector, env, ch, layout, db, topic, spans, out_dir, timeout):
         "bytes_on_disk": sum(t["bytes_on_disk"] for t in disk.values()),
         "bytes_per_span": round(sum(t["bytes_on_disk"] for t in disk.values()) / spans, 1),
         "index_bytes": main.get("index_bytes"),
+        "keys": keys_disk(ch, db) if layout.keys else None,
     }
 
 
@@ -167,4 +174,30 @@ def parts(ch, db):
             f"WHERE database = '{db}' AND active GROUP BY table ORDER BY table"):
         out[table] = {"parts": int(n), "rows": int(rows), "bytes_on_disk": int(on_disk),
                       "data_bytes": int(data), "index_bytes": int(idx)}
+    return out
+
+
+KEYS_COLUMNS = ("ResourceAttributesKeys", "SpanAttributesKeys")
+KEYS_INDEXES = ("idx_res_attr_keys", "idx_span_attr_keys")
+
+
+def keys_disk(ch, db):
+    """The keys columns' bytes in `otel_traces`: compressed data and marks per column
+    (`system.parts_columns`; a compact part keeps every column in one file and counts none
+    here) and their bloom-filter indexes (`system.data_skipping_indices`), with the
+    uncompressed bytes a reader of the whole column reads."""
+    cols = ", ".join(f"'{c}'" for c in KEYS_COLUMNS)
+    idx = ", ".join(f"'{i}'" for i in KEYS_INDEXES)
+    out = {"columns": {}}
+    for col, data, marks, raw in ch.rows(
+            "SELECT column, sum(column_data_compressed_bytes), sum(column_marks_bytes), "
+            "sum(column_data_uncompressed_bytes) FROM system.parts_columns "
+            f"WHERE database = '{db}' AND table = 'otel_traces' AND active AND column IN ({cols}) "
+            "GROUP BY column ORDER BY column"):
+        out["columns"][col] = {"bytes": int(data) + int(marks),
+                               "uncompressed_bytes": int(raw)}
+    out["columns_bytes"] = sum(c["bytes"] for c in out["columns"].values())
+    out["index_bytes"] = int(ch.rows(
+        "SELECT sum(data_compressed_bytes) + sum(marks_bytes) FROM system.data_skipping_indices "
+        f"WHERE database = '{db}' AND table = 'otel_traces' AND name IN ({idx})")[0][0] or 0)
     return out

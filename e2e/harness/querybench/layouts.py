@@ -24,8 +24,19 @@ could take without a rewrite:
   (ClickStack's `prj_traceid_time`): a trace's spans are scattered over ~20 granules of the
   table's `(ServiceName, SpanName, …)` order and every one of them is read whole (its maps
   too); in the projection they are adjacent. A second copy of the data.
-- `json`: the `JSON` attribute variant (`schema apply --attributes json`, `*AttributesKeys`
-  columns with bloom filters).
+- `json`: the `JSON` attribute variant (`schema apply --attributes json`), with the
+  `ResourceAttributesKeys`/`SpanAttributesKeys` columns and their bloom filters, as the schema
+  crate makes it by default (`attribute_keys_columns`, the CRD's `attributeKeysColumns`).
+- `json_nokeys`: the same without the keys columns (`schema apply --no-attribute-keys`, the
+  collector's `attribute_keys: false`): the other side of what the keys columns cost and buy.
+
+How a layout's readers ask about attribute *keys* (which keys exist, spans that have one): with
+the keys columns, `SpanAttributesKeys` (`has(SpanAttributesKeys, 'k')`, which the bloom filter
+serves); without them on the JSON table, `JSONAllPaths(SpanAttributes)` to list the keys and the
+path itself (`SpanAttributes.`k` IS NOT NULL`) to test one; on the Map table, which has no keys
+columns (the schema crate ignores the option for Map), the map's own keys subcolumn
+(`SpanAttributes.keys`, as HyperDX lists Map keys) and `mapContains(SpanAttributes, 'k')`, which
+the `mapKeys` bloom filter serves.
 
 `map_items` (less `idx_trace_id_text`) and `map_buckets` are what the schema crate offers as
 opt-in layouts (collector/schema/src/layouts.rs, the operator's
@@ -42,6 +53,17 @@ class Layout:
     summary: str
     extra_ddl: tuple = ()  # statements with {t} = `db`.`otel_traces`
     items: bool = False  # has SpanAttributeItems (readers can use has(Items, 'k=v'))
+    keys: bool = False  # has the *AttributesKeys columns (JSON variant only)
+
+    @property
+    def schema_flags(self):
+        """More `schema apply` flags: a JSON table without keys columns asks for none."""
+        return ("--no-attribute-keys",) if self.attributes == "json" and not self.keys else ()
+
+    @property
+    def attribute_keys(self):
+        """The collector's `clickhouse.attribute_keys`: fill the keys columns (JSON only)."""
+        return self.attributes != "json" or self.keys
 
     def ddl(self, db):
         t = f"`{db}`.`otel_traces`"
@@ -58,6 +80,24 @@ class Layout:
         if self.items:
             return f"has(SpanAttributeItems, '{sql_str(key)}={sql_str(value)}')"
         return f"{self.attr(key)} = '{sql_str(value)}'"
+
+    def keys_of(self, scope):
+        """A reader's expression for the array of a row's attribute keys, `scope` "Span" or
+        "Resource": the keys column where there is one, else the best the table offers."""
+        col = f"{scope}Attributes"
+        if self.keys:
+            return f"{col}Keys"
+        if self.attributes == "json":
+            return f"JSONAllPaths({col})"
+        return f"{col}.keys"
+
+    def has_key(self, key):
+        """The predicate a reader writes for "the span has attribute key `key`"."""
+        if self.keys:
+            return f"has(SpanAttributesKeys, '{sql_str(key)}')"
+        if self.attributes == "json":
+            return f"SpanAttributes.`{key}` IS NOT NULL"
+        return f"mapContains(SpanAttributes, '{sql_str(key)}')"
 
 
 _ITEMS = "arrayMap(kv -> concat(kv.1, '=', kv.2), CAST({col}, 'Array(Tuple(String, String))'))"
@@ -88,7 +128,10 @@ LAYOUTS = {
         "map_trace_proj", "map", "+ a projection ordered by TraceId (ClickStack's prj_traceid_time)",
         extra_ddl=("ALTER TABLE {t} ADD PROJECTION IF NOT EXISTS prj_traceid_time "
                    "(SELECT * ORDER BY (TraceId, toDateTime(Timestamp)))",)),
-    "json": Layout("json", "json", "JSON attributes (+ *AttributesKeys with bloom filters)"),
+    "json": Layout("json", "json", "JSON attributes (+ *AttributesKeys with bloom filters)",
+                   keys=True),
+    "json_nokeys": Layout("json_nokeys", "json", "JSON attributes without the *AttributesKeys "
+                          "columns (--no-attribute-keys)"),
 }
 
 

@@ -15,6 +15,18 @@ copied: the waterfall by `TraceId` inside a time window, a search on the implici
 equality and facet value lists. Besides: service and operation latency as the exporter's
 README and our dashboards ask for them, and Jaeger's dependency edges (a parent/child
 self-join).
+
+The attribute-key shapes (tag "keys") are what a UI asks that the `*AttributesKeys` columns
+answer: the keys a service's spans and resources carry in the last hour (a key picker or
+autocomplete; HyperDX lists a column's keys with `groupUniqArrayArray` over the keys, or over
+`JSONDynamicPathsWithTypes` for JSON), the keys by how many spans carry them, and the spans that
+have one key. Each renders in the layout's best form (layouts.Layout.keys_of / has_key): the
+keys columns where the table has them, `JSONAllPaths` or the path itself on a JSON table
+without them, the map's keys subcolumn or `mapContains` on a Map table. In this data set every
+span carries the same keys, so a drawn key is on every span (the skip index can skip nothing:
+what evaluating the predicate costs); `spans_with_absent_key` asks for a key that no span
+carries (what skipping buys at best) and so returns no rows (tag "no_rows": the reader check,
+which wants rows, leaves it out).
 """
 
 from dataclasses import dataclass, field
@@ -224,6 +236,45 @@ def _draw_facet(rng, cat):
     return {"key": rng.choice(FACET_KEYS), "from": frm, "to": to}
 
 
+KEY_SCOPES = ("Span", "Resource")
+# Span attribute keys every span of the data set carries (values of several kinds), the same
+# name on the Map and the JSON table (no nested kvlist, which JSON splits into paths).
+HAS_KEYS = ("url.full", "http.request.method", "server.port", "app.request.digest", "app.tags")
+# A key spans of other instrumentations carry (telemetrygen's, loadgen's minimal shape) and no
+# span of this data set does.
+ABSENT_KEY = "peer.service"
+
+
+def _keys_of_service(layout, db, p):
+    arrays = ", ".join(f"groupUniqArrayArray(1000)({layout.keys_of(s)}) AS {s.lower()}_keys"
+                       for s in KEY_SCOPES)
+    return [f"SELECT {arrays} FROM {_t(db)} WHERE {_between(p['from'], p['to'])} "
+            f"AND ServiceName = '{sql_str(p['service'])}'"]
+
+
+def _top_keys(layout, db, p):
+    return [
+        f"SELECT key, count() AS spans FROM {_t(db)} ARRAY JOIN {layout.keys_of('Span')} AS key "
+        f"WHERE {_between(p['from'], p['to'])} GROUP BY key ORDER BY spans DESC, key LIMIT 50"]
+
+
+def _with_key(layout, db, p):
+    return [
+        "SELECT Timestamp, TraceId, SpanId, ServiceName, SpanName, Duration "
+        f"FROM {_t(db)} WHERE {_between(p['from'], p['to'])} "
+        f"AND {layout.has_key(p['key'])} ORDER BY Timestamp DESC LIMIT 100"]
+
+
+def _draw_key(rng, cat):
+    frm, to = _window(rng, cat, 6)
+    return {"key": rng.choice(HAS_KEYS), "from": frm, "to": to}
+
+
+def _draw_absent_key(rng, cat):
+    frm, to = _window(rng, cat, 6)
+    return {"key": ABSENT_KEY, "from": frm, "to": to}
+
+
 QUERIES = [
     Query("trace_by_id", "Grafana plugin", "trace by id through otel_traces_trace_id_ts",
           _draw_trace, _trace_lookup),
@@ -250,6 +301,14 @@ QUERIES = [
           "widening windows 15 m → 24 h", _draw_token, _widening),
     Query("facet_values", "HyperDX", "top values of an attribute, 1 h", _draw_facet, _facets,
           ("attribute",)),
+    Query("keys_of_service", "HyperDX", "span and resource attribute keys of a service, 1 h "
+          "(key picker)", _draw_service(1), _keys_of_service, ("keys",)),
+    Query("top_span_keys", "HyperDX", "span attribute keys by spans carrying them, 1 h",
+          _draw_window(1), _top_keys, ("keys",)),
+    Query("spans_with_key", "HyperDX", "newest spans that have attribute key K (on every span), "
+          "6 h", _draw_key, _with_key, ("keys",)),
+    Query("spans_with_absent_key", "HyperDX", "newest spans that have attribute key K (on no "
+          "span), 6 h", _draw_absent_key, _with_key, ("keys", "no_rows")),
 ]
 
 
@@ -287,4 +346,7 @@ def anchored(catalog):
         "top_slow_spans": base, "service_dependencies": base,
         "latest_by_name_token": {"token": words[0], "to": ts + 60_000},
         "facet_values": {**base, "key": FACET_KEYS[0]},
+        "keys_of_service": base, "top_span_keys": base,
+        "spans_with_key": {**base, "key": HAS_KEYS[0]},
+        "spans_with_absent_key": {**base, "key": ABSENT_KEY},
     }

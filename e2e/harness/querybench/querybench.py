@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """e2e/querybench — a TSBS-style query benchmark of the otel_traces table, layout by layout.
 
-    e2e/querybench --spans N --out FILE [--layouts map,map_items,map_buckets,map_trace_proj,json]
+    e2e/querybench --spans N --out FILE
+                   [--layouts map,map_items,map_buckets,map_trace_proj,json,json_nokeys]
                    [--iterations 20] [--cold-iterations 5] [--seed 1] [--keep]
                    [--profile release|debug] [--no-build]
 
@@ -22,7 +23,11 @@ On the local stack (Kafka and ClickHouse must be running: `e2e/stack up kafka cl
    the set (queries.py) warm (one warm-up, then --iterations draws) and cold (--cold-iterations
    draws, ClickHouse's caches dropped before each), recording wall time (client side), the
    server's elapsed time and the rows and bytes it read (FORMAT JSON statistics; see client.py
-   for why not system.query_log);
+   for why not system.query_log) and the CPU the engine's query threads spent
+   (`system.events` UserTimeMicroseconds + SystemTimeMicroseconds read before and after each
+   execution, less the cost of that read, calibrated at the start; an execution during which
+   the server started other queries or merges is counted as disturbed, and the p50 is taken
+   over the undisturbed ones when there are any);
 6. prints the markdown tables, writes the JSON (FILE) and a PNG beside it (FILE with .png).
 
 docs/querybench.md shows the result files kept in e2e/bench-results/: `e2e/docs` renders them
@@ -53,6 +58,11 @@ from harness.querybench.queries import QUERIES, draw_all
 from harness.querybench.readers import judge, reader_queries
 from harness.querybench.report import markdown, plot
 from harness.querybench.stats import summarize
+
+# The engine's own CPU accounting of query threads, read around each execution, and the counts
+# that tell whether anything else ran on the server meanwhile.
+CPU_EVENTS = ("UserTimeMicroseconds", "SystemTimeMicroseconds")
+OTHER_EVENTS = ("Query", "Merge")
 
 # Caches dropped before each cold run. The OS page cache is not dropped (the machine is shared).
 CACHE_DROPS = ("MARK CACHE", "UNCOMPRESSED CACHE", "INDEX MARK CACHE", "INDEX UNCOMPRESSED CACHE",
@@ -114,6 +124,7 @@ class QueryBench:
             if not os.access(b, os.X_OK):
                 raise BenchError(f"{b} is not built (drop --no-build)")
         self.git = git_revision()
+        self.calibrate_cpu()
         self.drops = []
         for what in CACHE_DROPS:  # keep the ones this server knows
             try:
@@ -121,6 +132,33 @@ class QueryBench:
                 self.drops.append(what)
             except BenchError:
                 pass
+
+    def server_events(self):
+        """The server's CPU and query/merge counters now, or None where it has none."""
+        names = ", ".join(f"'{e}'" for e in CPU_EVENTS + OTHER_EVENTS)
+        got = {e: int(v) for e, v in self.ch.rows(
+            f"SELECT event, value FROM system.events WHERE event IN ({names})")}
+        if not all(e in got for e in CPU_EVENTS + ("Query",)):
+            return None
+        return got
+
+    def calibrate_cpu(self):
+        """What reading the counters itself adds: the median CPU and query count of ten
+        back-to-back reads (the second read counts itself as a query)."""
+        self.cpu_floor_us = self.queries_floor = None
+        pairs = []
+        for _ in range(10):
+            e0, e1 = self.server_events(), self.server_events()
+            if e0 is None or e1 is None:
+                return
+            pairs.append(self._delta(e0, e1))
+        self.cpu_floor_us = sorted(p[0] for p in pairs)[len(pairs) // 2]
+        self.queries_floor = sorted(p[1] for p in pairs)[len(pairs) // 2]
+
+    @staticmethod
+    def _delta(e0, e1):
+        cpu = sum(e1[e] - e0[e] for e in CPU_EVENTS)
+        return cpu, e1["Query"] - e0["Query"], e1.get("Merge", 0) - e0.get("Merge", 0)
 
     def drop_caches(self):
         for what in self.drops:
@@ -147,9 +185,11 @@ class QueryBench:
 
     def run_query(self, q, layout, db, params):
         """One execution: the statements in order (the widening search stops at a full page)."""
-        total = None
+        total, statements = None, 0
+        e0 = self.server_events() if self.cpu_floor_us is not None else None
         for sql in q.render(layout, db, params):
             r = self.ch.timed(sql)
+            statements += 1
             if total is None:
                 total = r
             else:
@@ -157,6 +197,11 @@ class QueryBench:
                     total[k] += r[k]
             if q.name == "latest_by_name_token" and total["rows"] >= 50:
                 break
+        e1 = self.server_events() if e0 is not None else None
+        if e1 is not None:
+            cpu, queries, merges = self._delta(e0, e1)
+            total["server_cpu_us"] = cpu - self.cpu_floor_us
+            total["disturbed"] = queries - statements - self.queries_floor > 0 or merges > 0
         return total
 
     def measure(self, layout, db, params):
@@ -223,7 +268,9 @@ def main():
             for f in readers["failures"]:
                 say(f"{layout.name}: READER FAILED: {f['reader']} / {f['query']}: {f['error']}")
             queries = b.measure(layout, db, params)
-            result["layouts"][layout.name] = {"summary": layout.summary, "ingest": ingest,
+            result["layouts"][layout.name] = {"summary": layout.summary,
+                                              "attributes": layout.attributes,
+                                              "keys": layout.keys, "ingest": ingest,
                                               "readers": readers, "queries": queries,
                                               "server_reconnects": b.ch.reconnects,
                                               "loadavg_1m_queries": [load0, loadavg()]}
@@ -251,11 +298,16 @@ def main():
                  "services_seen": len(catalog["services"]),
                  "span_names": len(catalog["span_names"])},
         "cache_drops_for_cold": b.drops,
+        "server_cpu_read_floor_us": b.cpu_floor_us,
         "duration_seconds": round(time.monotonic() - t_start, 1),
-        "queries": {q.name: {"reader": q.reader, "what": q.what} for q in QUERIES},
-        "notes": "wall ms measured by the client around each HTTP request (kept-alive "
-                 "connection); rows/bytes read from the server's FORMAT JSON statistics "
-                 "(chserver has no system.query_log); cold = ClickHouse caches dropped before "
+        "queries": {q.name: {"reader": q.reader, "what": q.what, "tags": list(q.tags)}
+                    for q in QUERIES},
+        "notes": "wall ms measured by the client around each HTTP request (a fresh "
+                 "connection each); rows/bytes read from the server's FORMAT JSON statistics "
+                 "(chserver has no system.query_log); server CPU = system.events "
+                 "UserTimeMicroseconds + SystemTimeMicroseconds around each execution less "
+                 "the calibrated cost of reading them (the engine's query threads, not "
+                 "chserver's request path); cold = ClickHouse caches dropped before "
                  "each run, not the OS page cache; tables merged with OPTIMIZE FINAL after load.",
         "artifacts": str(b.dir),
     }

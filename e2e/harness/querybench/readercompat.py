@@ -13,7 +13,8 @@ On the local stack (Kafka and ClickHouse running), in about a minute:
 2. fills a fresh topic once with --spans seeded spans (the benchmark's data set, ingest.produce);
 3. per case, in a database of its own (cases(): the Map and the JSON variant the operator
    creates, each at every version k = 1..latest, plus the tables of opentelemetry-collector-
-   contrib PR #50878 adopted), --jobs at a time:
+   contrib PR #50878 adopted; the latest JSON table without its keys columns,
+   `--no-attribute-keys`, read with the shapes of layout json_nokeys), --jobs at a time:
    - `tracehouse-collector schema apply --up-to k` (the latest without --up-to, as the operator
      applies it), or, for the adopted case, the PR's DDL (collector/schema/tests/fixtures/
      pr50878_map.sql, the same the schema crate's adoption test runs) and then `schema apply`,
@@ -75,6 +76,7 @@ class Case:
     fixture: Path = None  # DDL run before `schema apply` (tables to adopt)
     read_as: tuple = ("map",)  # the layouts whose reader shapes run
     opt_in: tuple = ()  # `schema apply` flags of the opt-in layouts, applied after the table
+    keys: bool = True  # JSON: the *AttributesKeys columns (False: --no-attribute-keys)
 
 
 # ---------------------------------------------------------------- pure core
@@ -104,8 +106,9 @@ OPT_IN_READ_AS = {"attribute_items": ("map", "map_items"),
 
 def cases(versions, opt_in=None):
     """Every variant the operator creates at every version (an opt-in version is not a table
-    of its own: not asked for, it is recorded and changes nothing), the latest Map table with
-    each opt-in layout and with all of them, and PR #50878's tables adopted."""
+    of its own: not asked for, it is recorded and changes nothing), the latest JSON table
+    without the keys columns (`attributeKeysColumns: false`), the latest Map table with each
+    opt-in layout and with all of them, and PR #50878's tables adopted."""
     opt_in = opt_in or {}
     latest = versions[-1][0]
     plain = [v for v, _ in versions if v not in opt_in]
@@ -118,6 +121,8 @@ def cases(versions, opt_in=None):
             at = latest if whole else v
             out.append(Case(f"{attributes}_v{at}", attributes, None if whole else v, at,
                             read_as=(attributes,)))
+    out.append(Case(f"json_v{latest}_no_keys", "json", None, latest, read_as=("json_nokeys",),
+                    keys=False))
     for v, option in sorted(opt_in.items()):
         out.append(Case(f"map_v{latest}_{option.split('=')[0]}", "map", None, latest,
                         read_as=OPT_IN_READ_AS[option], opt_in=OPT_IN_FLAGS[option]))
@@ -182,7 +187,8 @@ def run_case(case, ctx):
         for sql in fixture_statements(case.fixture.read_text(), db):
             ch.execute(sql)
     apply_schema(ctx["collector"], ctx["env"], case.attributes, db,
-                 out_dir / f"{case.name}-schema.log", up_to=case.up_to)
+                 out_dir / f"{case.name}-schema.log", up_to=case.up_to,
+                 extra=() if case.keys else ("--no-attribute-keys",))
     if case.opt_in:
         # As the operator does when a pipeline's spec asks for the layouts later: `apply`
         # again, now with them (the library call the operator makes).
@@ -193,7 +199,8 @@ def run_case(case, ctx):
     objects = {r[0] for r in ch.rows(f"SELECT name FROM system.tables WHERE database = '{db}'")}
     lookup_ready = {f"otel_traces{LOOKUP_SUFFIX}", f"otel_traces{LOOKUP_SUFFIX}_mv"} <= objects
     rows, load_s, _ = fill(ctx["collector"], ctx["env"], ch, case.name, case.attributes, db,
-                           ctx["topic"], ctx["spans"], out_dir, timeout=120)
+                           ctx["topic"], ctx["spans"], out_dir, timeout=120,
+                           attribute_keys=case.keys)
     if case.opt_in:
         # Merged parts are where bucketed Maps live (inserted parts keep the basic
         # serialization): read those, as a table that has been running would be read.

@@ -12,8 +12,23 @@ def percentile(values, q):
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+def server_cpu(samples):
+    """The server CPU figures of one query's samples, where they carry them: the p50 in ms over
+    the undisturbed samples (all of them when every one was disturbed) and how many were
+    disturbed (the server started other queries or merges meanwhile). {} without figures."""
+    timed = [s for s in samples if s.get("server_cpu_us") is not None]
+    if not timed:
+        return {}
+    clean = [s for s in timed if not s.get("disturbed")] or timed
+    return {"server_cpu_p50_ms": round(percentile([s["server_cpu_us"] for s in clean], 50)
+                                       / 1000, 2),
+            "server_cpu_disturbed": len(timed) - len([s for s in timed
+                                                      if not s.get("disturbed")])}
+
+
 def summarize(samples):
-    """samples: [{"ms", "server_ms", "rows_read", "bytes_read", "rows"}] of one query, one mode."""
+    """samples: [{"ms", "server_ms", "rows_read", "bytes_read", "rows"}, and where measured
+    "server_cpu_us" and "disturbed"] of one query, one mode."""
     if not samples:
         return None
     ms = [s["ms"] for s in samples]
@@ -28,4 +43,5 @@ def summarize(samples):
         "rows_read_p50": int(mid("rows_read")),
         "bytes_read_p50": int(mid("bytes_read")),
         "result_rows_p50": int(mid("rows")),
+        **server_cpu(samples),
     }

@@ -49,7 +49,12 @@ class Versions(unittest.TestCase):
     def test_every_variant_at_every_version_and_the_adopted_tables(self):
         cs = cases(migration_versions(PRINTED))
         self.assertEqual([c.name for c in cs], ["map_v1", "map_v2", "map_v3", "json_v1",
-                                                "json_v2", "json_v3", "map_pr50878_adopted"])
+                                                "json_v2", "json_v3", "json_v3_no_keys",
+                                                "map_pr50878_adopted"])
+        no_keys = cs[6]
+        self.assertEqual((no_keys.keys, no_keys.version, no_keys.up_to, no_keys.read_as),
+                         (False, 3, None, ("json_nokeys",)))
+        self.assertTrue(all(c.keys for c in cs if c is not no_keys))
         # The latest is applied as the operator applies it: without --up-to.
         self.assertEqual([(c.up_to, c.version) for c in cs[:3]], [(1, 1), (2, 2), (None, 3)])
         adopted = cs[-1]
@@ -63,7 +68,7 @@ class Versions(unittest.TestCase):
         self.assertEqual(opt_in, {4: "attribute_items", 5: "map_serialization=Buckets"})
         cs = cases(migration_versions(printed), opt_in)
         self.assertEqual([c.name for c in cs], [
-            "map_v1", "map_v2", "map_v5", "json_v1", "json_v2", "json_v5",
+            "map_v1", "map_v2", "map_v5", "json_v1", "json_v2", "json_v5", "json_v5_no_keys",
             "map_v5_attribute_items", "map_v5_map_serialization", "map_v5_all_layouts",
             "map_pr50878_adopted"])
         # The last plain version is the whole list applied (the opt-ins recorded, not run).
@@ -110,6 +115,15 @@ class Verdicts(unittest.TestCase):
         added = [(lay, name) for lay, _, name, _ in both[len(one):]]
         self.assertEqual(added, [("map_items", "attr_equals_rare"),
                                  ("map_items", "attr_equals_common")])
+
+    def test_a_json_table_without_keys_columns_is_read_without_them(self):
+        shapes = shapes_for(Case("j", "json", read_as=("json_nokeys",), keys=False), "db",
+                            {"json_nokeys": CATALOG})
+        sql = " ".join(s for _, _, _, sqls in shapes for s in sqls)
+        self.assertNotIn("AttributesKeys", sql)
+        self.assertIn("JSONAllPaths(SpanAttributes)", sql)
+        # The shape that asks for a key no span carries wants no rows: not a reader check.
+        self.assertNotIn("spans_with_absent_key", [name for _, _, name, _ in shapes])
 
 
 class Problems(unittest.TestCase):

@@ -12,13 +12,26 @@
 //! `cargo bench -p tracehouse-collector --bench pipeline -- --quick`
 //! (`BENCH_DATA=loadgen` or `BENCH_DATA=realistic` runs one set only,
 //! `BENCH_FORMAT=Map/Native` one attributes/format pair only).
+//!
+//! `processing` (issue 38): the same path on the `loadgen` records with the typical rule set
+//! of `e2e/harness/bench/processing-typical.yaml` (two drops, two redactions, a sampler at
+//! 10 %), each of its rules alone, the five with the sampler at 100 % (nothing sampled out:
+//! the rules' tests without the rows they save) and that sampler alone, against no rules; it
+//! prints CPU ns per input span for each and what share of spans each rule removed or changed
+//! (`cargo bench -p tracehouse-collector --bench pipeline -- processing`, and
+//! `BENCH_DATA=processing` for this group alone; `BENCH_FORMAT` applies, and
+//! `BENCH_RULES=five` runs only the variants whose name starts so, their ratios then to the
+//! first of them: for a profiler).
 
 use std::hint::black_box;
+use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use prost::Message;
 use tracehouse_collector::decode::{Encoding, decode};
 use tracehouse_collector::encode::{Compression, Encoder, EncoderOptions};
+use tracehouse_collector::process::Processor;
+use tracehouse_contract::processing::{Action, ProcessingConfig};
 use tracehouse_schema::{Attributes, InsertFormat};
 
 mod common;
@@ -171,5 +184,173 @@ fn data_set(c: &mut Criterion, name: &str, records: &[Vec<u8>]) {
     group.finish();
 }
 
-criterion_group!(benches, pipeline);
+/// The typical rule set (`e2e/harness/bench/processing-typical.yaml`, which e2e/bench runs too).
+fn typical_rules() -> ProcessingConfig {
+    #[derive(serde::Deserialize)]
+    struct File {
+        processing: ProcessingConfig,
+    }
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../e2e/harness/bench/processing-typical.yaml"
+    );
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    tracehouse_collector::yaml::from_str::<File>(&text)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .processing
+}
+
+/// What the processing rules cost the encoder per input span: no rules, the five typical
+/// rules, the five with the sampler at 100 %, the sampler at 100 % alone and each typical
+/// rule alone.
+fn processing(c: &mut Criterion) {
+    if std::env::var("BENCH_DATA").is_ok_and(|d| d != "loadgen" && d != "processing") {
+        return;
+    }
+    let mut generator = Generator::new(GeneratorConfig {
+        seed: 1,
+        ..GeneratorConfig::default()
+    });
+    let records: Vec<Vec<u8>> = (0..RECORDS * 5)
+        .map(|_| generator.next_record().encode_to_vec())
+        .collect();
+    let spans: u64 = records
+        .iter()
+        .map(|r| {
+            tracehouse_collector::decode::span_count(&decode(r, Encoding::OtlpProto).unwrap())
+                as u64
+        })
+        .sum();
+    let typical = typical_rules();
+    let mut keep_all = typical.clone();
+    for rule in &mut keep_all.rules {
+        if let Some(s) = rule.sample.as_mut() {
+            s.percent = 100.0;
+        }
+    }
+    let sampler_all = keep_all
+        .rules
+        .iter()
+        .filter(|r| r.action == Action::Sample)
+        .cloned()
+        .collect();
+    let mut variants: Vec<(String, ProcessingConfig)> = vec![
+        ("no rules".into(), ProcessingConfig::default()),
+        ("typical (five rules)".into(), typical.clone()),
+        ("five, sampler at 100 %".into(), keep_all),
+        (
+            "sampler at 100 % alone".into(),
+            ProcessingConfig {
+                rules: sampler_all,
+                ..ProcessingConfig::default()
+            },
+        ),
+    ];
+    for rule in &typical.rules {
+        let action = match rule.action {
+            Action::Drop => "drop",
+            Action::Redact => "redact",
+            Action::Sample => "sample",
+        };
+        variants.push((
+            format!("{} ({action}) alone", rule.name),
+            ProcessingConfig {
+                rules: vec![rule.clone()],
+                ..ProcessingConfig::default()
+            },
+        ));
+    }
+
+    if let Ok(only) = std::env::var("BENCH_RULES") {
+        variants.retain(|(name, _)| name.starts_with(&only));
+    }
+
+    let mut group = c.benchmark_group("processing_loadgen");
+    group.throughput(Throughput::Elements(spans));
+    for (attributes, format) in [
+        (Attributes::Json, InsertFormat::RowBinary),
+        (Attributes::Map, InsertFormat::Native),
+    ] {
+        let label = format!("{attributes:?}/{format:?}");
+        if std::env::var("BENCH_FORMAT").is_ok_and(|f| f != label) {
+            continue;
+        }
+        let t = table(attributes);
+        let mut base_ns = None;
+        for (name, cfg) in &variants {
+            let processor = Arc::new(Processor::new(cfg, None).expect("the typical rules compile"));
+            let mut enc = Encoder::new(&t, format)
+                .unwrap()
+                .with_processor(processor.clone());
+            let mut rows = 0;
+            for r in &records {
+                rows += enc.push_record(r, Encoding::OtlpProto).unwrap();
+            }
+            let body = enc.finish().len() as u64;
+            let counts = enc.take_process_counts();
+            let rate = spans_per_cpu_second(spans, || {
+                for r in &records {
+                    enc.push_record(r, Encoding::OtlpProto).unwrap();
+                }
+                black_box(enc.finish());
+            });
+            enc.take_process_counts();
+            let ns = 1e9 / rate;
+            let base = *base_ns.get_or_insert(ns);
+            let what: Vec<String> = processor
+                .names()
+                .iter()
+                .zip(&counts)
+                .map(|(rule, n)| {
+                    let pct = |x: u64| 100.0 * x as f64 / spans as f64;
+                    let mut parts = Vec::new();
+                    if n.dropped > 0 {
+                        parts.push(format!("dropped {:.1} %", pct(n.dropped)));
+                    }
+                    if n.sampled_out > 0 {
+                        parts.push(format!("sampled out {:.1} %", pct(n.sampled_out)));
+                    }
+                    if n.redacted > 0 {
+                        parts.push(format!("redacted {:.1} %", pct(n.redacted)));
+                    }
+                    if parts.is_empty() {
+                        parts.push("nothing".into());
+                    }
+                    format!("{rule}: {}", parts.join(", "))
+                })
+                .collect();
+            eprintln!(
+                "[processing] {label} {name}: {ns:.0} ns per input span ({:.2}× no rules, \
+                 {:+.0} ns), {rows} of {spans} spans written, {} body bytes per input span{}",
+                ns / base,
+                ns - base,
+                body / spans,
+                if what.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {}", what.join("; "))
+                }
+            );
+            if name == "no rules" || name.starts_with("typical") {
+                let id = format!(
+                    "{}_{}",
+                    label.replace('/', "_"),
+                    name.split(' ').next().unwrap()
+                )
+                .to_lowercase();
+                group.bench_function(id, |b| {
+                    b.iter(|| {
+                        for r in &records {
+                            enc.push_record(r, Encoding::OtlpProto).unwrap();
+                        }
+                        black_box(enc.finish())
+                    })
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, pipeline, processing);
 criterion_main!(benches);

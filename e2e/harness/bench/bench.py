@@ -7,6 +7,7 @@
               [--collector-bin PATH]
     e2e/bench --rate SPANS_PER_SECOND [--duration 60] --out FILE [the options above]
     e2e/bench --rate R --duration S --partitions-sweep 8,64,256 --out FILE [the options above]
+    e2e/bench --spans N --legs tracehouse,tracehouse+processing [--processing FILE] --out FILE
     (a chserver of the run's own, from this work tree, unless --shared-clickhouse;
     --no-build: the release binaries already built, their sha256 in the report)
 
@@ -45,6 +46,15 @@ With the Null engine nothing is stored, so each database also gets a MergeTree t
 materialized view that keeps only `loadgen.id` and `loadgen.seq` of every inserted span;
 verification and the progress count read that table. The view runs in the server, for both legs
 alike. A leg that lost or duplicated spans is reported with verified=false and no speed.
+
+`tracehouse+processing` (issue 38) is tracehouse again with the `processing:` block of
+--processing (default processing-typical.yaml beside this file: two drops, two redactions, a
+sampler at 10 %), so one run prices the rules against the same spans without them; the legs
+rotate like the others. Its figures per span are per span read. It is verified on the rows
+the rules keep: the rows written equal the spans produced less the spans the collector reports
+dropped or sampled out (tracehouse_spans_processed_total, scraped from its /metrics before it
+is stopped), verify's missing spans are exactly that many, none is stored twice and none is out
+of range; the report keeps what each rule did.
 
 The ClickHouse server's share is reported per leg too: its CPU-seconds per span and the bytes
 each collector sent per span, for the same table (Rotel leaves the `*AttributesKeys` columns
@@ -94,7 +104,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.bench.options import SPAN_PROFILES, parse
+from harness.bench.options import PROCESSING_LEG, SPAN_PROFILES, parse
 from harness.procs import (BenchError, SocketBytes, loadavg, machine, machine_busy_seconds, proc_cpu_seconds,
                            proc_status_kib, run, run_main, say, spawn, stop, stop_all)
 from harness.bench.inserts import blocks_query, insert_figures, parse_blocks, table_stats
@@ -118,6 +128,12 @@ def file_sha256(path):
 POLL = 0.25  # seconds between progress samples
 LIVE_SPANS_PER_RECORD = 100  # live mode: spans per Kafka record (loadgen's default, made explicit)
 ROTEL_DEFAULT = REPO.parent / "shared" / "peers" / "rotel" / "rotel"
+
+
+def slug(leg):
+    """A leg's name as it goes into topic, group and database names (`tracehouse+processing`
+    → `tracehouse_processing`: `+` is not allowed in Kafka's names)."""
+    return leg.replace("+", "_")
 
 
 # ---------------------------------------------------------------- the bench
@@ -242,7 +258,7 @@ class Bench:
 
     def prepare_database(self, leg):
         a = self.args
-        db = f"bench_{self.run_id}_{leg}{self.step}{self.rep}"
+        db = f"bench_{self.run_id}_{slug(leg)}{self.step}{self.rep}"
         self.databases.append(db)
         run([str(self.collector), "schema", "apply", "--database", db, "--engine", a.engine,
              "--attributes", a.attributes, "--clickhouse-url", self.env["CLICKHOUSE_URL"],
@@ -270,11 +286,12 @@ class Bench:
 
     # -- one leg
 
-    def start_tracehouse(self, db, group, mport):
-        cfg = self.dir / "tracehouse.yaml"
+    def start_tracehouse(self, db, group, mport, leg="tracehouse"):
+        cfg = self.dir / f"{leg}.yaml"
         # Connection settings only (and --linger-ms, --no-attribute-keys, --tracehouse-compression
-        # when given); batching, concurrency and limits are the collector's defaults (printed to
-        # tracehouse-effective-config.yaml).
+        # when given; the --processing block for the tracehouse+processing leg); batching,
+        # concurrency and limits are the collector's defaults (printed to
+        # <leg>-effective-config.yaml).
         cfg.write_text(
             f"kafka:\n  brokers: \"{self.env['KAFKA_BROKERS']}\"\n  topics: [\"{self.topic}\"]\n"
             f"  group_id: \"{group}\"\n  encoding: otlp_proto\n"
@@ -284,13 +301,17 @@ class Bench:
             + ("  compression: none\n" if self.args.tracehouse_compression == "none" else "")
             + f"metrics_addr: \"127.0.0.1:{mport}\"\n"
             + (f"batch:\n  linger_ms: {self.args.linger_ms}\n" if self.args.linger_ms is not None
-               else ""))
+               else "")
+            + (self.args.processing_text if leg == PROCESSING_LEG else ""))
         env = {**os.environ, **self.env}
         eff = run([str(self.collector), "run", "--config", str(cfg), "--print-config"],
                   timeout=60, env=env)
-        (self.dir / "tracehouse-effective-config.yaml").write_bytes(eff.stdout)
+        (self.dir / f"{leg}-effective-config.yaml").write_bytes(eff.stdout)
         return spawn([str(self.collector), "run", "--config", str(cfg)],
-                     self.dir / "tracehouse.log", env=env)
+                     self.dir / f"{leg}.log", env=env)
+
+    def start_tracehouse_processing(self, db, group, mport):
+        return self.start_tracehouse(db, group, mport, leg=PROCESSING_LEG)
 
     def start_otelcol(self, db, group, mport):
         env = {**os.environ, **self.env, "BENCH_TOPIC": self.topic, "BENCH_GROUP": group,
@@ -329,7 +350,7 @@ class Bench:
     def start_live_topic(self, leg):
         """Live mode: a fresh topic and generator id for this leg."""
         a = self.args
-        self.topic = self.generator = f"bench-{self.run_id}-{leg}{self.step}{self.rep}"
+        self.topic = self.generator = f"bench-{self.run_id}-{slug(leg)}{self.step}{self.rep}"
         self.topics.append(self.topic)
         kafka_java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
                    self.env["KAFKA_BROKERS"], "--create", "--topic", self.topic,
@@ -374,7 +395,7 @@ class Bench:
         if a.rate:
             self.start_live_topic(leg)
         db, table, verify_attrs = self.prepare_database(leg)
-        group = f"bench-{self.run_id}-{leg}{self.step}{self.rep}"
+        group = f"bench-{self.run_id}-{slug(leg)}{self.step}{self.rep}"
         mport = free_port()
         ch_log = self.own_ch.log if self.own_ch else STATE / "logs" / "clickhouse.log"
         ch_log_offset = ch_log.stat().st_size if ch_log.exists() else 0
@@ -396,8 +417,9 @@ class Bench:
         say(f"{leg}: starting (database {db}, group {group})")
 
         t0 = time.monotonic()
-        start = {"tracehouse": self.start_tracehouse, "otelcol": self.start_otelcol,
-                 "rotel": self.start_rotel}[leg]
+        start = {"tracehouse": self.start_tracehouse,
+                 PROCESSING_LEG: self.start_tracehouse_processing,
+                 "otelcol": self.start_otelcol, "rotel": self.start_rotel}[leg]
         p = start(db, group, mport)
         loader = self.start_live_producer(leg, group, p, t0) if a.rate else None
         t_load = time.monotonic()
@@ -407,6 +429,11 @@ class Bench:
         count_errors, last_error = 0, None
         outcome = None
         t_rows_in = None  # when every row was first seen in ClickHouse
+        # The rows to wait for: every span, or (processing rules) every span less those the
+        # collector reports it dropped or sampled out, read from its /metrics once the
+        # committed lag is 0 (every record is in by then, and so are its counts).
+        target = n
+        processing = leg == PROCESSING_LEG
         try:
             while True:
                 now = time.monotonic()
@@ -433,6 +460,9 @@ class Bench:
                     count_errors, last_error, lag = count_errors + 1, str(e), None
                 if rows != last_rows:
                     last_rows, last_change = rows, now
+                if processing and lag == 0:
+                    removed = cost.spans_removed(cost.spans_processed(metrics_scrape(mport)))
+                    target = n - removed
                 if rows >= n and t_rows_in is None:
                     t_rows_in = now
                 if series.due(now - t0):
@@ -441,12 +471,12 @@ class Bench:
                     except OSError:
                         rss = None
                     series.add(now - t0, rows, lag, rss, self._inserts_so_far(db))
-                if rows >= n and lag == 0 and (loader is None or loader.poll() == 0):
+                if rows >= target and lag == 0 and (loader is None or loader.poll() == 0):
                     outcome = "done"
                     break
                 # Lag 0 but rows stopped short of N for a while: the rest is not coming.
                 if lag == 0 and now - last_change > a.stall and (loader is None or loader.poll() == 0):
-                    outcome = f"stalled: committed lag 0 but {rows}/{n} rows after {a.stall}s"
+                    outcome = f"stalled: committed lag 0 but {rows}/{target} rows after {a.stall}s"
                     break
                 if now - last_print >= 5:
                     last_print = now
@@ -454,13 +484,15 @@ class Bench:
                         say(f"{leg}: polling failed {count_errors} times so far: {last_error}")
                         last_error = None
                     try:
-                        say(f"{leg}: {now - t0:6.1f}s rows {rows}/{n} lag {lag} records, "
+                        say(f"{leg}: {now - t0:6.1f}s rows {rows}/{target} lag {lag} records, "
                             f"cpu {proc_cpu_seconds(p.pid):.1f}s, "
                             f"rss {proc_status_kib(p.pid, 'VmRSS') / 1024:.0f} MiB")
                     except OSError:
                         pass
                 time.sleep(POLL)
             t_done = time.monotonic()
+            if processing and outcome == "done":
+                t_rows_in = last_change  # when the rows reached the count the rules leave
             alive = p.poll() is None
             if alive:  # measure right before stopping
                 sock.sample(p.pid)
@@ -527,7 +559,7 @@ class Bench:
                     self.ch.query(record_arrivals_query(db, LIVE_SPANS_PER_RECORD)))
             except (BenchError, ValueError) as e:
                 res["freshness_clickhouse"] = {"error": str(e)}
-            if leg == "tracehouse":
+            if leg in ("tracehouse", PROCESSING_LEG):
                 res["freshness_collector"] = collector_freshness(metrics)
         res["series"] = series.to_json()
         ch_cpu = ch_cpu1 - ch_cpu0 if ch_cpu0 is not None and ch_cpu1 is not None else None
@@ -544,10 +576,22 @@ class Bench:
         final_lags, describe = group_describe(self.env["KAFKA_BROKERS"], group)
         (self.dir / f"{leg}-group.txt").write_text(describe)
         verify = self.verify(leg, db, table, verify_attrs)
+        if processing:
+            # Judged on the rows the rules keep (cost.judge_processed): "lost" is then what is
+            # neither written nor removed by a rule; verify's own count of missing spans is kept.
+            processed = cost.spans_processed(metrics) if metrics else None
+            exact, figures = cost.judge_processed(n, processed, verify)
+            res.update(figures)
+            res["verify_missing"] = verify.get("lost")
+            if verify.get("lost") is not None and processed is not None:
+                verify["lost"] = verify["lost"] - figures["spans_removed_by_rules"]
+            verify["exact"] = exact
         # Rates over the time rows were arriving: from the producer's start (pre-filled: the
-        # collector's) until every row was in, not the wait for the last offset commit.
+        # collector's) until every row was in, not the wait for the last offset commit. Rows
+        # per INSERT: the rows written (fewer than the spans when rules removed some).
+        written = res.get("rows_expected", n) if processing else n
         res.update(self.insert_accounting(
-            db, (t_rows_in or t_done) - (t_load if a.rate else t0), n))
+            db, (t_rows_in or t_done) - (t_load if a.rate else t0), written))
         if a.engine == "merge-tree" and not a.no_optimize:
             try:
                 say(f"{leg}: OPTIMIZE … FINAL (measured apart)")
@@ -579,13 +623,14 @@ class Bench:
             "harness_poll_errors": count_errors,
         })
         res.update(verify)
-        if leg == "tracehouse" and metrics:
+        if leg in ("tracehouse", PROCESSING_LEG) and metrics:
             res["collector_metrics"] = {
                 "rows_inserted_total": metric_sum(metrics, "tracehouse_rows_inserted_total"),
                 "bytes_inserted_total": metric_sum(metrics, "tracehouse_bytes_inserted_total"),
                 "inserts_total": metric_sum(metrics, "tracehouse_inserts_total"),
                 "insert_retries_total": metric_sum(metrics, "tracehouse_insert_retries_total"),
                 "records_skipped_total": metric_sum(metrics, "tracehouse_records_skipped_total"),
+                "spans_decoded_total": metric_sum(metrics, "tracehouse_spans_decoded_total"),
             }
         elif leg == "otelcol" and metrics:
             res["collector_metrics"] = {
@@ -645,7 +690,8 @@ class Bench:
             res.get("optimize_final") if "cpu" in (res.get("optimize_final") or {}) else None,
             res.get("harness_arrivals_blocks"))
         blocks = res.get("insert_blocks")
-        bill["rows_per_part"] = round(n / blocks, 1) if blocks else None
+        rows = res.get("rows_expected", n)  # processing rules: the rows written
+        bill["rows_per_part"] = round(rows / blocks, 1) if blocks else None
         res.pop("cost", None)
         res.pop("cost_unverified", None)
         res["cost" if res.get("cost_counts") else "cost_unverified"] = bill
@@ -862,6 +908,13 @@ def main():
         "tracehouse_linger_ms": a.linger_ms,
         "tracehouse_attribute_keys": not a.no_attribute_keys,
         "tracehouse_compression": a.tracehouse_compression,
+        "processing": ({"file": os.path.relpath(a.processing, REPO), "block": a.processing_text,
+                        "verification": "rows written = spans - spans the collector reports "
+                                        "dropped or sampled out (tracehouse_spans_processed_total "
+                                        "from its /metrics, scraped before it is stopped), no "
+                                        "span stored twice, none out of range; lost = spans "
+                                        "neither written nor removed by a rule"}
+                       if a.processing_text else None),
         "rate_spans_per_second": a.rate,
         "duration_seconds": a.duration if a.rate else None,
         "topic_records": sum(b.end.values()) if getattr(b, "end", None) else None,

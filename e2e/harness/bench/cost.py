@@ -10,6 +10,7 @@ the sampling and the queries, bench.py runs the legs.
 """
 
 import math
+import re
 import statistics
 
 # system.events counters shown per span in the table (the report keeps every non-zero delta).
@@ -29,6 +30,62 @@ EVENTS = [
 # The keys columns of the JSON table and the skip indexes built over them.
 KEYS_COLUMNS = ("ResourceAttributesKeys", "SpanAttributesKeys")
 KEYS_INDEXES = ("idx_res_attr_keys", "idx_span_attr_keys")
+
+
+# ---------------------------------------------------------------- the legs compared
+
+def ratio_pairs(legs):
+    """The ratio columns of a report's tables, as (numerator, denominator) legs: tracehouse
+    over every peer, and a variant of tracehouse (`tracehouse+processing`) over tracehouse,
+    so that a figure above 1 is what the variant adds."""
+    if "tracehouse" not in legs:
+        return []
+    return [(q, "tracehouse") if q.startswith("tracehouse+") else ("tracehouse", q)
+            for q in legs if q != "tracehouse"]
+
+
+# ---------------------------------------------------------------- processing rules
+
+PROCESSED = "tracehouse_spans_processed_total"
+REMOVED = ("dropped", "sampled_out")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def spans_processed(samples):
+    """What each processing rule did, from the collector's /metrics samples
+    ({series: value}): {rule: {"dropped", "sampled_out", "redacted"}}, in the order the
+    series came; {} without rules (or without a scrape)."""
+    out = {}
+    for key, value in (samples or {}).items():
+        if not key.startswith(PROCESSED + "{"):
+            continue
+        labels = dict(_LABEL.findall(key[len(PROCESSED):]))
+        rule, outcome = labels.get("rule"), labels.get("outcome")
+        if rule is None or outcome is None:
+            continue
+        out.setdefault(rule, {"dropped": 0, "sampled_out": 0, "redacted": 0})[outcome] = int(value)
+    return out
+
+
+def spans_removed(processed):
+    """Spans the rules kept out of the table on purpose (dropped or sampled out)."""
+    return sum(c.get(k, 0) for c in (processed or {}).values() for k in REMOVED)
+
+
+def judge_processed(spans, processed, verify):
+    """A leg with processing rules, judged on the rows the rules keep: every row found is a
+    span produced (none out of range), none is stored twice, and rows + the spans the
+    collector reports dropped or sampled out = the spans produced (so the spans verify finds
+    missing are exactly as many as the rules removed). (exact, {figures for the report})."""
+    removed = spans_removed(processed)
+    rows, missing = verify.get("rows_found"), verify.get("lost")
+    figures = {"spans_removed_by_rules": removed, "rows_expected": spans - removed,
+               "processing_rules": processed,
+               "removed_share": round(removed / spans, 4) if spans else None}
+    exact = (processed is not None and rows is not None and missing is not None
+             and verify.get("duplicates") == 0 and not verify.get("out_of_range")
+             and rows == spans - removed and missing == removed)
+    return exact, figures
 
 
 # ---------------------------------------------------------------- repeats
@@ -309,16 +366,18 @@ SUMMARY_PATHS = ("cost.collector_us", "cost.clickhouse_insert_us", "cost.clickho
 
 def cost_table(report, legs, summary=False):
     """The per-leg bill in one table: CPU µs per span per process and in all, INSERTs, parts,
-    bytes on disk, the system.events deltas per span; tracehouse's ratio to each peer.
+    bytes on disk, the system.events deltas per span; tracehouse's ratio to each peer (and a
+    variant of tracehouse's to tracehouse, `ratio_pairs`). Per span is per span read: a leg
+    whose processing rules removed spans shows the rows it wrote on a line of its own.
     summary: the CPU lines, INSERTs, parts and bytes on disk only."""
-    peers = [leg for leg in legs if leg != "tracehouse"] if "tracehouse" in legs else []
-    head = "| per span | " + " | ".join(legs) + "".join(f" | tracehouse / {q}" for q in peers) + " |"
-    lines = [head, "|---|" + "---:|" * (len(legs) + len(peers))]
+    pairs = ratio_pairs(legs)
+    head = "| per span | " + " | ".join(legs) + "".join(f" | {x} / {y}" for x, y in pairs) + " |"
+    lines = [head, "|---|" + "---:|" * (len(legs) + len(pairs))]
 
     def row(label, values, unit="", ratio=True, fmt=None):
         cells = [(fmt or _fmt)(v) if fmt else _fmt(v, unit) for v in values]
-        for q in peers:
-            x, y = values[legs.index("tracehouse")], values[legs.index(q)]
+        for a, b in pairs:
+            x, y = values[legs.index(a)], values[legs.index(b)]
             ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
                      for v in (x, y))
             cells.append(f"{x / y:.2f}×" if ratio and ok else "")
@@ -330,6 +389,9 @@ def cost_table(report, legs, summary=False):
             continue  # pre-filled runs have no freshness view
         if not summary or path in SUMMARY_PATHS:
             row(label, values, unit)
+    if any("spans_removed_by_rules" in report[leg] for leg in legs):
+        row("rows written (spans less those the processing rules removed)",
+            [report[leg].get("rows_found") for leg in legs])
     row("INSERT statements", [report[leg].get("inserts") for leg in legs])
     row("parts created (blocks written)", [report[leg].get("insert_blocks") for leg in legs])
     row("rows per part created", [_get(report[leg], "cost.rows_per_part") for leg in legs])

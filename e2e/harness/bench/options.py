@@ -2,8 +2,14 @@
 tracehouse-loadgen settings."""
 
 import argparse
+import re
+from pathlib import Path
 
-LEGS = ("tracehouse", "otelcol", "rotel")
+# `tracehouse+processing`: tracehouse again, with the `processing:` block of --processing.
+PROCESSING_LEG = "tracehouse+processing"
+LEGS = ("tracehouse", PROCESSING_LEG, "otelcol", "rotel")
+# Issue 38's typical rule set (two drops, two redactions, a sampler at 10 %).
+PROCESSING_DEFAULT = Path(__file__).resolve().parent / "processing-typical.yaml"
 
 
 # tracehouse-loadgen settings per span profile. "full" and "light" give every span every
@@ -20,6 +26,17 @@ SPAN_PROFILES = {
               "--max-links", "0"],
     "minimal": ["--shape", "minimal"],
 }
+
+
+def processing_block(text, source):
+    """The `processing:` block of a YAML file (that key alone at the top level, the rest of the
+    file its body), to append to the collector's config as it is; the collector validates
+    the rules (`--print-config`) before the leg starts."""
+    keys = re.findall(r"^([A-Za-z_][\w-]*)\s*:", text, re.M)
+    if keys != ["processing"]:
+        raise ValueError(f"{source}: a collector's `processing:` block and nothing else at the "
+                         f"top level (found: {', '.join(keys) or 'no key'})")
+    return text if text.endswith("\n") else text + "\n"
 
 
 def parse(doc, otelcol_config):
@@ -90,8 +107,15 @@ def parse(doc, otelcol_config):
     ap.add_argument("--span-profile", choices=sorted(SPAN_PROFILES), default="full",
                     help="loadgen span shape (default full: about 1.08 KB per span)")
     ap.add_argument("--legs", default="tracehouse,otelcol",
-                    help="comma-separated, in run order, of tracehouse, otelcol, rotel "
-                         "(default: tracehouse,otelcol)")
+                    help="comma-separated, in run order, of tracehouse, tracehouse+processing, "
+                         "otelcol, rotel (default: tracehouse,otelcol)")
+    ap.add_argument("--processing", metavar="FILE",
+                    help="the tracehouse+processing leg: tracehouse with this collector "
+                         "`processing:` block (a YAML file holding it alone; default "
+                         "e2e/harness/bench/processing-typical.yaml, issue 38's typical rules). "
+                         "The leg is verified on the rows the rules keep: rows written = spans "
+                         "- spans the collector reports dropped or sampled out "
+                         "(tracehouse_spans_processed_total), none twice, none out of range")
     ap.add_argument("--timeout", type=float, default=None,
                     help="deadline per leg in seconds (default: 300 + N/1000)")
     ap.add_argument("--stall", type=float, default=120,
@@ -105,6 +129,17 @@ def parse(doc, otelcol_config):
     a.legs = [x.strip() for x in a.legs.split(",") if x.strip()]
     if not a.legs or any(x not in LEGS for x in a.legs):
         ap.error(f"--legs: choose from {', '.join(LEGS)}")
+    if len(set(a.legs)) != len(a.legs):
+        ap.error("--legs: each leg once")
+    if a.processing is not None and PROCESSING_LEG not in a.legs:
+        ap.error(f"--processing is for the {PROCESSING_LEG} leg: add it to --legs")
+    a.processing_text = None
+    if PROCESSING_LEG in a.legs:
+        a.processing = str(Path(a.processing or PROCESSING_DEFAULT).resolve())
+        try:
+            a.processing_text = processing_block(Path(a.processing).read_text(), a.processing)
+        except (OSError, ValueError) as e:
+            ap.error(f"--processing: {e}")
     if a.rate is not None:
         if a.rate <= 0 or a.duration <= 0:
             ap.error("--rate and --duration must be positive")

@@ -3,6 +3,8 @@ tracehouse's ratio to every other leg, and, in live mode, span end -> queryable 
 partition sweep's inserts, parts and freshness per leg and partition count; what each column
 group and each INSERT cost the server (e2e/column-cost). Standard library only (e2e/docs)."""
 
+from harness.bench.cost import ratio_pairs
+
 # How each leg wrote into ClickHouse, as the server counted it (inserts.py); shown only for
 # reports that have them, so older reports render as they did.
 INSERT_ROWS = [("INSERT statements (server's count)", "inserts", ""),
@@ -37,20 +39,28 @@ def table(report, legs):
             ("peak RSS (VmHWM)", "peak_rss_mib", " MiB")]
     if any("insert_blocks" in report[leg] or "inserts" in report[leg] for leg in legs):
         rows += INSERT_ROWS
-    # tracehouse's ratio to every other leg.
-    peers = [leg for leg in legs if leg != "tracehouse"] if "tracehouse" in legs else []
-    head = "| | " + " | ".join(legs) + "".join(f" | tracehouse / {q}" for q in peers) + " |"
-    lines = [head, "|---|" + "---:|" * (len(legs) + len(peers))]
+    processing = [leg for leg in legs if "spans_removed_by_rules" in report[leg]]
+    if processing:
+        # A leg with processing rules writes fewer rows than it reads (its "lost" are spans
+        # neither written nor removed by a rule); its figures per span are per span read.
+        rows[3:3] = [("spans removed by the rules (dropped, sampled out)", "spans_removed_by_rules", ""),
+                     ("rows written (verified: spans − removed)", "rows_found", "")]
+    # tracehouse's ratio to every other leg (a variant of tracehouse: its ratio to tracehouse).
+    pairs = ratio_pairs(legs)
+    head = "| | " + " | ".join(legs) + "".join(f" | {x} / {y}" for x, y in pairs) + " |"
+    lines = [head, "|---|" + "---:|" * (len(legs) + len(pairs))]
     for label, key, unit in rows:
         cells = []
         for leg in legs:
             r = report[leg]
             if key is None:
                 cells.append(f"{fmt(r.get('lost'))} / {fmt(r.get('duplicates'))}")
+            elif key == "spans_removed_by_rules":  # none without rules
+                cells.append(fmt(r.get(key, 0 if r.get("verified") else None), unit))
             else:
                 cells.append(fmt(r.get(key), unit))
-        for q in peers:
-            x, y = (report[leg].get(key) if key else None for leg in ("tracehouse", q))
+        for pair in pairs:
+            x, y = (report[leg].get(key) if key else None for leg in pair)
             ratio = f"{x / y:.2f}×" if isinstance(x, (int, float)) and isinstance(y, (int, float)) \
                 and not isinstance(x, bool) and y and key != "spans" else ""
             cells.append(ratio)

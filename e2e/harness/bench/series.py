@@ -147,7 +147,8 @@ def collector_freshness(samples, name="tracehouse_span_freshness_seconds"):
 
 # ---------------------------------------------------------------- the picture
 
-COLORS = {"tracehouse": "tab:blue", "otelcol": "tab:orange", "rotel": "tab:green"}
+COLORS = {"tracehouse": "tab:blue", "tracehouse+processing": "tab:purple", "otelcol": "tab:orange",
+          "rotel": "tab:green"}
 
 
 def plot(series_by_leg, path, title, rate=None):

@@ -7,7 +7,7 @@ import unittest
 from unittest import mock
 
 from harness.bench import cost
-from harness.bench.options import parse
+from harness.bench.options import parse, processing_block
 
 
 class RotateTest(unittest.TestCase):
@@ -234,6 +234,58 @@ class CostTableTest(unittest.TestCase):
                         or cost.cost_note({}).startswith("median of 1 repeat."))
 
 
+METRICS = {
+    'tracehouse_spans_processed_total{rule="health-checks",outcome="dropped"}': 0.0,
+    'tracehouse_spans_processed_total{rule="health-checks",outcome="sampled_out"}': 0.0,
+    'tracehouse_spans_processed_total{rule="health-checks",outcome="redacted"}': 0.0,
+    'tracehouse_spans_processed_total{outcome="dropped",rule="cart-internal"}': 12.0,
+    'tracehouse_spans_processed_total{rule="user-ids",outcome="redacted"}': 1000.0,
+    'tracehouse_spans_processed_total{rule="keep-a-tenth",outcome="sampled_out"}': 850.0,
+    "tracehouse_spans_decoded_total": 138.0,
+}
+
+
+class ProcessingTest(unittest.TestCase):
+    def test_what_each_rule_did_whatever_the_label_order(self):
+        p = cost.spans_processed(METRICS)
+        self.assertEqual(list(p), ["health-checks", "cart-internal", "user-ids", "keep-a-tenth"])
+        self.assertEqual(p["cart-internal"], {"dropped": 12, "sampled_out": 0, "redacted": 0})
+        self.assertEqual(p["user-ids"]["redacted"], 1000)
+        self.assertEqual(cost.spans_removed(p), 862)  # redactions remove nothing
+        self.assertEqual(cost.spans_processed(None), {})
+        self.assertEqual(cost.spans_removed({}), 0)
+
+    def test_judged_on_the_rows_the_rules_keep(self):
+        p = cost.spans_processed(METRICS)
+        ok = {"rows_found": 138, "lost": 862, "duplicates": 0, "out_of_range": 0}
+        exact, figures = cost.judge_processed(1000, p, ok)
+        self.assertTrue(exact)
+        self.assertEqual(figures["rows_expected"], 138)
+        self.assertEqual(figures["spans_removed_by_rules"], 862)
+        self.assertEqual(figures["removed_share"], 0.862)
+        # One span too few, one stored twice, one the collector did not account for: not exact.
+        for bad in ({"rows_found": 137, "lost": 863}, {"rows_found": 139, "duplicates": 1},
+                    {"rows_found": 138, "out_of_range": 1}):
+            self.assertFalse(cost.judge_processed(1000, p, dict(ok, **bad))[0], bad)
+        self.assertFalse(cost.judge_processed(1000, None, ok)[0])  # no scrape, no verdict
+
+    def test_a_variant_of_tracehouse_is_compared_to_tracehouse(self):
+        self.assertEqual(cost.ratio_pairs(["tracehouse", "tracehouse+processing", "otelcol"]),
+                         [("tracehouse+processing", "tracehouse"), ("tracehouse", "otelcol")])
+        self.assertEqual(cost.ratio_pairs(["otelcol", "rotel"]), [])
+        rep = {"tracehouse": dict(REPORT["tracehouse"], rows_found=1000),
+               "tracehouse+processing": dict(REPORT["tracehouse"], rows_found=150,
+                                             spans_removed_by_rules=850,
+                                             cost=dict(REPORT["tracehouse"]["cost"],
+                                                       collector_us=5.5))}
+        md = cost.cost_table(rep, ["tracehouse", "tracehouse+processing"], summary=True)
+        self.assertEqual(md.splitlines()[0], "| per span | tracehouse | tracehouse+processing | "
+                                             "tracehouse+processing / tracehouse |")
+        self.assertIn("| collector process | 5.00 µs | 5.50 µs | 1.10× |", md)
+        self.assertIn("| rows written (spans less those the processing rules removed) | 1,000 | "
+                      "150 | 0.15× |", md)
+
+
 class OptionsTest(unittest.TestCase):
     def _parse(self, *argv):
         with mock.patch.object(sys, "argv", ["bench", *argv]):
@@ -255,6 +307,22 @@ class OptionsTest(unittest.TestCase):
         a = self._parse("--rate", "10", "--duration", "1", "--partitions-sweep", "1,2",
                         "--out", "x.json")
         self.assertEqual(a.repeats, 1)
+
+    def test_the_processing_leg_takes_the_typical_rules_by_default(self):
+        a = self._parse("--spans", "10", "--out", "x.json",
+                        "--legs", "tracehouse,tracehouse+processing")
+        self.assertTrue(a.processing.endswith("processing-typical.yaml"))
+        self.assertTrue(a.processing_text.startswith("# Read by e2e/bench"))
+        self.assertIn("\nprocessing:\n  rules:\n", a.processing_text)
+        self.assertIsNone(self._parse("--spans", "10", "--out", "x.json").processing_text)
+
+    def test_processing_without_its_leg_or_with_more_than_the_block(self):
+        with mock.patch("sys.stderr"), self.assertRaises(SystemExit):
+            self._parse("--spans", "10", "--out", "x.json", "--processing", "p.yaml")
+        with self.assertRaises(ValueError):
+            processing_block("processing:\n  rules: []\nkafka:\n  brokers: x\n", "p.yaml")
+        self.assertEqual(processing_block("# a rule\nprocessing:\n  rules: []", "p.yaml"),
+                         "# a rule\nprocessing:\n  rules: []\n")
 
     def test_bad_repeats(self):
         with mock.patch("sys.stderr"), self.assertRaises(SystemExit):

@@ -79,6 +79,18 @@ class BenchBlockTest(unittest.TestCase):
         self.assertIn("| | tracehouse | otelcol | tracehouse / otelcol |", md)
         self.assertIn("| **spans per CPU-second** | 1,000 | 250 | 4.00× |", md)
 
+    def test_a_processing_leg_shows_what_the_rules_removed_and_its_ratio_to_tracehouse(self):
+        rep = {"tracehouse": dict(LEG, rows_found=1000),
+               "tracehouse+processing": dict(LEG, rows_found=150, spans_removed_by_rules=850,
+                                             spans_per_cpu_second=900),
+               "run": BENCH["run"]}
+        md = bench_block(rep, "e2e/bench-results/none.json")
+        self.assertIn("| | tracehouse | tracehouse+processing | tracehouse+processing / tracehouse |",
+                      md)
+        self.assertIn("| spans removed by the rules (dropped, sampled out) | 0 | 850 |  |", md)
+        self.assertIn("| rows written (verified: spans − removed) | 1,000 | 150 | 0.15× |", md)
+        self.assertIn("| **spans per CPU-second** | 1,000 | 900 | 0.90× |", md)
+
     def test_live_mode_adds_span_end_to_queryable(self):
         md = bench_block(BENCH, "e2e/bench-results/none.json")
         self.assertIn("| tracehouse, a record's last span (ended as sent): span end → queryable "

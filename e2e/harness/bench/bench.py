@@ -104,7 +104,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.bench.options import PROCESSING_LEG, SPAN_PROFILES, parse
+from harness.bench.options import ALT_LEG, PROCESSING_LEG, SPAN_PROFILES, parse
 from harness.procs import (BenchError, SocketBytes, loadavg, machine, machine_busy_seconds, proc_cpu_seconds,
                            proc_status_kib, run, run_main, say, spawn, stop, stop_all)
 from harness.bench.inserts import blocks_query, insert_figures, parse_blocks, table_stats
@@ -187,6 +187,19 @@ class Bench:
         self.git = git_revision()
         self.collector = Path(self.args.collector_bin or target / "release" / "tracehouse-collector")
         self.loadgen = target / "release" / "tracehouse-loadgen"
+        # The tracehouse+alt leg's binary: used as it is, never built here.
+        self.collector_alt = Path(self.args.collector_bin_alt) if self.args.collector_bin_alt else None
+        if self.collector_alt is not None:
+            if not os.access(self.collector_alt, os.X_OK):
+                raise BenchError(f"--collector-bin-alt: {self.collector_alt} is not there")
+            alt_dir = self.bin_dir / "alt"  # the same file name as the tracehouse leg's
+            alt_dir.mkdir(parents=True, exist_ok=True)
+            src, self.collector_alt = self.collector_alt, alt_dir / self.collector_alt.name
+            shutil.copy2(src, self.collector_alt)
+            self.alt_binary = {"from": str(src), "sha256": file_sha256(self.collector_alt),
+                               "built": datetime.fromtimestamp(self.collector_alt.stat().st_mtime,
+                                                               timezone.utc).isoformat(timespec="seconds")}
+            say(f"{ALT_LEG}: {src} (sha256 {self.alt_binary['sha256'][:12]})")
         if self.args.no_build:
             # Binaries built earlier, perhaps from another revision (the report records their
             # digests, not a commit): copied first, so a build meanwhile cannot swap them.
@@ -304,10 +317,11 @@ class Bench:
                else "")
             + (self.args.processing_text if leg == PROCESSING_LEG else ""))
         env = {**os.environ, **self.env}
-        eff = run([str(self.collector), "run", "--config", str(cfg), "--print-config"],
+        binary = self.collector_alt if leg == ALT_LEG else self.collector
+        eff = run([str(binary), "run", "--config", str(cfg), "--print-config"],
                   timeout=60, env=env)
         (self.dir / f"{leg}-effective-config.yaml").write_bytes(eff.stdout)
-        return spawn([str(self.collector), "run", "--config", str(cfg)],
+        return spawn([str(binary), "run", "--config", str(cfg)],
                      self.dir / f"{leg}.log", env=env)
 
     def start_tracehouse_processing(self, db, group, mport):
@@ -419,6 +433,7 @@ class Bench:
         t0 = time.monotonic()
         start = {"tracehouse": self.start_tracehouse,
                  PROCESSING_LEG: self.start_tracehouse_processing,
+                 ALT_LEG: lambda db, group, mport: self.start_tracehouse(db, group, mport, leg=ALT_LEG),
                  "otelcol": self.start_otelcol, "rotel": self.start_rotel}[leg]
         p = start(db, group, mport)
         loader = self.start_live_producer(leg, group, p, t0) if a.rate else None
@@ -559,7 +574,7 @@ class Bench:
                     self.ch.query(record_arrivals_query(db, LIVE_SPANS_PER_RECORD)))
             except (BenchError, ValueError) as e:
                 res["freshness_clickhouse"] = {"error": str(e)}
-            if leg in ("tracehouse", PROCESSING_LEG):
+            if leg in ("tracehouse", PROCESSING_LEG, ALT_LEG):
                 res["freshness_collector"] = collector_freshness(metrics)
         res["series"] = series.to_json()
         ch_cpu = ch_cpu1 - ch_cpu0 if ch_cpu0 is not None and ch_cpu1 is not None else None
@@ -623,7 +638,7 @@ class Bench:
             "harness_poll_errors": count_errors,
         })
         res.update(verify)
-        if leg in ("tracehouse", PROCESSING_LEG) and metrics:
+        if leg in ("tracehouse", PROCESSING_LEG, ALT_LEG) and metrics:
             res["collector_metrics"] = {
                 "rows_inserted_total": metric_sum(metrics, "tracehouse_rows_inserted_total"),
                 "bytes_inserted_total": metric_sum(metrics, "tracehouse_bytes_inserted_total"),
@@ -904,6 +919,7 @@ def main():
                       else "the stack's chserver (--shared-clickhouse)",
         "kafka": "own broker of the run" if a.own_kafka else "the stack's broker (--shared-kafka)",
         "collector_bin": a.collector_bin,
+        "collector_bin_alt": getattr(b, "alt_binary", None),
         "prebuilt_binaries": getattr(b, "prebuilt", None),
         "tracehouse_linger_ms": a.linger_ms,
         "tracehouse_attribute_keys": not a.no_attribute_keys,

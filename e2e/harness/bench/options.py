@@ -7,7 +7,10 @@ from pathlib import Path
 
 # `tracehouse+processing`: tracehouse again, with the `processing:` block of --processing.
 PROCESSING_LEG = "tracehouse+processing"
-LEGS = ("tracehouse", PROCESSING_LEG, "otelcol", "rotel")
+# `tracehouse+alt`: tracehouse again, run from the binary of --collector-bin-alt (another
+# build of it: a build profile, a revision), so two builds meet in one run.
+ALT_LEG = "tracehouse+alt"
+LEGS = ("tracehouse", PROCESSING_LEG, ALT_LEG, "otelcol", "rotel")
 # Issue 38's typical rule set (two drops, two redactions, a sampler at 10 %).
 PROCESSING_DEFAULT = Path(__file__).resolve().parent / "processing-typical.yaml"
 
@@ -63,6 +66,11 @@ def parse(doc, otelcol_config):
     ap.add_argument("--collector-bin",
                     help="tracehouse-collector binary to run instead of the release build "
                          "(e.g. to compare two revisions)")
+    ap.add_argument("--collector-bin-alt", metavar="PATH",
+                    help="the tracehouse+alt leg: tracehouse with this other tracehouse-collector "
+                         "binary, never built by the bench (e.g. another build profile: "
+                         "$CARGO_TARGET_DIR/release-fat/tracehouse-collector), beside the "
+                         "tracehouse leg's in one run")
     ap.add_argument("--no-build", action="store_true",
                     help="use the release binaries already built (--collector-bin or "
                          "$CARGO_TARGET_DIR/release/, and tracehouse-loadgen beside it) without "
@@ -108,7 +116,7 @@ def parse(doc, otelcol_config):
                     help="loadgen span shape (default full: about 1.08 KB per span)")
     ap.add_argument("--legs", default="tracehouse,otelcol",
                     help="comma-separated, in run order, of tracehouse, tracehouse+processing, "
-                         "otelcol, rotel (default: tracehouse,otelcol)")
+                         "tracehouse+alt, otelcol, rotel (default: tracehouse,otelcol)")
     ap.add_argument("--processing", metavar="FILE",
                     help="the tracehouse+processing leg: tracehouse with this collector "
                          "`processing:` block (a YAML file holding it alone; default "
@@ -133,6 +141,10 @@ def parse(doc, otelcol_config):
         ap.error("--legs: each leg once")
     if a.processing is not None and PROCESSING_LEG not in a.legs:
         ap.error(f"--processing is for the {PROCESSING_LEG} leg: add it to --legs")
+    if (ALT_LEG in a.legs) != (a.collector_bin_alt is not None):
+        ap.error(f"--collector-bin-alt and the {ALT_LEG} leg go together: give both or neither")
+    if a.collector_bin_alt is not None:
+        a.collector_bin_alt = str(Path(a.collector_bin_alt).resolve())
     a.processing_text = None
     if PROCESSING_LEG in a.legs:
         a.processing = str(Path(a.processing or PROCESSING_DEFAULT).resolve())

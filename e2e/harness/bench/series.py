@@ -148,7 +148,7 @@ def collector_freshness(samples, name="tracehouse_span_freshness_seconds"):
 # ---------------------------------------------------------------- the picture
 
 COLORS = {"tracehouse": "tab:blue", "tracehouse+processing": "tab:purple", "otelcol": "tab:orange",
-          "rotel": "tab:green"}
+          "rotel": "tab:green", "tracehouse+alt": "tab:cyan"}
 
 
 def plot(series_by_leg, path, title, rate=None):

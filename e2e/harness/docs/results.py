@@ -36,7 +36,7 @@ RESULTS = ("e2e/bench-results", "e2e/chaos-results")
 BLOCK = re.compile(r"^(<!-- generated: (\S+) (\S+) -->\n)(.*?)^(<!-- end generated -->)",
                    re.S | re.M)
 OPEN = re.compile(r"^<!-- generated: ", re.M)
-LEGS = ("tracehouse", "tracehouse+processing", "otelcol", "rotel")
+LEGS = ("tracehouse", "tracehouse+processing", "tracehouse+alt", "otelcol", "rotel")
 
 
 class DocError(Exception):

@@ -351,6 +351,20 @@ pub fn kv(body: &[u8]) -> Result<Kv<'_>> {
     kv_general(body)
 }
 
+/// A `KeyValue` body's key only (its value is not read, so not checked): for a caller that
+/// looks for keys and reads a value only when its key is one it wants. The same key as
+/// [`kv`]'s for every body [`kv`] takes.
+#[inline]
+pub fn kv_key(body: &[u8]) -> Result<&[u8]> {
+    let mut f = Fields::new(body);
+    if let Some(key) = f.len_field(0x0a)
+        && (f.is_empty() || (f.len_field(0x12).is_some() && f.is_empty()))
+    {
+        return utf8(key);
+    }
+    Ok(kv_general(body)?.key)
+}
+
 fn kv_general(body: &[u8]) -> Result<Kv<'_>> {
     let mut key: &[u8] = b"";
     let mut value = None;

@@ -90,3 +90,31 @@ fn arrays_and_kvlists_are_read_when_rendered_or_checked() {
     assert!(matches!(kv(&bad).unwrap().value, Value::Array(_)));
     assert_eq!(check_kvs(&[&bad]), Err(Unusual));
 }
+
+#[test]
+fn the_key_alone_is_the_key_kv_reads() {
+    let plain = KeyValue {
+        key: "http.route".into(),
+        value: Some(AnyValue {
+            value: Some(V::StringValue("/x".into())),
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let bodies: Vec<Vec<u8>> = vec![
+        plain.clone(),
+        // Key only.
+        vec![0x0a, 1, b'k'],
+        // Value first, then the key: the general path.
+        [&plain[12..], &plain[..12]].concat(),
+        // The key twice: the last one counts, as in prost.
+        [&plain[..12], &[0x0a, 1, b'z'][..]].concat(),
+        // Nothing at all: the empty key.
+        vec![],
+    ];
+    for b in &bodies {
+        assert_eq!(kv_key(b).unwrap(), kv(b).unwrap().key, "{b:?}");
+    }
+    // A key that is not UTF-8 is refused, as kv refuses it.
+    assert!(kv_key(&[0x0a, 1, 0xff]).is_err());
+}

@@ -97,6 +97,8 @@ pub struct Processor {
     /// Every span attribute a condition reads, each once: one pass over a span's
     /// attributes finds them all.
     attribute_keys: Vec<Vec<u8>>,
+    /// Where `sampling.priority` is in [`Self::attribute_keys`], when a rule samples.
+    priority_key: Option<usize>,
     resource_results: usize,
     redacts_resource: bool,
 }
@@ -129,17 +131,7 @@ impl Processor {
                         ));
                         CondSubject::Resource(slot)
                     }
-                    Subject::Attribute(key) => {
-                        let key = key.as_bytes();
-                        let idx = match p.attribute_keys.iter().position(|k| k == key) {
-                            Some(idx) => idx,
-                            None => {
-                                p.attribute_keys.push(key.to_vec());
-                                p.attribute_keys.len() - 1
-                            }
-                        };
-                        CondSubject::Attribute(idx)
-                    }
+                    Subject::Attribute(key) => CondSubject::Attribute(p.key_index(key.as_bytes())),
                     Subject::Span(f) => CondSubject::Span(f),
                 };
                 compiled.when.push(Cond {
@@ -177,6 +169,17 @@ impl Processor {
             p.rules.push(compiled);
         }
         Ok(p)
+    }
+
+    /// The index of `key` in [`Self::attribute_keys`], added if new.
+    fn key_index(&mut self, key: &[u8]) -> usize {
+        match self.attribute_keys.iter().position(|k| k == key) {
+            Some(idx) => idx,
+            None => {
+                self.attribute_keys.push(key.to_vec());
+                self.attribute_keys.len() - 1
+            }
+        }
     }
 
     /// No rule: nothing to do for any span (rule 6).
@@ -266,6 +269,7 @@ impl Processor {
                             |e| &mut e.attrs,
                             event_attrs,
                             arena,
+                            &mut st.ranges,
                             &mut st.text,
                         )?;
                     }
@@ -278,6 +282,7 @@ impl Processor {
                             |l| &mut l.attrs,
                             link_attrs,
                             arena,
+                            &mut st.ranges,
                             &mut st.text,
                         )?;
                     }
@@ -297,7 +302,14 @@ impl Processor {
                     {
                         continue;
                     }
-                    let priority = sampling_priority(&lists.attrs)?;
+                    if !st.attributes_read {
+                        self.read_attributes(&lists.attrs, st)?;
+                    }
+                    let at = self.priority_key.and_then(|k| st.attribute_at[k]);
+                    let priority = match at {
+                        Some(at) => priority_of(proto::kv(lists.attrs[at])?.value),
+                        None => sample::Priority::Defer,
+                    };
                     match sampler.draw(span.trace_id, span.trace_state, priority, &mut st.text) {
                         sample::Draw::Drop => {
                             st.counts[i].sampled_out += 1;
@@ -375,7 +387,7 @@ impl Processor {
     fn read_attributes(&self, attrs: &[&[u8]], st: &mut Scratch) -> proto::Result<()> {
         st.attribute_at.fill(None);
         for (i, body) in attrs.iter().enumerate() {
-            let key = proto::kv(body)?.key;
+            let key = proto::kv_key(body)?;
             for (k, want) in self.attribute_keys.iter().enumerate() {
                 if st.attribute_at[k].is_none() && key == want.as_slice() {
                     st.attribute_at[k] = Some(i);
@@ -390,36 +402,41 @@ impl Processor {
 /// `STATUS_CODE_ERROR`.
 const STATUS_ERROR: i32 = 2;
 
-/// The span's `sampling.priority` (the first one): 0 drops, above 0 keeps; an int, a double
-/// or a text that parses as a number; anything else defers to the draw.
-fn sampling_priority(attrs: &[&[u8]]) -> proto::Result<sample::Priority> {
+/// A `sampling.priority` value: 0 drops, above 0 keeps; an int, a double or a text that
+/// parses as a number; anything else defers to the draw.
+fn priority_of(value: proto::Value<'_>) -> sample::Priority {
     use sample::Priority;
+    let n = match value {
+        proto::Value::Int(i) => i as f64,
+        proto::Value::Double(d) => d,
+        proto::Value::Str(s) => match std::str::from_utf8(s)
+            .ok()
+            .and_then(|t| t.parse::<f64>().ok())
+        {
+            Some(d) => d,
+            None => return Priority::Defer,
+        },
+        _ => return Priority::Defer,
+    };
+    if n == 0.0 {
+        Priority::Drop
+    } else if n > 0.0 {
+        Priority::Keep
+    } else {
+        Priority::Defer
+    }
+}
+
+/// The span's first `sampling.priority` (the vectors' tests ask for it directly).
+#[cfg(test)]
+fn sampling_priority(attrs: &[&[u8]]) -> proto::Result<sample::Priority> {
     for body in attrs {
         let kv = proto::kv(body)?;
-        if kv.key != b"sampling.priority" {
-            continue;
+        if kv.key == b"sampling.priority" {
+            return Ok(priority_of(kv.value));
         }
-        let n = match kv.value {
-            proto::Value::Int(i) => i as f64,
-            proto::Value::Double(d) => d,
-            proto::Value::Str(s) => match std::str::from_utf8(s)
-                .ok()
-                .and_then(|t| t.parse::<f64>().ok())
-            {
-                Some(d) => d,
-                None => return Ok(Priority::Defer),
-            },
-            _ => return Ok(Priority::Defer),
-        };
-        return Ok(if n == 0.0 {
-            Priority::Drop
-        } else if n > 0.0 {
-            Priority::Keep
-        } else {
-            Priority::Defer
-        });
     }
-    Ok(Priority::Defer)
+    Ok(sample::Priority::Defer)
 }
 
 /// Renders the first value under `key` into `out`; whether there is one.
@@ -430,10 +447,9 @@ fn first_value(
     out: &mut Vec<u8>,
 ) -> proto::Result<bool> {
     for body in attrs {
-        let kv = proto::kv(body)?;
-        if kv.key == key {
+        if proto::kv_key(body)? == key {
             out.clear();
-            rows::push_value_as_string(kv.value, out, depth)?;
+            rows::push_value_as_string(proto::kv(body)?.value, out, depth)?;
             return Ok(true);
         }
     }
@@ -455,6 +471,8 @@ pub struct Scratch {
     attributes_read: bool,
     /// A value's text.
     text: Vec<u8>,
+    /// The events' or links' attribute ranges while a redaction rewrites them.
+    ranges: Vec<std::ops::Range<usize>>,
 }
 
 impl Scratch {

@@ -52,6 +52,7 @@ impl Hasher {
             None => Sha256::digest(value).into(),
         };
         const HEX: &[u8; 16] = b"0123456789abcdef";
+        out.reserve(64);
         for b in digest {
             out.push(HEX[(b >> 4) as usize]);
             out.push(HEX[(b & 15) as usize]);
@@ -117,7 +118,10 @@ impl Redactor {
                 let body = bodies[read];
                 match self.one(body, arena, text)? {
                     Outcome::Same => {
-                        bodies[write] = body;
+                        // Nothing moves until the first change.
+                        if write != read {
+                            bodies[write] = body;
+                        }
                         write += 1;
                     }
                     Outcome::Removed => changed = true,
@@ -145,15 +149,17 @@ impl Redactor {
         range: impl Fn(&mut T) -> &mut Range<usize>,
         bodies: &mut Vec<&'r [u8]>,
         arena: &'r Bump,
+        ranges: &mut Vec<Range<usize>>,
         text: &mut Vec<u8>,
     ) -> proto::Result<bool> {
         if items.is_empty() {
             return Ok(false);
         }
-        let mut ranges: Vec<Range<usize>> = items.iter_mut().map(|i| range(i).clone()).collect();
-        let changed = self.redact(bodies, &mut ranges, arena, text)?;
+        ranges.clear();
+        ranges.extend(items.iter_mut().map(|i| range(i).clone()));
+        let changed = self.redact(bodies, ranges, arena, text)?;
         if changed {
-            for (item, r) in items.iter_mut().zip(ranges) {
+            for (item, r) in items.iter_mut().zip(ranges.drain(..)) {
                 *range(item) = r;
             }
         }

@@ -287,14 +287,14 @@ fn processing(c: &mut Criterion) {
                 rows += enc.push_record(r, Encoding::OtlpProto).unwrap();
             }
             let body = enc.finish().len() as u64;
-            let counts = enc.take_process_counts();
+            let counts: Vec<_> = enc.drain_process_counts().collect();
             let rate = spans_per_cpu_second(spans, || {
                 for r in &records {
                     enc.push_record(r, Encoding::OtlpProto).unwrap();
                 }
                 black_box(enc.finish());
             });
-            enc.take_process_counts();
+            enc.drain_process_counts().for_each(drop);
             let ns = 1e9 / rate;
             let base = *base_ns.get_or_insert(ns);
             let what: Vec<String> = processor

@@ -256,8 +256,8 @@ impl Encoder {
 
     /// What each processing rule did to the records appended since the last call (empty
     /// without rules).
-    pub fn take_process_counts(&mut self) -> Vec<RuleCounts> {
-        self.process_scratch.take_counts()
+    pub fn drain_process_counts(&mut self) -> impl Iterator<Item = RuleCounts> + '_ {
+        self.process_scratch.drain_counts()
     }
 
     /// How [`Encoder::finish`]'s bodies are compressed.

@@ -45,12 +45,7 @@ impl RecordEncoder for ConfiguredEncoder {
     fn append(&mut self, payload: &[u8]) -> Result<u64, decode::DecodeError> {
         let n = self.encoder.push_record(payload, self.encoding);
         if !self.processed.is_empty() {
-            for (c, counters) in self
-                .encoder
-                .take_process_counts()
-                .iter()
-                .zip(&*self.processed)
-            {
+            for (c, counters) in self.encoder.drain_process_counts().zip(&*self.processed) {
                 for (v, counter) in [c.dropped, c.sampled_out, c.redacted]
                     .into_iter()
                     .zip(counters)

@@ -104,10 +104,10 @@ pub struct Processor {
 }
 
 impl Processor {
-    /// Compiles `cfg` (already validated; a problem found here still names its field).
-    /// `hash_key` is the content of `hash_key_file`, read by the caller.
+    /// Compiles `cfg`, which the caller validated (`Config::validate`: names, one subject and
+    /// one test per condition, the action's block); a pattern that does not compile still
+    /// names its field here. `hash_key` is the content of `hash_key_file`, read by the caller.
     pub fn new(cfg: &ProcessingConfig, hash_key: Option<&[u8]>) -> Result<Self, RuleError> {
-        cfg.validate()?;
         let hasher = Hasher::new(hash_key);
         let mut p = Processor::default();
         for (i, rule) in cfg.rules.iter().enumerate() {
@@ -404,7 +404,7 @@ const STATUS_ERROR: i32 = 2;
 
 /// A `sampling.priority` value: 0 drops, above 0 keeps; an int, a double or a text that
 /// parses as a number; anything else defers to the draw.
-fn priority_of(value: proto::Value<'_>) -> sample::Priority {
+pub(crate) fn priority_of(value: proto::Value<'_>) -> sample::Priority {
     use sample::Priority;
     let n = match value {
         proto::Value::Int(i) => i as f64,
@@ -425,18 +425,6 @@ fn priority_of(value: proto::Value<'_>) -> sample::Priority {
     } else {
         Priority::Defer
     }
-}
-
-/// The span's first `sampling.priority` (the vectors' tests ask for it directly).
-#[cfg(test)]
-fn sampling_priority(attrs: &[&[u8]]) -> proto::Result<sample::Priority> {
-    for body in attrs {
-        let kv = proto::kv(body)?;
-        if kv.key == b"sampling.priority" {
-            return Ok(priority_of(kv.value));
-        }
-    }
-    Ok(sample::Priority::Defer)
 }
 
 /// Renders the first value under `key` into `out`; whether there is one.
@@ -461,7 +449,7 @@ fn first_value(
 pub struct Scratch {
     /// What each rule did to the current record.
     counts: Vec<RuleCounts>,
-    /// … and to the records in since the last [`Scratch::take_counts`].
+    /// … and to the records in since the last [`Scratch::drain_counts`].
     total: Vec<RuleCounts>,
     resource_results: Vec<bool>,
     /// Per rule: it changed the current resource's attributes.
@@ -478,22 +466,19 @@ pub struct Scratch {
 impl Scratch {
     /// The current record is in (`true`: its counts join the total) or taken back.
     pub fn end_record(&mut self, kept: bool) {
-        if self.total.len() != self.counts.len() {
-            self.total = vec![RuleCounts::default(); self.counts.len()];
-        }
         for (t, c) in self.total.iter_mut().zip(&mut self.counts) {
+            let c = std::mem::take(c);
             if kept {
                 t.dropped += c.dropped;
                 t.sampled_out += c.sampled_out;
                 t.redacted += c.redacted;
             }
-            *c = RuleCounts::default();
         }
     }
 
-    /// What each rule did to the records in since the last call; starts counting anew.
-    pub fn take_counts(&mut self) -> Vec<RuleCounts> {
-        let zero = vec![RuleCounts::default(); self.total.len()];
-        std::mem::replace(&mut self.total, zero)
+    /// What each rule did to the records in since the last call, rule by rule; counting
+    /// starts anew (in place: no allocation per record).
+    pub fn drain_counts(&mut self) -> impl Iterator<Item = RuleCounts> + '_ {
+        self.total.iter_mut().map(std::mem::take)
     }
 }

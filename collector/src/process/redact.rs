@@ -228,14 +228,24 @@ impl Redactor {
             per_line(&text, out, |line, out| self.hasher.push_hex(line, out));
             return Ok(());
         }
-        let bytes: Vec<u8> = match v {
-            Value::Str(s) => s.to_vec(),
-            Value::Int(i) => i.to_le_bytes().to_vec(),
-            Value::Double(d) => d.to_bits().to_le_bytes().to_vec(),
-            Value::Bool(b) => vec![u8::from(b)],
+        let mut number = [0u8; 8];
+        let bytes: &[u8] = match v {
+            Value::Str(s) => s,
+            Value::Int(i) => {
+                number = i.to_le_bytes();
+                &number
+            }
+            Value::Double(d) => {
+                number = d.to_bits().to_le_bytes();
+                &number
+            }
+            Value::Bool(b) => {
+                number[0] = u8::from(b);
+                &number[..1]
+            }
             _ => return Ok(()),
         };
-        self.hasher.push_hex(&bytes, out);
+        self.hasher.push_hex(bytes, out);
         Ok(())
     }
 }

@@ -123,7 +123,7 @@ fn run_with(
         }
     }
     st.end_record(true);
-    (kept, st.take_counts())
+    (kept, st.drain_counts().collect())
 }
 
 fn run(yaml: &str, req: &ExportTraceServiceRequest) -> (Vec<Seen>, Vec<RuleCounts>) {

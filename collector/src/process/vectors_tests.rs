@@ -75,10 +75,23 @@ fn sampler_of(yaml: &str) -> Sampler {
     Sampler::new(pct, seed)
 }
 
-fn is_hash_seed(yaml: &str) -> bool {
-    matches!(setting(yaml, "mode"), None | Some("hash_seed"))
+/// The sampler of a run in the Collector's default `hash_seed` mode (default `fail_closed`
+/// and precision) with a positive percentage, the only one tracehouse has; `None` for others.
+fn hash_seed_sampler(yaml: &str) -> Option<Sampler> {
+    let pct: f64 = setting(yaml, "sampling_percentage")?.parse().ok()?;
+    let hash_seed = matches!(setting(yaml, "mode"), None | Some("hash_seed"))
         && setting(yaml, "fail_closed").is_none()
-        && setting(yaml, "sampling_precision").is_none()
+        && setting(yaml, "sampling_precision").is_none();
+    (hash_seed && pct > 0.0).then(|| sampler_of(yaml))
+}
+
+/// The span's first `sampling.priority`, read as the rules read it.
+fn sampling_priority(attrs: &[&[u8]]) -> Priority {
+    attrs
+        .iter()
+        .map(|b| crate::decode::proto::kv(b).unwrap())
+        .find(|kv| kv.key == b"sampling.priority")
+        .map_or(Priority::Defer, |kv| priority_of(kv.value))
 }
 
 #[test]
@@ -94,16 +107,10 @@ fn the_sampler_keeps_what_the_collectors_hash_seed_mode_keeps_and_writes_its_tra
     let mut runs = 0;
     let mut out = Vec::new();
     for run in ps["grid"].as_array().unwrap() {
-        let yaml = run["config_yaml"].as_str().unwrap();
-        let pct: f64 = setting(yaml, "sampling_percentage")
-            .unwrap()
-            .parse()
-            .unwrap();
-        if !is_hash_seed(yaml) || pct <= 0.0 {
+        let Some(sampler) = hash_seed_sampler(run["config_yaml"].as_str().unwrap()) else {
             continue;
-        }
+        };
         runs += 1;
-        let sampler = sampler_of(yaml);
         let kept = run["kept"].as_str().unwrap().as_bytes();
         for (i, id) in ids.iter().enumerate() {
             let draw = sampler.draw(id, b"", Priority::Defer, &mut out);
@@ -129,11 +136,9 @@ fn arriving_tracestates_and_priorities_are_treated_as_the_collector_treats_them(
     let mut out = Vec::new();
     let mut cases = 0;
     for run in ps["tracestate_cases"]["runs"].as_array().unwrap() {
-        let yaml = run["config_yaml"].as_str().unwrap();
-        if !is_hash_seed(yaml) {
+        let Some(sampler) = hash_seed_sampler(run["config_yaml"].as_str().unwrap()) else {
             continue;
-        }
-        let sampler = sampler_of(yaml);
+        };
         for c in run["cases"].as_array().unwrap() {
             cases += 1;
             let ts = c["tracestate_in"].as_str().unwrap();
@@ -158,15 +163,9 @@ fn arriving_tracestates_and_priorities_are_treated_as_the_collector_treats_them(
         }
     }
     for run in ps["sampling_priority_cases"]["runs"].as_array().unwrap() {
-        let yaml = run["config_yaml"].as_str().unwrap();
-        let pct: f64 = setting(yaml, "sampling_percentage")
-            .unwrap()
-            .parse()
-            .unwrap();
-        if !is_hash_seed(yaml) || pct <= 0.0 {
+        let Some(sampler) = hash_seed_sampler(run["config_yaml"].as_str().unwrap()) else {
             continue;
-        }
-        let sampler = sampler_of(yaml);
+        };
         for c in run["cases"].as_array().unwrap() {
             cases += 1;
             let attrs: Vec<Vec<u8>> = c["attributes_in"]
@@ -176,7 +175,7 @@ fn arriving_tracestates_and_priorities_are_treated_as_the_collector_treats_them(
                 .map(|p| kv(p).encode_to_vec())
                 .collect();
             let bodies: Vec<&[u8]> = attrs.iter().map(Vec::as_slice).collect();
-            let priority = sampling_priority(&bodies).unwrap();
+            let priority = sampling_priority(&bodies);
             let draw = sampler.draw(
                 &hex(c["trace_id"].as_str().unwrap()),
                 b"",

@@ -316,10 +316,14 @@ impl Collector {
     }
 
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        tail(&std::fs::read_to_string(&self.log).unwrap_or_default(), 40)
     }
+}
+
+/// The last `lines` lines of a log's text.
+pub fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 impl Drop for Collector {

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 
 use tracehouse_loadgen::Encoding;
 
-use crate::common::{free_port, var};
+use crate::common::{free_port, tail, var};
 
 /// Path of the OpenTelemetry Collector binary, or a failure saying how to build it.
 pub fn otelcol_bin() -> PathBuf {
@@ -80,9 +80,7 @@ impl Otelcol {
     }
 
     pub fn log_tail(&self) -> String {
-        let text = self.log();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        tail(&self.log(), 30)
     }
 }
 

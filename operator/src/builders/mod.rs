@@ -23,6 +23,7 @@ mod config;
 mod gateway;
 mod owned;
 mod table;
+mod volumes;
 
 use std::collections::BTreeMap;
 

@@ -67,6 +67,15 @@ impl Nginx {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
+        // SIGTERM: the master stops its worker before it exits (a SIGKILL of the master left
+        // the worker running, orphaned, after the test).
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);

@@ -2,8 +2,9 @@
 //! build: `helm lint` and the `helm template` goldens; `helm uninstall` (operator gone, CRD,
 //! pipelines and ClickHouse data kept); `helm install` with the sample TracePipeline →
 //! operator pods from the operator image → collector pods from the collector image → spans
-//! delivered exactly once; `helm upgrade` with a changed value rolls the operator; a CRD change
-//! reaches the cluster on upgrade; with the operator uninstalled, a pipeline and a namespace
+//! delivered exactly once; `helm upgrade` with a changed value rolls the operator; the operator
+//! applies its CRD over an older one at start, and `helm rollback` (and the rolled-back
+//! operator) leave a newer one as it is; with the operator uninstalled, a pipeline and a namespace
 //! holding one still delete (no finalizer waits for it).
 //!
 //! The release is the stack's own (`tracehouse` in `tracehouse-system`: the CRD belongs to one
@@ -19,7 +20,7 @@ use futures::FutureExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::{DynamicObject, GroupVersionKind};
 use kube::discovery::ApiResource;
 use kube::{Api, Client, ResourceExt};
@@ -108,6 +109,67 @@ async fn uninstall(deployments: &Api<Deployment>) {
 }
 
 /// The image and image id the node agent reports for the pod's first container.
+const CRD_REVISION: &str = "tracehouse.dev/crd-revision";
+
+/// The revision written on the repository's CRD (`crds/tracepipelines.yaml`).
+fn committed_crd_revision() -> u32 {
+    let text = std::fs::read_to_string(repo().join("crds/tracepipelines.yaml")).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{CRD_REVISION}:")))
+        .expect("crds/tracepipelines.yaml carries its revision");
+    line.trim().trim_matches('\'').parse().unwrap()
+}
+
+/// Makes the cluster's CRD look like another release's: `revision` written (None: removed, as
+/// the charts before revisions left it) and a marker category added.
+async fn mark_crd(crds: &Api<CustomResourceDefinition>, revision: Option<u32>) {
+    let patch = json!({
+        "metadata": { "annotations": { CRD_REVISION: revision.map(|r| r.to_string()) } },
+        "spec": { "names": { "categories": ["tracehouse", "tracehouse-e2e"] } },
+    });
+    crds.patch(CRD, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patching the CRD");
+}
+
+/// The repository's CRD applied over whatever the cluster holds.
+fn restore_crd() {
+    run_repo_command(&[
+        "kubectl",
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        "crds/tracepipelines.yaml",
+    ]);
+}
+
+async fn operator_pod_names(client: &Client) -> Vec<String> {
+    ready_operator_pods(client)
+        .await
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect()
+}
+
+/// Waits until two Ready operator pods run and none of them is one of `before`.
+async fn wait_for_new_operator_pods(client: &Client, before: &[String]) {
+    wait_for(
+        "the operator rolled to new pods",
+        Duration::from_secs(120),
+        || async {
+            let names = operator_pod_names(client).await;
+            if names.len() == 2 && names.iter().all(|n| !before.contains(n)) {
+                Ok(())
+            } else {
+                Err(format!("{names:?} (before: {before:?})"))
+            }
+        },
+    )
+    .await;
+}
+
 fn pod_image(pod: &Pod) -> (String, String) {
     let cs = pod
         .status
@@ -166,7 +228,10 @@ async fn helm_uninstall_install_upgrade_on_the_local_cluster() {
     // Whatever happened: the stack's release back as `e2e/stack up` installs it, then the
     // sample pipeline (if step 8 did not get there) and its namespace of step 7 deleted,
     // topic and database dropped.
-    let restored = std::panic::catch_unwind(restore_stack_operator);
+    let restored = std::panic::catch_unwind(|| {
+        restore_crd();
+        restore_stack_operator();
+    });
     if let Err(e) = tracepipelines(&client, "default")
         .delete(&name, &DeleteParams::default())
         .await
@@ -432,51 +497,30 @@ async fn scenario(client: &Client, name: &str, topic: &str, database: &str, work
     )
     .await;
 
-    // 6. A CRD change reaches the cluster on upgrade: a copy of the chart whose CRD has one
-    //    more category, then the repository's chart again.
-    let chart = work.join("chart");
-    run_repo_command(&[
-        "cp",
-        "-r",
-        "charts/tracehouse",
-        &chart.display().to_string(),
-    ]);
-    let crd_file = chart.join("files/crds/tracepipelines.yaml");
-    let text = std::fs::read_to_string(&crd_file).unwrap();
-    let changed = text.replacen(
-        "    categories:\n    - tracehouse\n",
-        "    categories:\n    - tracehouse\n    - tracehouse-e2e\n",
-        1,
-    );
-    assert_ne!(changed, text, "the CRD lists categories");
-    std::fs::write(&crd_file, changed).unwrap();
-    let categories = || async {
-        crds.get(CRD)
-            .await
-            .expect("the CRD")
-            .spec
-            .names
-            .categories
+    // 6. The CRD moves forward with the operator, and never back with a rollback. The chart
+    //    installs it once (crds/); an operator replica applies its own revision at start when
+    //    the cluster's is older (it does so before it serves /readyz, so a Ready new pod has
+    //    decided), and leaves a newer one.
+    let ours = committed_crd_revision();
+    let state = || async {
+        let crd = crds.get(CRD).await.expect("the CRD");
+        let revision = crd
+            .metadata
+            .annotations
             .unwrap_or_default()
+            .get(CRD_REVISION)
+            .cloned();
+        (revision, crd.spec.names.categories.unwrap_or_default())
     };
-    let chart_dir = chart.display().to_string();
-    helm(&[
-        "upgrade",
-        RELEASE,
-        &chart_dir,
-        "-n",
-        NAMESPACE,
-        "-f",
-        "config/local/values.yaml",
-        "-f",
-        &values,
-        "--wait",
-    ]);
     assert_eq!(
-        categories().await,
-        ["tracehouse", "tracehouse-e2e"],
-        "upgrade applied the CRD change"
+        state().await,
+        (Some(ours.to_string()), vec!["tracehouse".to_owned()]),
+        "the running operator left the CRD at its own revision"
     );
+    //  a. An older CRD (no revision: as the charts before revisions left it; one more
+    //     category as a marker) is replaced at the operator's next start.
+    mark_crd(&crds, None).await;
+    let before = operator_pod_names(client).await;
     helm(&[
         "upgrade",
         RELEASE,
@@ -487,12 +531,53 @@ async fn scenario(client: &Client, name: &str, topic: &str, database: &str, work
         "config/local/values.yaml",
         "-f",
         &values,
+        "--set",
+        "logLevel=info",
         "--wait",
+        "--timeout",
+        "180s",
     ]);
+    wait_for_new_operator_pods(client, &before).await;
+    wait_for(
+        "the new operator applied its CRD over the older one",
+        Duration::from_secs(60),
+        || async {
+            let now = state().await;
+            if now == (Some(ours.to_string()), vec!["tracehouse".to_owned()]) {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        },
+    )
+    .await;
+    //  b. helm rollback with a newer CRD on the cluster (a later release's: revision ours+1,
+    //     the marker category): the rolled-back operator starts, and the CRD stays as it was.
+    mark_crd(&crds, Some(ours + 1)).await;
+    let before = operator_pod_names(client).await;
+    helm(&[
+        "rollback",
+        RELEASE,
+        "-n",
+        NAMESPACE,
+        "--wait",
+        "--timeout",
+        "180s",
+    ]);
+    wait_for_new_operator_pods(client, &before).await;
     assert_eq!(
-        categories().await,
-        ["tracehouse"],
-        "and the next upgrade took it back"
+        state().await,
+        (
+            Some((ours + 1).to_string()),
+            vec!["tracehouse".to_owned(), "tracehouse-e2e".to_owned()]
+        ),
+        "helm rollback and the rolled-back operator left the newer CRD as it was"
+    );
+    //  c. The CRD as the repository has it again (also done on the way out, pass or fail).
+    restore_crd();
+    assert_eq!(
+        state().await,
+        (Some(ours.to_string()), vec!["tracehouse".to_owned()])
     );
 
     // 7. helm uninstall: operator gone; CRD, the pipeline and the spans in ClickHouse stay.

@@ -33,6 +33,7 @@
 pub mod autoscale;
 pub mod builders;
 pub mod crd;
+pub mod crd_apply;
 pub mod defaults;
 pub mod endpoints;
 pub mod error;

@@ -1,6 +1,7 @@
 //! `tracehouse-operator`: reconciles `TracePipeline` resources (`run`), and prints or checks
 //! the CRD generated from the Rust types (`crd`).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,7 +19,7 @@ use tracehouse_operator::leader::{Ended, LeaderElector, LeaseConfig};
 use tracehouse_operator::listen;
 use tracehouse_operator::metrics::{self, Metrics};
 use tracehouse_operator::reconcile::{self, Context, Settings, Watch};
-use tracehouse_operator::{FIELD_MANAGER, crd};
+use tracehouse_operator::{FIELD_MANAGER, crd, crd_apply};
 
 /// Reconciles TracePipeline resources into schema migrations and a gateway collector fleet.
 #[derive(Debug, Parser)]
@@ -41,6 +42,10 @@ struct CrdArgs {
     /// Compare FILE with the generated CRD instead of printing it; exit 1 when it is stale.
     #[arg(long, value_name = "FILE")]
     check: Option<PathBuf>,
+    /// Print the schema's fingerprint and revision (`<revision> <fingerprint>`, the line
+    /// operator/src/crd/revisions.txt records; `operator/gen-crds` appends it when new).
+    #[arg(long, conflicts_with = "check")]
+    fingerprint: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -96,6 +101,15 @@ struct RunArgs {
     /// topologySpreadConstraints, priorityClassName, podAnnotations, podLabels).
     #[arg(long, env = tracehouse_operator::defaults::ENV, default_value = "")]
     collector_defaults: String,
+    /// At start, apply this build's TracePipeline CRD when the cluster's is an older revision
+    /// (never a newer one: a rollback leaves it). Needs get and patch on the CRD (the chart's
+    /// `crds.enabled`, cluster mode).
+    #[arg(long, env = "TRACEHOUSE_OPERATOR_CRD_UPGRADE", default_value_t = false, action = ArgAction::Set)]
+    crd_upgrade: bool,
+    /// Extra annotations of the CRD when it is applied, as a JSON object (the chart's
+    /// `crds.annotations`).
+    #[arg(long, env = "TRACEHOUSE_OPERATOR_CRD_ANNOTATIONS", default_value = "")]
+    crd_annotations: String,
 }
 
 fn main() -> ExitCode {
@@ -126,6 +140,18 @@ fn main() -> ExitCode {
 }
 
 fn print_or_check_crd(args: &CrdArgs) -> ExitCode {
+    let fingerprint = crd::revision::fingerprint(&crd::crd_unrevised());
+    if args.fingerprint {
+        println!("{} {fingerprint}", crd::revision::revision_of(&fingerprint));
+        return ExitCode::SUCCESS;
+    }
+    if args.check.is_some() && !crd::revision::is_recorded_last(&fingerprint) {
+        eprintln!(
+            "operator/src/crd/revisions.txt does not record the CRD's schema as its last \
+             revision. Run `operator/gen-crds` and commit."
+        );
+        return ExitCode::FAILURE;
+    }
     let generated = crd::crd_yaml();
     let Some(path) = &args.check else {
         print!("{generated}");
@@ -166,6 +192,17 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await
         .context("cannot configure the Kubernetes client (KUBECONFIG or in-cluster)")?;
     let watch = Watch::from_names(args.namespaces.iter().chain(&args.namespace));
+    if args.crd_upgrade {
+        let annotations: BTreeMap<String, String> = if args.crd_annotations.trim().is_empty() {
+            BTreeMap::new()
+        } else {
+            serde_json::from_str(&args.crd_annotations).context(
+                "--crd-annotations (TRACEHOUSE_OPERATOR_CRD_ANNOTATIONS) is not a JSON object \
+                 of strings",
+            )?
+        };
+        crd_apply::log(&crd_apply::keep_current(&client, &annotations).await);
+    }
     reconcile::check_crd(&client, &watch).await?;
 
     let mut registry = Registry::default();

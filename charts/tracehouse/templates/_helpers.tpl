@@ -98,13 +98,19 @@ chart's appVersion), or repository@digest; global.imageRegistry, when set, is pr
 
 {{/* The rules of config/rbac/role.yaml (copied into files/ by charts/gen): the ClusterRole's or the Role's. */}}
 {{- define "tracehouse.rules" -}}
-{{- $kind := .kind -}}
+{{- $name := .name -}}
 {{- range splitList "\n---\n" (.root.Files.Get "files/rbac/role.yaml") -}}
 {{- $doc := fromYaml . -}}
-{{- if eq (get $doc "kind") $kind -}}
+{{- if eq (get (get $doc "metadata") "name") $name -}}
 {{- toYaml (get $doc "rules") -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Whether the operator keeps the CRD current (crds.enabled, cluster mode only: in namespaced
+mode nothing cluster-scoped is granted). */}}
+{{- define "tracehouse.crdUpgrade" -}}
+{{- if and .Values.crds.enabled (not (include "tracehouse.watchNamespaces" . | fromJsonArray)) -}}true{{- end -}}
 {{- end -}}
 
 {{/* The namespaces the operator watches, as a list: watchNamespaces, plus watchNamespace (the

@@ -33,6 +33,7 @@ mod collector;
 pub(crate) mod fixtures;
 mod kafka_clickhouse;
 mod processing;
+pub mod revision;
 
 pub use autoscaling::{AutoscalingSpec, AutoscalingStatus};
 pub use bytes::ByteSize;
@@ -310,9 +311,30 @@ pub const GENERATED_HEADER: &str =
 /// and a Service name is a DNS-1035 label of at most 63 characters.
 pub const MAX_NAME_LEN: usize = 40;
 
-/// The CustomResourceDefinition, with the constraints on `metadata.name` the derive cannot
-/// express (a CRD may restrict `metadata.name`, and nothing else of `metadata`).
+/// Name of the CustomResourceDefinition object.
+pub const CRD_NAME: &str = "tracepipelines.tracehouse.dev";
+
+/// The CustomResourceDefinition as committed and applied: [`crd_unrevised`] with its revision
+/// written on it (`tracehouse.dev/crd-revision`, [`revision`]).
 pub fn crd() -> CustomResourceDefinition {
+    let mut crd = crd_unrevised();
+    let number = revision::revision_of(&revision::fingerprint(&crd));
+    crd.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(revision::ANNOTATION.to_owned(), number.to_string());
+    crd
+}
+
+/// This build's CRD revision.
+pub fn crd_revision() -> u32 {
+    revision::revision_of(&revision::fingerprint(&crd_unrevised()))
+}
+
+/// The CustomResourceDefinition, with the constraints on `metadata.name` the derive cannot
+/// express (a CRD may restrict `metadata.name`, and nothing else of `metadata`); without the
+/// revision annotation, which is computed from this.
+pub fn crd_unrevised() -> CustomResourceDefinition {
     let mut crd = TracePipeline::crd();
     for version in &mut crd.spec.versions {
         let Some(schema) = version

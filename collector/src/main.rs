@@ -18,9 +18,14 @@ use clap::{Parser, Subcommand};
 /// Moves OpenTelemetry trace spans from Kafka into ClickHouse, at least once.
 #[derive(Debug, Parser)]
 #[command(name = "tracehouse-collector", version, about)]
+#[command(arg_required_else_help = true, args_conflicts_with_subcommands = true)]
 struct Cli {
+    /// Print the collector configuration revision this build knows and exit (the operator
+    /// renders only keys of this revision or older: docs/upgrade.md).
+    #[arg(long)]
+    config_revision: bool,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -37,8 +42,21 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run(args) => cmd::run::run(args),
-        Command::Schema(args) => cmd::schema::run(args),
-        Command::ServeHealth(args) => cmd::serve_health::run(args),
+        _ if cli.config_revision => {
+            println!("{}", tracehouse_contract::revision::CONFIG_REVISION);
+            std::process::ExitCode::SUCCESS
+        }
+        Some(Command::Run(args)) => cmd::run::run(args),
+        Some(Command::Schema(args)) => cmd::schema::run(args),
+        Some(Command::ServeHealth(args)) => cmd::serve_health::run(args),
+        None => {
+            use clap::CommandFactory;
+            Cli::command()
+                .error(
+                    clap::error::ErrorKind::MissingSubcommand,
+                    "a subcommand (or --config-revision) is needed",
+                )
+                .exit()
+        }
     }
 }

@@ -51,6 +51,14 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// `tracehouse_build_info`'s labels: what this build is, and the config revision it knows
+/// (the operator reads it to render only keys an older collector knows).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: &'static str,
+    pub config_revision: u32,
+}
+
 /// A processing rule (`processing.rules[].name`) and what it did to a span: `dropped`,
 /// `sampled_out` or `redacted`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -222,6 +230,18 @@ impl Metrics {
                 .unwrap_or_default(),
         );
         let r = registry.sub_registry_with_prefix(PREFIX);
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                config_revision: tracehouse_contract::revision::CONFIG_REVISION,
+            })
+            .set(1);
+        r.register(
+            names::BUILD_INFO.stem,
+            "Always 1: this build's version and the collector configuration revision it knows",
+            build_info,
+        );
         r.register(
             names::RECORDS_CONSUMED.stem,
             "Kafka records consumed",
@@ -526,6 +546,13 @@ mod tests {
             out.contains("tracehouse_process_start_time_seconds "),
             "{out}"
         );
+        let build = format!(
+            "tracehouse_build_info{{version=\"{}\",{}=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION"),
+            names::CONFIG_REVISION_LABEL,
+            tracehouse_contract::revision::CONFIG_REVISION
+        );
+        assert!(out.contains(&build), "{build} missing from:\n{out}");
         for reason in INSERT_FAILURE_REASONS {
             for family in ["insert_errors", "insert_retries"] {
                 let line = format!("tracehouse_{family}_total{{reason=\"{reason}\"}} 0");

@@ -6,7 +6,10 @@
 //! - [`processing`]: the drop, redact and sample rules and how a value is tested;
 //! - [`Encoding`]: how records on the topic are encoded;
 //! - [`telemetry`]: the log format and the `/metrics` text both binaries serve;
-//! - [`metric_names`]: the collector's metrics another program reads (the autoscaler).
+//! - [`metric_names`]: the collector's metrics another program reads (the autoscaler, the
+//!   skew check);
+//! - [`revision`]: which configuration keys each config revision knows, so an operator
+//!   renders only what an older collector reads.
 //!
 //! Nothing here knows Kafka, ClickHouse or Kubernetes clients: the crate is small so that
 //! depending on it costs nothing, and no dependency points from it back to a binary's crate.
@@ -15,6 +18,7 @@ pub mod config;
 mod encoding;
 pub mod metric_names;
 pub mod processing;
+pub mod revision;
 pub mod telemetry;
 pub mod yaml;
 

@@ -1,5 +1,6 @@
 //! The names of the collector's metrics that another program reads: the operator's
-//! autoscaler scrapes these from every gateway pod. The collector registers each family under
+//! autoscaler scrapes these from every gateway pod, and its skew check reads
+//! [`BUILD_INFO`] (which config revision a gateway's collector knows, `crate::revision`). The collector registers each family under
 //! its [`MetricName::stem`] (after [`PREFIX`]); a reader matches [`MetricName::exposed`], the
 //! name the family has in the exposition text. One definition for both sides, and the test
 //! below encodes each family as the collector registers it, so neither side can drift.
@@ -61,14 +62,26 @@ pub const RESIDENT_MEMORY_BYTES: MetricName = MetricName {
     kind: Kind::Gauge,
 };
 
+/// Always 1, labelled with the build: `version` (the crate's) and `config_revision`
+/// ([`crate::revision::CONFIG_REVISION`]). Collectors from before it (d00aafd and its kin)
+/// serve none: revision 1.
+pub const BUILD_INFO: MetricName = MetricName {
+    stem: "build_info",
+    exposed: "tracehouse_build_info",
+    kind: Kind::Gauge,
+};
+/// The label of [`BUILD_INFO`] that carries the config revision.
+pub const CONFIG_REVISION_LABEL: &str = "config_revision";
+
 /// Every name above: what the test holds to the exposition.
-pub const ALL: [MetricName; 6] = [
+pub const ALL: [MetricName; 7] = [
     CONSUMER_LAG_RECORDS,
     CONSUMER_LAG_SECONDS,
     RECORDS_CONSUMED,
     SPANS_DECODED,
     INFLIGHT_BYTES,
     RESIDENT_MEMORY_BYTES,
+    BUILD_INFO,
 ];
 
 #[cfg(test)]

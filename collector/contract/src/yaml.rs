@@ -28,6 +28,8 @@ use serde::de::DeserializeOwned;
 
 /// A YAML syntax or shape error, with its line and column.
 pub use serde_yaml::Error;
+/// A YAML document as a tree of mappings, sequences and scalars.
+pub use serde_yaml::Value;
 
 /// Reads `T` from YAML text.
 pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, Error> {
@@ -37,4 +39,14 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, Error> {
 /// Writes `value` as YAML text.
 pub fn to_string<T: Serialize + ?Sized>(value: &T) -> Result<String, Error> {
     serde_yaml::to_string(value)
+}
+
+/// `value` as a YAML tree (what [`to_string`] would write, before it is text).
+pub fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, Error> {
+    serde_yaml::to_value(value)
+}
+
+/// Reads `T` from a YAML tree.
+pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, Error> {
+    serde_yaml::from_value(value)
 }

@@ -22,6 +22,9 @@
 //!   [`schema_step`] (the schema migrations of the traces table, through the schema crate);
 //!   [`secrets`] (each Secret read once, everything else derived) and [`objects`]
 //!   (server-side apply that skips what is already in place);
+//! - [`skew`]: operator ↔ collector version skew — which config revision a gateway's
+//!   collector knows (its `tracehouse_build_info`), and the `ConfigApplied` condition of
+//!   the settings left out for it (pure);
 //! - [`endpoints`]: the optional allow-list of the Kafka and ClickHouse hosts a pipeline may
 //!   name (pure; a pipeline outside it is refused before anything is dialled);
 //! - [`error`]: the reconciler's errors, each with a metric label and a condition reason;
@@ -51,6 +54,7 @@ pub mod quantity;
 pub mod reconcile;
 pub mod schema_step;
 pub mod secrets;
+pub mod skew;
 pub mod status;
 
 /// The one field manager of every server-side apply (objects and status), also the

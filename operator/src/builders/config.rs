@@ -160,7 +160,8 @@ mod tests {
     /// only keys the previous release's collector knows (its own `--print-config`, recorded in
     /// `operator/snapshots/previous-release-collector-config.yaml`), so an older collector image
     /// under this operator starts (it refuses unknown keys). A newer setting, such as
-    /// `spec.kafka.commitFormat`, is not: see docs/upgrade.md.
+    /// `spec.kafka.commitFormat`, is rendered only for a collector that knows it
+    /// (`builders/revision.rs`; docs/upgrade.md).
     #[test]
     fn the_default_config_holds_only_keys_the_previous_release_knows() {
         fn paths(v: &serde_json::Value, prefix: &str, out: &mut Vec<String>) {

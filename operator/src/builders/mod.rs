@@ -16,12 +16,15 @@
 //! - [`gateway`]: the Kubernetes objects — the Deployment (container, env, volumes,
 //!   probes, security), the metrics Service and the PodDisruptionBudget;
 //! - [`owned`]: each of those objects as the apply takes it ([`Owned`]), in the order
-//!   [`Desired::objects`] gives them.
+//!   [`Desired::objects`] gives them;
+//! - [`revision`]: the pipeline as an older collector can take it (version skew): the
+//!   settings newer than its config revision left out, and named.
 
 mod clickhouse_tls;
 mod config;
 mod gateway;
 mod owned;
+mod revision;
 mod table;
 mod volumes;
 
@@ -39,6 +42,7 @@ use crate::defaults::{self, CollectorDefaults};
 
 pub use config::{collector_config, config_hash};
 pub use owned::Owned;
+pub use revision::{NotApplied, restricted};
 pub use table::table_options;
 
 /// Pod-template annotation with the hash of the collector configuration: a new config
@@ -187,6 +191,14 @@ pub struct Desired {
     pub image: String,
     /// A newer default image the gateway is held back from (`upgradePolicy: Manual`).
     pub upgrade_available: Option<String>,
+    /// The config revision the rendered `collector.yaml` needs.
+    pub required_revision: u32,
+    /// Spec settings left out: the gateway's collector does not know them.
+    pub not_applied: Vec<NotApplied>,
+    /// `status.processing` of the rendered configuration (`None`: no rules).
+    pub processing: Option<String>,
+    /// Every Secret the pods read ([`referenced_secrets`] of what was rendered).
+    pub referenced_secrets: std::collections::BTreeSet<String>,
     pub config_map: ConfigMap,
     pub deployment: Deployment,
     pub service: Service,
@@ -205,15 +217,45 @@ pub fn desired_with(
     partitions: i32,
     defaults: &CollectorDefaults,
 ) -> Result<Desired, BuildError> {
+    desired_for(tp, partitions, defaults, None)
+}
+
+/// The collector image the gateway of `tp` runs, and whether it is the operator's own
+/// default (no version skew to mind).
+pub fn collector_image(tp: &TracePipeline, defaults: &CollectorDefaults) -> (String, bool) {
+    let image = defaults::resolve(tp, defaults, &selector_labels(tp)).image;
+    let own = image == defaults.default_image();
+    (image, own)
+}
+
+/// [`desired_with`] for a gateway whose collector knows config revision `revision` (`None`:
+/// everything this operator renders): newer settings are left out ([`restricted`]) and listed
+/// in [`Desired::not_applied`].
+pub fn desired_for(
+    tp: &TracePipeline,
+    partitions: i32,
+    defaults: &CollectorDefaults,
+    revision: Option<u32>,
+) -> Result<Desired, BuildError> {
+    let (tp, not_applied) = match revision {
+        Some(r) => restricted(tp, r)?,
+        None => (std::borrow::Cow::Borrowed(tp), Vec::new()),
+    };
+    let tp = tp.as_ref();
     let names = Names::of(&tp.name_any());
     let pod = defaults::resolve(tp, defaults, &selector_labels(tp));
-    let rendered = yaml::to_string(&collector_config(tp)?)
+    let (config, required_revision) = revision::config_for(tp, revision)?;
+    let rendered = yaml::to_string(&config)
         .map_err(|e| invalid("spec", format!("cannot render the collector config: {e}")))?;
     let hash = config_hash(&rendered);
     let replicas = desired_replicas(partitions, &tp.spec.replicas);
     Ok(Desired {
         partitions,
         replicas,
+        required_revision,
+        not_applied,
+        processing: tp.spec.processing.as_ref().and_then(|p| p.label()),
+        referenced_secrets: referenced_secrets(tp),
         config_map: ConfigMap {
             metadata: meta(tp, &names.config_map)?,
             data: Some(BTreeMap::from([(CONFIG_KEY.to_owned(), rendered)])),

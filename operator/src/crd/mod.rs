@@ -65,14 +65,21 @@ pub mod condition {
     /// warns when that nears (`OffsetsExpiringSoon`) or passes (`OffsetsMayHaveExpired`) the
     /// broker's `offsets.retention.minutes` (`operator/src/offsets_retention.rs`).
     pub const CONSUMING: &str = "Consuming";
+    /// `collector.yaml` holds every setting of the spec (`Applied`). False
+    /// (`CollectorTooOld`, which also makes the pipeline not Ready) names each setting the
+    /// collector the gateway runs does not know, left out of its configuration (an older
+    /// image: `upgradePolicy: Manual`, a pinned `spec.collector.image`); `RevisionUnknown`
+    /// when that collector has not said what it knows yet (`operator/src/skew.rs`).
+    pub const CONFIG_APPLIED: &str = "ConfigApplied";
     /// Every type above.
-    pub const ALL: [&str; 6] = [
+    pub const ALL: [&str; 7] = [
         READY,
         SCHEMA_READY,
         KAFKA_REACHABLE,
         GATEWAY_AVAILABLE,
         PROGRESSING,
         CONSUMING,
+        CONFIG_APPLIED,
     ];
 }
 
@@ -208,8 +215,8 @@ pub struct TracePipelineStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`, `SchemaReady`, `KafkaReachable`, `GatewayAvailable` and `Progressing`, with
-    /// reasons.
+    /// `Ready`, `SchemaReady`, `KafkaReachable`, `GatewayAvailable`, `Progressing`,
+    /// `Consuming` and `ConfigApplied`, with reasons.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -268,6 +275,13 @@ pub struct TracePipelineStatus {
     /// on `collectorImage`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collector_upgrade: Option<String>,
+    /// The collector configuration revision the gateway's collector knows, as it reported it
+    /// (`tracehouse_build_info`; 1 for a collector from before that metric), read when the
+    /// gateway runs an image other than the operator's default (`collectorImage`). Settings
+    /// of a later revision are left out of its configuration and named on `ConfigApplied`.
+    /// Absent: the operator's own image, or not read yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector_config_revision: Option<i64>,
 }
 
 /// The consumer group's position, from the brokers: committed offsets against end offsets,

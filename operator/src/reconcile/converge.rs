@@ -25,6 +25,7 @@ use crate::reconcile::backends::{Brokers, SchemaRequest};
 use crate::reconcile::gateway;
 use crate::schema_step;
 use crate::secrets::{self, Secrets};
+use crate::skew::{self, Known};
 use crate::status::{Gateway, Observation, Step};
 
 /// Records `error` as the failure of `step` and hands it on.
@@ -86,9 +87,24 @@ pub(super) async fn converge(
         obs.consumers = Some(consumers(ctx, brokers, spec, stopped).await);
     }
 
+    // Version skew: a gateway on another image than the operator's own is asked what its
+    // collector knows (one ready pod of that image), and gets only that.
+    let defaults = &ctx.settings.collector_defaults;
+    let (image, own) = builders::collector_image(tp, defaults);
+    let known = if own {
+        Known::Own
+    } else {
+        let read = match &pods {
+            Some(list) => gateway::collector_revision(ctx, list, &image).await,
+            None => None,
+        };
+        skew::known(read, tp.status.as_ref(), &image)
+    };
+
     // Pure; a spec the collector would refuse never reaches ClickHouse or the cluster.
-    let mut desired = builders::desired_with(tp, partitions, &ctx.settings.collector_defaults)?
-        .with_secrets_hash(secrets.fingerprint(&builders::referenced_secrets(tp))?);
+    let desired = builders::desired_for(tp, partitions, defaults, known.revision())?;
+    let pods_secrets = secrets.fingerprint(&desired.referenced_secrets)?;
+    let mut desired = desired.with_secrets_hash(pods_secrets);
     let mut options = builders::table_options(&spec.clickhouse)?;
     // Sized from the partitions (issue 30, finding 6): `apply` changes it as they grow.
     options.dedup_window = schema_step::dedup_window(
@@ -162,7 +178,13 @@ pub(super) async fn converge(
     })?;
     let deployment = apply_objects(ctx, &objects, live_deployment).await?;
     obs.config_hash = Some(desired.config_hash);
-    obs.processing = Some(tp.spec.processing.as_ref().and_then(|p| p.label()));
+    obs.processing = Some(desired.processing.clone());
+    obs.collector_config = Some(skew::Seen {
+        image,
+        known,
+        required: desired.required_revision,
+        not_applied: desired.not_applied.clone(),
+    });
     obs.collector_image = Some(desired.image);
     obs.collector_upgrade = Some(desired.upgrade_available);
     obs.gateway = deployment.as_ref().map(Gateway::of);

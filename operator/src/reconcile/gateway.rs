@@ -1,8 +1,10 @@
 //! Looking at the gateway without changing it: its Deployment (paused pipelines), its pods —
 //! listed once per reconcile ([`pods`]), the list the autoscaler's sample, the
-//! offsets-retention watch and the diagnosis all read — and why they fail, if they do
-//! (`crate::gateway_diagnosis` decides; this adds the scheduler's Events). Best effort: what
-//! the API refuses reads as "nothing known".
+//! offsets-retention watch, the skew check and the diagnosis all read —, the config revision
+//! its collector reports when it runs another image than the operator's ([`collector_revision`],
+//! `crate::skew`), and why the pods fail, if they do (`crate::gateway_diagnosis` decides; this
+//! adds the scheduler's Events). Best effort: what the API or a pod refuses reads as "nothing
+//! known".
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod};
@@ -16,6 +18,7 @@ use crate::builders::{self, Names};
 use crate::crd::TracePipeline;
 use crate::error::Error;
 use crate::gateway_diagnosis::{self, PodFacts};
+use crate::skew;
 use crate::status::{Gateway, Observation};
 
 /// The live gateway Deployment, if there is one.
@@ -54,6 +57,20 @@ pub(super) async fn pods(tp: &TracePipeline, ctx: &Context) -> Option<Vec<Pod>> 
         Ok(l) => Some(l.items),
         Err(e) => {
             tracing::warn!(error = %e, "cannot list the gateway pods");
+            None
+        }
+    }
+}
+
+/// The config revision the collector on `image` reports (`tracehouse_build_info`), read from
+/// one ready pod of that image among `list` (from [`pods`]) through the backends' /metrics
+/// read; `None` when no such pod is ready or its answer says nothing.
+pub(super) async fn collector_revision(ctx: &Context, list: &[Pod], image: &str) -> Option<u32> {
+    let ip = skew::pod_to_ask(list, image)?;
+    match ctx.backends.pod_metrics(ip).await {
+        Ok(text) => skew::revision_in(&text),
+        Err(e) => {
+            tracing::warn!(ip, image, error = %e, "cannot read the collector's config revision");
             None
         }
     }

@@ -10,8 +10,9 @@
 //!
 //! The brokers, the gateway pods' /metrics and ClickHouse are reached through [`Backends`]
 //! (`backends.rs`, one Kafka client per pipeline), each read once per reconcile, so the whole
-//! sequence is tested against a fake API server and fake backends (`tests.rs`) in the
-//! no-stack tier; `gateway.rs` reads the gateway's pods without changing them.
+//! sequence is tested against a fake API server and fake backends (`tests.rs`, and
+//! `skew_tests.rs` for a gateway on an older collector) in the no-stack tier; `gateway.rs`
+//! reads the gateway's pods without changing them.
 //!
 //! No finalizer: nothing has to happen before a pipeline goes (its objects carry owner
 //! references, so Kubernetes garbage-collects them; ClickHouse data is never dropped), and a
@@ -26,6 +27,8 @@ mod converge;
 mod fake_api;
 mod gateway;
 mod report;
+#[cfg(test)]
+mod skew_tests;
 #[cfg(test)]
 mod tests;
 

@@ -14,7 +14,8 @@ use crate::crd::TracePipeline;
 use crate::kafka::KafkaError;
 use crate::metrics::Metrics;
 
-const PIPELINE: &str = "/apis/tracehouse.dev/v1alpha1/namespaces/shop/tracepipelines/orders";
+pub(super) const PIPELINE: &str =
+    "/apis/tracehouse.dev/v1alpha1/namespaces/shop/tracepipelines/orders";
 
 fn spec(clickhouse: Value) -> Value {
     json!({
@@ -25,7 +26,7 @@ fn spec(clickhouse: Value) -> Value {
 }
 
 /// A world holding pipeline `shop/orders` with `spec`, and a context over it.
-fn world_with(spec: Value) -> (Arc<World>, Arc<Context>) {
+pub(super) fn world_with(spec: Value) -> (Arc<World>, Arc<Context>) {
     let world = World::new();
     world.put(
         PIPELINE,
@@ -45,12 +46,12 @@ fn world_with(spec: Value) -> (Arc<World>, Arc<Context>) {
 }
 
 /// The pipeline as the controller's cache would hand it over now.
-fn cached(world: &World) -> Arc<TracePipeline> {
+pub(super) fn cached(world: &World) -> Arc<TracePipeline> {
     Arc::new(serde_json::from_value(world.get(PIPELINE).unwrap()).unwrap())
 }
 
 /// The journal's writes (and backend calls), reads left out.
-fn writes(journal: &[String]) -> Vec<&str> {
+pub(super) fn writes(journal: &[String]) -> Vec<&str> {
     journal
         .iter()
         .map(String::as_str)
@@ -58,7 +59,7 @@ fn writes(journal: &[String]) -> Vec<&str> {
         .collect()
 }
 
-fn condition(world: &World, type_: &str) -> Value {
+pub(super) fn condition(world: &World, type_: &str) -> Value {
     let status = &world.get(PIPELINE).unwrap()["status"];
     status["conditions"]
         .as_array()
@@ -347,7 +348,7 @@ fn autoscaled() -> (Arc<World>, Arc<Context>) {
 
 const SECRETS_KAFKA: &str = "/api/v1/namespaces/shop/secrets/kafka-scram";
 const SECRETS_CLICKHOUSE: &str = "/api/v1/namespaces/shop/secrets/clickhouse-writer";
-const PODS: &str = "/api/v1/namespaces/shop/pods";
+pub(super) const PODS: &str = "/api/v1/namespaces/shop/pods";
 
 #[tokio::test]
 async fn an_autoscaled_pipeline_reads_each_secret_the_offsets_and_the_pods_once() {

@@ -7,6 +7,7 @@ use super::find;
 use crate::crd::{TracePipelineStatus, condition};
 use crate::gateway_diagnosis::Failure;
 use crate::offsets_retention::{EXPIRING_SOON, MAY_HAVE_EXPIRED};
+use crate::skew::COLLECTOR_TOO_OLD;
 
 /// An Event to publish about the pipeline.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +157,28 @@ pub fn events(prev: &TracePipelineStatus, next: &TracePipelineStatus) -> Vec<Eve
             });
             failure_announced = true;
         }
+    }
+    // Settings the gateway's collector does not know, left out: one Warning naming them (again
+    // when the list changes), and one Normal once every setting is in its configuration.
+    let config = |s: &TracePipelineStatus| find(&s.conditions, condition::CONFIG_APPLIED).cloned();
+    match (config(prev), config(next)) {
+        (before, Some(c))
+            if c.reason == COLLECTOR_TOO_OLD
+                && before
+                    .as_ref()
+                    .is_none_or(|b| b.reason != c.reason || b.message != c.message) =>
+        {
+            out.push(EventSpec {
+                warning: true,
+                reason: COLLECTOR_TOO_OLD,
+                note: c.message,
+            });
+            failure_announced = true;
+        }
+        (Some(before), Some(c)) if before.status == "False" && c.status == "True" => {
+            out.push(normal("ConfigApplied", c.message));
+        }
+        _ => {}
     }
     let status_of = |c: &Option<Condition>| c.as_ref().map(|c| c.status.clone());
     if status_of(&now) != status_of(&was)

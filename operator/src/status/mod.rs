@@ -13,6 +13,7 @@ use crate::crd::{AutoscalingStatus, LagStatus, TracePipelineStatus, condition};
 use crate::gateway_diagnosis::{Diagnosis, Failure};
 use crate::gateway_pods;
 use crate::offsets_retention::{self, Consumers};
+use crate::skew;
 
 mod events;
 #[cfg(test)]
@@ -115,6 +116,9 @@ pub struct Observation {
     pub collector_image: Option<String>,
     /// `Some(newer)` while `upgradePolicy: Manual` holds the gateway back; not run: stored.
     pub collector_upgrade: Option<Option<String>>,
+    /// What the collector the gateway runs knows, and what its configuration left out (the
+    /// `ConfigApplied` condition, `crate::skew`); not run, the stored ones stand.
+    pub collector_config: Option<skew::Seen>,
     pub selector: Option<String>,
     pub gateway: Option<Gateway>,
     /// Why the gateway's pods or rollout are failing, when they are (`crate::gateway_diagnosis`).
@@ -200,6 +204,23 @@ fn consuming(previous: &[Condition], obs: &Observation, now: &Time) -> Option<Co
         v.consuming,
         v.reason,
         v.message,
+        obs.generation,
+        now,
+    ))
+}
+
+/// The `ConfigApplied` condition (`crate::skew::verdict`); not looked, the stored one.
+fn config_applied(previous: &[Condition], obs: &Observation, now: &Time) -> Option<Condition> {
+    let Some(seen) = &obs.collector_config else {
+        return find(previous, condition::CONFIG_APPLIED).cloned();
+    };
+    let (ok, reason, message) = skew::verdict(seen);
+    Some(condition(
+        previous,
+        condition::CONFIG_APPLIED,
+        ok,
+        reason,
+        message,
         obs.generation,
         now,
     ))
@@ -334,6 +355,13 @@ pub fn next(prev: &TracePipelineStatus, obs: &Observation, now: &Time) -> TraceP
             Some(c) => Some((c.reason.clone(), c.message.clone())),
             None => Some(("Pending".to_owned(), "not reconciled yet".to_owned())),
         });
+    // A setting left out of the collector's configuration: spans flow, but not as the spec
+    // says (absent, as from an older operator, it says nothing).
+    let config = config_applied(pc, obs, now);
+    let not_applied = config
+        .as_ref()
+        .filter(|c| c.status != "True")
+        .map(|c| (c.reason.clone(), c.message.clone()));
     let ready = if obs.paused {
         condition(
             pc,
@@ -358,6 +386,8 @@ pub fn next(prev: &TracePipelineStatus, obs: &Observation, now: &Time) -> TraceP
             g,
             now,
         )
+    } else if let Some((reason, message)) = not_applied {
+        condition(pc, condition::READY, false, &reason, message, g, now)
     } else {
         condition(
             pc,
@@ -375,6 +405,7 @@ pub fn next(prev: &TracePipelineStatus, obs: &Observation, now: &Time) -> TraceP
     conditions.extend(gateway);
     conditions.extend(progressing);
     conditions.extend(consuming(pc, obs, now));
+    conditions.extend(config);
 
     TracePipelineStatus {
         observed_generation: obs.generation.or(prev.observed_generation),
@@ -422,5 +453,9 @@ pub fn next(prev: &TracePipelineStatus, obs: &Observation, now: &Time) -> TraceP
             .collector_upgrade
             .clone()
             .unwrap_or_else(|| prev.collector_upgrade.clone()),
+        collector_config_revision: match &obs.collector_config {
+            Some(seen) => seen.known.revision().map(i64::from),
+            None => prev.collector_config_revision,
+        },
     }
 }

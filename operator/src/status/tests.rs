@@ -452,3 +452,109 @@ fn a_stopped_group_is_timed_from_when_it_stopped_and_warned_once_per_stage() {
         cond(&s5, condition::CONSUMING)
     );
 }
+
+fn skewed(known: skew::Known, not_applied: &[&str]) -> Observation {
+    let mut obs = healthy(1);
+    obs.collector_image = Some("tracehouse/collector:old".into());
+    obs.collector_config = Some(skew::Seen {
+        image: "tracehouse/collector:old".into(),
+        known,
+        required: 1,
+        not_applied: not_applied
+            .iter()
+            .map(|f| skew::NotApplied {
+                field: (*f).to_owned(),
+                revision: 2,
+            })
+            .collect(),
+    });
+    obs
+}
+
+#[test]
+fn a_setting_the_collector_does_not_know_is_named_not_ready_with_one_warning() {
+    let s1 = next(
+        &TracePipelineStatus::default(),
+        &skewed(skew::Known::Read(1), &[]),
+        &at(0),
+    );
+    let applied = cond(&s1, condition::CONFIG_APPLIED);
+    assert_eq!(
+        (applied.status.as_str(), applied.reason.as_str()),
+        ("True", "Applied")
+    );
+    assert_eq!(ready_of(&s1).status, "True");
+    assert_eq!(s1.collector_config_revision, Some(1));
+
+    // The user sets spec.processing: left out, named, the pipeline not Ready — one Warning,
+    // not a PipelineNotReady beside it.
+    let obs = skewed(skew::Known::Read(1), &["spec.processing"]);
+    let s2 = next(&s1, &obs, &at(10));
+    let c = cond(&s2, condition::CONFIG_APPLIED);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "CollectorTooOld")
+    );
+    assert!(
+        c.message.contains("spec.processing (config revision 2)"),
+        "{}",
+        c.message
+    );
+    assert_eq!(ready_of(&s2).status, "False");
+    assert_eq!(ready_of(&s2).reason, "CollectorTooOld");
+    assert_eq!(
+        cond(&s2, condition::GATEWAY_AVAILABLE).status,
+        "True",
+        "spans still flow"
+    );
+    let e = events(&s1, &s2);
+    assert_eq!(
+        e.iter().map(|e| (e.reason, e.warning)).collect::<Vec<_>>(),
+        [("CollectorTooOld", true)]
+    );
+    // Nothing changed: nothing to write, nothing to tell.
+    let again = next(&s2, &obs, &at(40));
+    assert_eq!(again, s2);
+    assert!(events(&s2, &again).is_empty());
+    // One more setting left out: told again.
+    let more = next(
+        &s2,
+        &skewed(
+            skew::Known::Read(1),
+            &["spec.kafka.commitFormat", "spec.processing"],
+        ),
+        &at(50),
+    );
+    let reasons: Vec<&str> = events(&s2, &more).iter().map(|e| e.reason).collect();
+    assert_eq!(reasons, ["CollectorTooOld"]);
+
+    // The gateway moves to the operator's own image: everything applied, Ready again.
+    let mut own = skewed(skew::Known::Own, &[]);
+    own.collector_image = Some("tracehouse/collector:0.1.0".into());
+    let s3 = next(&more, &own, &at(60));
+    assert_eq!(cond(&s3, condition::CONFIG_APPLIED).status, "True");
+    assert_eq!(ready_of(&s3).status, "True");
+    assert_eq!(
+        s3.collector_config_revision, None,
+        "only read for another image"
+    );
+    let reasons: Vec<&str> = events(&more, &s3).iter().map(|e| e.reason).collect();
+    assert_eq!(reasons, ["ConfigApplied", "PipelineReady"]);
+}
+
+#[test]
+fn not_looked_the_stored_config_condition_and_revision_stand() {
+    let s1 = next(
+        &TracePipelineStatus::default(),
+        &skewed(skew::Known::Read(1), &["spec.processing"]),
+        &at(0),
+    );
+    let mut paused = healthy(1);
+    paused.paused = true;
+    let s2 = next(&s1, &paused, &at(10));
+    assert_eq!(
+        cond(&s2, condition::CONFIG_APPLIED),
+        cond(&s1, condition::CONFIG_APPLIED)
+    );
+    assert_eq!(s2.collector_config_revision, Some(1));
+}

@@ -270,6 +270,11 @@ impl BatchBuilder {
         self.first
     }
 
+    /// Offset of the open batch's last record (None when empty).
+    pub fn last_offset(&self) -> Option<i64> {
+        self.first.map(|_| self.last)
+    }
+
     pub fn opened_at(&self) -> Option<std::time::Instant> {
         self.opened_at
     }

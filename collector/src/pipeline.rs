@@ -23,7 +23,7 @@ use crate::insert::{Inserts, KafkaDeadLetters};
 use crate::kafka_clients;
 use crate::log_limit::RateLimit;
 use crate::metrics::Metrics;
-use crate::source::{self, Ack, Holdings, MachineConfig, SourceConfig};
+use crate::source::{self, Ack, Holdings, MachineConfig, SourceConfig, backlog_policy};
 use crate::workers::{self, EncoderFactory, ToInsert, Work};
 
 /// Run the collector until `shutdown` resolves; then drain within the configured deadline.
@@ -162,16 +162,25 @@ fn dead_letters(cfg: &Config) -> anyhow::Result<Option<KafkaDeadLetters>> {
 
 fn source_config(cfg: &Config, dead_letters: bool) -> SourceConfig {
     let k = &cfg.kafka;
+    let live_cut = CutPolicy {
+        max_bytes: cfg.batch.max_bytes,
+        max_records: cfg.batch.max_records,
+    };
     SourceConfig {
         consumer: kafka_clients::consumer(&k.brokers, &k.group_id, &k.properties),
         watermarks: kafka_clients::watermarks(&k.brokers, &k.properties),
         replayer: kafka_clients::replayer(&k.brokers, &k.group_id, &k.properties),
         topics: k.topics.clone(),
         machine: MachineConfig {
-            cut: CutPolicy {
-                max_bytes: cfg.batch.max_bytes,
-                max_records: cfg.batch.max_records,
-            },
+            cut: live_cut,
+            // Rule 8's backlog cut, at most half the in-flight budget: one grown batch
+            // inserting while the next one fills.
+            backlog_cut: backlog_policy(
+                live_cut,
+                cfg.batch
+                    .backlog_max_bytes
+                    .min(cfg.limits.max_inflight_bytes / 2),
+            ),
             linger: Duration::from_millis(cfg.batch.linger_ms),
             max_linger: Duration::from_millis(cfg.batch.max_linger_ms),
             max_record_bytes: cfg.limits.max_record_bytes,

@@ -204,10 +204,24 @@ pub struct BatchConfig {
     /// collector's `bundle.rs`). Off: each partition's batch is its own insert.
     #[serde(skip_serializing_if = "is_true")]
     pub bundle: bool,
+    /// While a partition is behind (another batch's worth of records already waiting in
+    /// Kafka), its batch — or the bundle — grows past `max_bytes` up to this (`max_records`
+    /// in proportion): a backlog goes in as fewer, larger parts. Used up to half of
+    /// `limits.max_inflight_bytes`; equal to `max_bytes`: never grows.
+    #[serde(skip_serializing_if = "is_default_backlog_max_bytes")]
+    pub backlog_max_bytes: usize,
 }
 
 fn is_true(v: &bool) -> bool {
     *v
+}
+
+/// The default of `batch.backlog_max_bytes`: twice the default `max_bytes`, half the default
+/// in-flight budget.
+pub const DEFAULT_BACKLOG_MAX_BYTES: usize = 16 << 20;
+
+fn is_default_backlog_max_bytes(v: &usize) -> bool {
+    *v == DEFAULT_BACKLOG_MAX_BYTES
 }
 
 /// The default of `batch.max_linger_ms`: at low rates about one insert per second, as
@@ -309,6 +323,7 @@ impl Default for BatchConfig {
             linger_ms: 200,
             max_linger_ms: DEFAULT_MAX_LINGER_MS,
             bundle: true,
+            backlog_max_bytes: DEFAULT_BACKLOG_MAX_BYTES,
         }
     }
 }
@@ -458,6 +473,16 @@ impl Config {
         }
         if b.max_records == 0 {
             return Err(invalid("batch.max_records", "must be > 0"));
+        }
+        if b.backlog_max_bytes < b.max_bytes {
+            return Err(invalid(
+                "batch.backlog_max_bytes",
+                format!(
+                    "{} is below batch.max_bytes ({}): set it to batch.max_bytes to never grow \
+                     a batch past it",
+                    b.backlog_max_bytes, b.max_bytes
+                ),
+            ));
         }
         let l = &self.limits;
         if l.max_expanded_record_bytes < 1 << 20 {

@@ -100,6 +100,10 @@ pub const ADDED: &[Added] = &[
         revision: 2,
     },
     Added {
+        key: "batch.backlog_max_bytes",
+        revision: 2,
+    },
+    Added {
         key: "processing",
         revision: 2,
     },

@@ -448,7 +448,8 @@ impl SourceLoop {
     fn update_lag(&self) {
         let hw = self.watermarks.lock().expect("hw lock").clone();
         let now = now_ms();
-        let machine = self.machine();
+        let mut machine = self.machine();
+        machine.high_watermarks(&hw);
         self.metrics
             .linger_seconds
             .set(machine.current_linger().as_secs_f64());

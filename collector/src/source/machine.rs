@@ -34,7 +34,11 @@
 //!    the partitions' records interleaved, so it is durable like a time cut (rule 3);
 //! 7. a bundle recorded by a previous owner is replayed whole ([`Command::Replay`]): the
 //!    partition's own records in it are not batched again, and its acknowledgement moves
-//!    the commit like any batch's.
+//!    the commit like any batch's;
+//! 8. while a partition is behind (another batch's worth of records waiting in Kafka), its
+//!    batch — and with bundling the bundle — grows past the size cut up to the backlog cut
+//!    (`batch.backlog_max_bytes`): fewer, larger parts. That cut depends on the backlog, not
+//!    on the data alone, so it is durable like a time cut (rule 3; `machine_backlog.rs`).
 //!
 //! Memory: every open batch holds its bytes against the [`Budget`] through a permit that
 //! the batch carries; when the budget is spent the shell first stops taking records, and
@@ -45,7 +49,7 @@
 //! partition table under the numbered rules above, and they are checked against each other
 //! when read together; what could leave did (bundling: `machine_bundles.rs`; the linger timer:
 //! `machine_linger.rs`; the budget:
-//! `machine_budget.rs`; the acknowledgement ledger: `unsent.rs`; the tests:
+//! `machine_budget.rs`; the backlog cut: `machine_backlog.rs`; the acknowledgement ledger: `unsent.rs`; the tests:
 //! `machine_tests.rs`, `machine_budget_tests.rs`, `machine_bundle_tests.rs`).
 
 use std::collections::VecDeque;
@@ -71,6 +75,8 @@ pub use budget::{BUDGET_HOLD, RESUME_FRACTION};
 #[derive(Debug, Clone, Copy)]
 pub struct MachineConfig {
     pub cut: CutPolicy,
+    /// The size cut while a partition is behind (rule 8); equal to `cut`: never grows.
+    pub backlog_cut: CutPolicy,
     pub linger: Duration,
     /// How far the linger stretches while time cuts are small ([`Linger`]); at or below
     /// `linger`: never.
@@ -223,6 +229,10 @@ struct Partition {
     /// first.
     pending_ts: VecDeque<(i64, i64, Instant)>,
     paused: bool,
+    /// The partition's high watermark as the shell last read it (rule 8).
+    high_watermark: Option<i64>,
+    /// The open batch grew past the size cut (rule 8): its cut will be durable.
+    grown: bool,
 }
 
 impl Partition {
@@ -350,6 +360,8 @@ impl Machine {
             builder,
             pending_ts: VecDeque::new(),
             paused: false,
+            high_watermark: None,
+            grown: false,
         });
     }
 
@@ -458,11 +470,17 @@ impl Machine {
             }
         }
         push_record(&mut p.builder, &r, &cfg);
-        let cut = p.recorded_cut();
-        if cut == Some(r.offset) || (cut.is_none() && p.builder.is_full(cfg.cut)) {
-            out.extend(p.close(false));
-        } else if cfg.bundle {
-            self.check_bundle_size(r.payload.map_or(0, <[u8]>::len), out);
+        let size = match p.recorded_cut() {
+            Some(end) if end == r.offset => SizeCut::Close { durable: false },
+            Some(_) => SizeCut::Open,
+            None => p.size_cut(r.offset, cfg.cut, cfg.backlog_cut),
+        };
+        match size {
+            SizeCut::Close { durable } => out.extend(p.close(durable)),
+            SizeCut::Open if cfg.bundle => {
+                self.check_bundle_size(r.payload.map_or(0, <[u8]>::len), out);
+            }
+            SizeCut::Open => {}
         }
         Fed::Taken
     }
@@ -640,6 +658,12 @@ mod linger_timer;
 /// Rule 6: how time cuts are bundled (and a refused bundle dissolved).
 #[path = "machine_bundles.rs"]
 mod bundles;
+
+/// Rule 8: the backlog cut.
+#[path = "machine_backlog.rs"]
+mod backlog;
+use backlog::SizeCut;
+pub use backlog::backlog_policy;
 
 #[cfg(test)]
 #[path = "machine_tests.rs"]

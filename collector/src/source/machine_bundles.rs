@@ -48,7 +48,13 @@ impl Machine {
                 open += 1;
             }
         }
-        if open > 1 && self.cfg.cut.full_at(bytes, records) {
+        // Rule 8: while the bundle's partitions are behind, it grows to the backlog cut.
+        let cut = if self.cfg.backlog_cut.max_bytes > self.cfg.cut.max_bytes && self.bundle_behind() {
+            self.cfg.backlog_cut
+        } else {
+            self.cfg.cut
+        };
+        if open > 1 && cut.full_at(bytes, records) {
             let all: Vec<usize> = (0..self.partitions.len()).collect();
             self.close_together(&all, out);
         }

@@ -18,6 +18,10 @@ fn config(max_records: usize) -> MachineConfig {
             max_bytes: 1 << 20,
             max_records,
         },
+        backlog_cut: CutPolicy {
+            max_bytes: 1 << 20,
+            max_records,
+        },
         linger: LINGER,
         max_linger: LINGER,
         max_record_bytes: 64,
@@ -531,6 +535,9 @@ mod budget;
 /// Rules 6 and 7: bundles.
 #[path = "machine_bundle_tests.rs"]
 mod bundles;
+
+#[path = "machine_backlog_tests.rs"]
+mod backlog;
 
 /// At a low rate the linger stretches (small time cuts double it up to `max_linger`), and
 /// every cut stays a durable, replayable time cut whatever its length.

@@ -33,7 +33,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 pub use holdings::Holdings;
-pub use machine::{Ack, Command, MachineConfig, PartitionId};
+pub use machine::{Ack, Command, MachineConfig, PartitionId, backlog_policy};
 
 use crate::batch::CHUNK_BYTES;
 use crate::budget::Budget;

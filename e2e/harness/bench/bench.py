@@ -315,9 +315,10 @@ class Bench:
             + f"metrics_addr: \"127.0.0.1:{mport}\"\n"
             + (f"batch:\n  linger_ms: {self.args.linger_ms}\n" if self.args.linger_ms is not None
                else "")
-            + (self.args.processing_text if leg == PROCESSING_LEG else ""))
+            + (self.args.processing_text if leg == PROCESSING_LEG else "")
+            + (self.args.alt_config_text if leg == ALT_LEG else ""))
         env = {**os.environ, **self.env}
-        binary = self.collector_alt if leg == ALT_LEG else self.collector
+        binary = (self.collector_alt or self.collector) if leg == ALT_LEG else self.collector
         eff = run([str(binary), "run", "--config", str(cfg), "--print-config"],
                   timeout=60, env=env)
         (self.dir / f"{leg}-effective-config.yaml").write_bytes(eff.stdout)
@@ -920,6 +921,7 @@ def main():
         "kafka": "own broker of the run" if a.own_kafka else "the stack's broker (--shared-kafka)",
         "collector_bin": a.collector_bin,
         "collector_bin_alt": getattr(b, "alt_binary", None),
+        "alt_config": a.alt_config_text or None,
         "prebuilt_binaries": getattr(b, "prebuilt", None),
         "tracehouse_linger_ms": a.linger_ms,
         "tracehouse_attribute_keys": not a.no_attribute_keys,

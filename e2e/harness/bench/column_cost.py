@@ -152,7 +152,9 @@ class ColumnCost:
             collector_bin=a.collector_bin, no_build=a.no_build, out=a.out, engine="merge-tree",
             attributes=a.attributes, partitions=8, partitions_sweep=None, own_clickhouse=True,
             span_profile=a.span_profile, legs=["tracehouse"], timeout=300 + a.spans / 1000,
-            stall=120, keep=False, stop_stack=False, otelcol_config=None))
+            stall=120, keep=False, stop_stack=False, otelcol_config=None,
+            collector_bin_alt=None, alt_config=None, alt_config_text="", processing=None,
+            processing_text=None))
         self.server = None
         self.cases = []
         self.n = 0

@@ -71,6 +71,12 @@ def parse(doc, otelcol_config):
                          "binary, never built by the bench (e.g. another build profile: "
                          "$CARGO_TARGET_DIR/release-fat/tracehouse-collector), beside the "
                          "tracehouse leg's in one run")
+    ap.add_argument("--alt-config", metavar="FILE",
+                    help="the tracehouse+alt leg: YAML appended to its collector configuration "
+                         "(top-level sections the bench does not write, e.g. `batch:` with "
+                         "`backlog_max_bytes: 8388608`), to compare a setting beside the "
+                         "tracehouse leg in one run; with or without --collector-bin-alt (without: "
+                         "the tracehouse leg's binary)")
     ap.add_argument("--no-build", action="store_true",
                     help="use the release binaries already built (--collector-bin or "
                          "$CARGO_TARGET_DIR/release/, and tracehouse-loadgen beside it) without "
@@ -141,8 +147,18 @@ def parse(doc, otelcol_config):
         ap.error("--legs: each leg once")
     if a.processing is not None and PROCESSING_LEG not in a.legs:
         ap.error(f"--processing is for the {PROCESSING_LEG} leg: add it to --legs")
-    if (ALT_LEG in a.legs) != (a.collector_bin_alt is not None):
-        ap.error(f"--collector-bin-alt and the {ALT_LEG} leg go together: give both or neither")
+    alt_given = a.collector_bin_alt is not None or a.alt_config is not None
+    if (ALT_LEG in a.legs) != alt_given:
+        ap.error(f"--collector-bin-alt or --alt-config, and the {ALT_LEG} leg, go together: "
+                 "give the leg with one of them, or neither")
+    a.alt_config_text = ""
+    if a.alt_config is not None:
+        try:
+            a.alt_config_text = Path(a.alt_config).read_text()
+        except OSError as e:
+            ap.error(f"--alt-config: {e}")
+        if a.alt_config_text and not a.alt_config_text.endswith("\n"):
+            a.alt_config_text += "\n"
     if a.collector_bin_alt is not None:
         a.collector_bin_alt = str(Path(a.collector_bin_alt).resolve())
     a.processing_text = None

@@ -30,6 +30,16 @@ class AltLegOptionsTest(unittest.TestCase):
 
     def test_without_it_nothing_changes(self):
         self.assertIsNone(self.parse().collector_bin_alt)
+        self.assertEqual(self.parse().alt_config_text, "")
+
+    def test_the_alt_leg_can_differ_by_configuration_alone(self):
+        import tempfile
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write("batch:\n  backlog_max_bytes: 8388608")
+            f.flush()
+            a = self.parse("--legs", "tracehouse,tracehouse+alt", "--alt-config", f.name)
+        self.assertIsNone(a.collector_bin_alt)
+        self.assertEqual(a.alt_config_text, "batch:\n  backlog_max_bytes: 8388608\n")
 
 
 class AltLegTableTest(unittest.TestCase):

@@ -24,6 +24,12 @@ IMAGES_VERSION="$(awk -F'"' '/^version *=/ { print $2; exit }' "$REPO_DIR/Cargo.
 IMAGES_COLLECTOR="tracehouse/collector:$IMAGES_VERSION"
 IMAGES_OPERATOR="tracehouse/operator:$IMAGES_VERSION"
 
+# The previous release's collector (e2e/harness/chaos/previous.py builds its binary once into
+# the cache: several minutes cold), for the operator's version-skew test
+# (operator/tests/e2e_skew.rs): an older collector image under this operator.
+IMAGES_PREVIOUS_RELEASE="$(awk -F'"' '/^PREVIOUS_RELEASE *=/ { print $2; exit }' "$E2E_DIR/harness/chaos/previous.py")"
+IMAGES_PREVIOUS_COLLECTOR="tracehouse/collector:${IMAGES_PREVIOUS_RELEASE:0:7}"
+
 th_podman() {
   podman --root "$IMAGES_STORE/storage" --runroot "$IMAGES_STORE/run" --storage-driver vfs "$@"
 }
@@ -126,3 +132,33 @@ images_build() {
 }
 
 images_size() { th_podman image inspect --format '{{.Size}}' "$1" | numfmt --to=iec; }
+
+# images_previous_collector: IMAGES_PREVIOUS_COLLECTOR from the previous release's binary, the
+# way images_build makes IMAGES_COLLECTOR (the Dockerfile's collector target, the binary
+# handed in, debug info stripped, its libz beside it). Skipped when the image holds that binary.
+images_previous_collector() {
+  local bin ctx="$IMAGES_STORE/build-context-previous" log="$LOG_DIR/images-build.log" sum
+  images_install
+  images_base
+  local plog="$LOG_DIR/previous-collector.log"
+  [[ -x "$TRACEHOUSE_CACHE/previous-collector-${IMAGES_PREVIOUS_RELEASE:0:12}/bin/tracehouse-collector" ]] \
+    || say "images: building the previous release's collector ${IMAGES_PREVIOUS_RELEASE:0:12} (once, several minutes; log: $plog)"
+  # previous.py's last line on stdout is the binary (cached, or built now).
+  bin="$(cd "$E2E_DIR" && python3 -m harness.chaos.previous 2>"$plog" | tail -n 1)"
+  [[ -x "$bin" ]] || { tail -n 20 "$plog" >&2; die "images: the previous release's collector was not built (e2e/harness/chaos/previous.py); log: $plog"; }
+  mkdir -p "$ctx/lib"
+  if [[ ! -s "$ctx/tracehouse-collector" || "$bin" -nt "$ctx/tracehouse-collector" ]]; then
+    objcopy --strip-debug "$bin" "$ctx/tracehouse-collector.tmp" && mv "$ctx/tracehouse-collector.tmp" "$ctx/tracehouse-collector"
+  fi
+  cp -L "$(ldd "$bin" | awk '$1 == "libz.so.1" { print $3; exit }')" "$ctx/lib/libz.so.1"
+  sum="$(cat "$ctx/tracehouse-collector" "$ctx"/lib/* "$REPO_DIR/Dockerfile" | sha256sum | cut -c1-16)"
+  [[ "$(images_label "$IMAGES_PREVIOUS_COLLECTOR" tracehouse.binaries)" == "$sum" ]] && return 0
+  say "images: building $IMAGES_PREVIOUS_COLLECTOR from the previous release ${IMAGES_PREVIOUS_RELEASE:0:12}"
+  th_podman build --target collector --build-context "collector-binaries=$ctx" \
+    --build-arg "BASE_IMAGE=$IMAGES_BASE" --build-arg "VERSION=$IMAGES_VERSION" \
+    --build-arg "REVISION=$IMAGES_PREVIOUS_RELEASE" --label "tracehouse.binaries=$sum" \
+    -t "$IMAGES_PREVIOUS_COLLECTOR" -f "$REPO_DIR/Dockerfile" "$REPO_DIR" >>"$log" 2>&1 \
+    || { tail -n 20 "$log" >&2; die "images: podman build of $IMAGES_PREVIOUS_COLLECTOR failed; log: $log"; }
+  th_podman image prune -f >>"$log" 2>&1 || true
+  say "images: $IMAGES_PREVIOUS_COLLECTOR $(images_size "$IMAGES_PREVIOUS_COLLECTOR")"
+}

@@ -64,8 +64,9 @@ k8s_install() {
 
 # The node agent, and the collector and operator binaries the images are built from, are built
 # together (incremental: seconds when nothing changed), then the images (skipped when they hold
-# these binaries already). TRACEHOUSE_SKIP_CARGO_BUILD=1 skips the cargo build when the caller
-# has just built them.
+# these binaries already), and the previous release's collector image (its binary built once
+# into the cache). TRACEHOUSE_SKIP_CARGO_BUILD=1 skips the cargo build when the caller has just
+# built them.
 k8s_build_agents() {
   if [[ "${TRACEHOUSE_SKIP_CARGO_BUILD:-0}" != 1 ]]; then
     say "k8s: cargo build of tracehouse-node-agent, -collector and -operator"
@@ -74,6 +75,7 @@ k8s_build_agents() {
       || { tail -n 30 "$LOG_DIR/node-agent-build.log" >&2; die "k8s: cargo build failed; log: $LOG_DIR/node-agent-build.log"; }
   fi
   images_build debug
+  images_previous_collector
 }
 
 # k8s_token NAME: a random bearer token, generated once per state directory.

@@ -118,6 +118,24 @@ impl CollectorDefaults {
             self.image.clone()
         }
     }
+
+    /// Whether `image` is this operator release's own collector: the default image, tagged
+    /// with the operator's version (the chart's `appVersion`). A default pinned to another
+    /// tag or to a digest may be another release, whose config revision is asked
+    /// (`crate::skew`), as for any other image.
+    pub fn is_own_release(&self, image: &str) -> bool {
+        image == self.default_image() && image_tag(image) == Some(env!("CARGO_PKG_VERSION"))
+    }
+}
+
+/// The tag of an image reference (`registry:5000/repo:tag`); `None` without one, or when a
+/// digest pins it (`repo@sha256:…`, `repo:tag@sha256:…`): the digest, not the tag, says what runs.
+fn image_tag(image: &str) -> Option<&str> {
+    if image.contains('@') {
+        return None;
+    }
+    let (_, last) = image.rsplit_once('/').unwrap_or(("", image));
+    last.rsplit_once(':').map(|(_, tag)| tag)
 }
 
 /// The image, placement and metadata of one pipeline's gateway pods.
@@ -273,6 +291,31 @@ mod tests {
             .to_string(),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn only_the_default_image_at_the_operators_version_is_its_own_release() {
+        let version = env!("CARGO_PKG_VERSION");
+        let built_in = CollectorDefaults::default();
+        assert!(built_in.is_own_release(&default_image()));
+        assert!(!built_in.is_own_release("tracehouse/collector:d00aafd"));
+        let chart = |image: &str| CollectorDefaults {
+            image: image.to_owned(),
+            ..Default::default()
+        };
+        let at_version = format!("registry.example:5000/tracehouse/collector:{version}");
+        assert!(chart(&at_version).is_own_release(&at_version));
+        // The chart's tag pinned to another release, or a digest: asked like any other image.
+        let older = "registry.example:5000/tracehouse/collector:0.0.9";
+        assert!(!chart(older).is_own_release(older));
+        let digest = format!("tracehouse/collector:{version}@sha256:abcd");
+        assert!(!chart(&digest).is_own_release(&digest));
+        assert!(
+            !chart("registry.example:5000/collector")
+                .is_own_release("registry.example:5000/collector")
+        );
+        assert_eq!(image_tag("registry.example:5000/collector"), None);
+        assert_eq!(image_tag("collector:1.2"), Some("1.2"));
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //! gateway runs knows (`tracehouse_contract::revision`), and what the status says of the
 //! settings it cannot take (docs/upgrade.md, *Operator ↔ collector version skew*).
 //!
-//! A gateway on the operator's own default image runs the collector of this operator's
-//! release: nothing to ask. One on another image (`upgradePolicy: Manual` holding it back, a
-//! pinned `spec.collector.image`) is asked, through the reconcile's one door to the pods
+//! A gateway on the operator's own default image, tagged with its version, runs the collector
+//! of this operator's release: nothing to ask. One on another image (`upgradePolicy: Manual`
+//! holding it back, a pinned `spec.collector.image`, the chart's `collector.image` pinned to
+//! another tag or a digest: `CollectorDefaults::is_own_release`) is asked, through the reconcile's one door to the pods
 //! (`reconcile::Backends`), for its `tracehouse_build_info` on one ready pod of that image
 //! ([`pod_to_ask`], [`revision_in`]); the answer is kept in `status.collectorConfigRevision`
 //! with the image it was read from, so a scrape that fails later, or an operator restart,

@@ -221,10 +221,10 @@ pub fn desired_with(
 }
 
 /// The collector image the gateway of `tp` runs, and whether it is the operator's own
-/// default (no version skew to mind).
+/// release (no version skew to mind: `CollectorDefaults::is_own_release`).
 pub fn collector_image(tp: &TracePipeline, defaults: &CollectorDefaults) -> (String, bool) {
     let image = defaults::resolve(tp, defaults, &selector_labels(tp)).image;
-    let own = image == defaults.default_image();
+    let own = defaults.is_own_release(&image);
     (image, own)
 }
 

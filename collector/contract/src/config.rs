@@ -14,6 +14,7 @@ pub use crate::Encoding;
 /// inserts: the schema crate's definitions.
 pub use tracehouse_schema::{Attributes, InsertFormat};
 
+pub use crate::oauth::OAuthConfig;
 pub use crate::processing::{ProcessingConfig, RuleError};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,6 +53,10 @@ pub struct KafkaConfig {
     /// so a partition handed to such a collector is taken over exactly.
     #[serde(skip_serializing_if = "CommitFormat::is_default")]
     pub commit_format: CommitFormat,
+    /// OAUTHBEARER tokens from an OIDC provider (client credentials), for every Kafka client
+    /// of the collector (`crate::oauth`). Left out when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<OAuthConfig>,
 }
 
 /// `kafka.commit_format`: how batch cuts are recorded and named.
@@ -283,6 +288,7 @@ impl Default for KafkaConfig {
             dead_letter_topic: None,
             dead_letter_max_bytes: DEFAULT_DEAD_LETTER_MAX_BYTES,
             commit_format: CommitFormat::default(),
+            oauth: None,
         }
     }
 }
@@ -363,6 +369,17 @@ pub enum ConfigError {
     Processing(#[from] RuleError),
 }
 
+impl From<crate::oauth::SettingError> for ConfigError {
+    fn from(e: crate::oauth::SettingError) -> Self {
+        match e {
+            crate::oauth::SettingError::Invalid { field, reason } => {
+                Self::Invalid { field, reason }
+            }
+            crate::oauth::SettingError::Read { path, source } => Self::Read { path, source },
+        }
+    }
+}
+
 fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field,
@@ -419,6 +436,9 @@ impl Config {
                     format!("`{key}` is managed by the collector"),
                 ));
             }
+        }
+        if let Some(o) = &k.oauth {
+            crate::oauth::validate(o, &k.properties).map_err(ConfigError::from)?;
         }
         let c = &self.clickhouse;
         if !(c.url.starts_with("http://") || c.url.starts_with("https://")) {

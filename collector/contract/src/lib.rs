@@ -9,14 +9,18 @@
 //! - [`metric_names`]: the collector's metrics another program reads (the autoscaler, the
 //!   skew check);
 //! - [`revision`]: which configuration keys each config revision knows, so an operator
-//!   renders only what an older collector reads.
+//!   renders only what an older collector reads;
+//! - [`oauth`]: OAUTHBEARER with OIDC client credentials — the `kafka.oauth` settings, and
+//!   with the feature `oauth` the token source every Kafka client of both binaries uses.
 //!
-//! Nothing here knows Kafka, ClickHouse or Kubernetes clients: the crate is small so that
-//! depending on it costs nothing, and no dependency points from it back to a binary's crate.
+//! Without the `oauth` feature nothing here knows Kafka, ClickHouse or Kubernetes clients: the
+//! crate is small so that depending on it costs nothing, and no dependency points from it back
+//! to a binary's crate.
 
 pub mod config;
 mod encoding;
 pub mod metric_names;
+pub mod oauth;
 pub mod processing;
 pub mod revision;
 pub mod telemetry;

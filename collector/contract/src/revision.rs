@@ -107,6 +107,10 @@ pub const ADDED: &[Added] = &[
         key: "processing",
         revision: 2,
     },
+    Added {
+        key: "kafka.oauth",
+        revision: 2,
+    },
 ];
 
 /// The values of each enumeration key, as its revision introduced them (values added later

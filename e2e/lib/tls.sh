@@ -2,7 +2,8 @@
 # The stack's own certificate authority and the certificates its secured listeners present
 # (openssl CLI, installed by e2e/setup). Generated once per state directory and reused:
 #   ca.crt/ca.key           the CA (TRACEHOUSE_CA_FILE)
-#   server.crt/server.key   ClickHouse HTTPS and Kafka's SSL listeners (127.0.0.1, localhost)
+#   server.crt/server.key   ClickHouse HTTPS, Kafka's SSL listeners and the OIDC stand-in
+#                           (127.0.0.1, localhost; TRACEHOUSE_SERVER_CERT/_KEY)
 #   client.crt/client.key   a client certificate for mutual TLS (TRACEHOUSE_CLIENT_CERT/_KEY)
 #   other-ca.crt            an unrelated CA, for "unknown CA" tests
 # Keys are PKCS#8 PEM without a passphrase (Kafka's PEM key store and rustls read them).
@@ -51,4 +52,7 @@ tls_env() {
   echo "export TRACEHOUSE_CLIENT_CERT=$TLS_DIR/client.crt"
   echo "export TRACEHOUSE_CLIENT_KEY=$TLS_DIR/client.key"
   echo "export TRACEHOUSE_OTHER_CA_FILE=$TLS_DIR/other-ca.crt"
+  # The listeners' own certificate, for a stand-in served over HTTPS (e2e/oidc).
+  echo "export TRACEHOUSE_SERVER_CERT=$TLS_DIR/server.crt"
+  echo "export TRACEHOUSE_SERVER_KEY=$TLS_DIR/server.key"
 }

@@ -8,6 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub mod grafana;
 pub mod k8s;
+pub mod oidc;
 
 /// The value of a stack variable, or a panic explaining how to get it.
 pub fn stack_var(name: &str) -> String {

@@ -1,12 +1,20 @@
 //! Every Kafka client the collector makes — the group consumer, the watermark reader, the
-//! dead-letter producer — configured here and only here.
+//! dead-letter producer — configured here and only here, and the OAUTHBEARER token source
+//! they share ([`token_source`]).
 //!
 //! Each starts from the brokers and the user's `kafka.properties` (security, SASL, TLS, …)
 //! and adds what its role needs. The user's properties win over our tuning, never over the
 //! settings the delivery guarantees rest on ([`PINNED`]): the collector commits only what
 //! ClickHouse acknowledged, so the consumer must never commit or store offsets by itself.
+//! With `kafka.oauth`, each client is made inside a [`WithToken`] that keeps its token
+//! current from the one [`TokenSource`].
+
+use std::sync::Arc;
 
 use rdkafka::config::ClientConfig;
+pub use tracehouse_contract::oauth::{TokenSource, WithToken};
+
+use crate::config::KafkaConfig;
 
 /// Consumer settings the at-least-once rules depend on; `kafka.properties` cannot change
 /// them (`Config::validate` refuses them there by name, and they are applied last).
@@ -117,6 +125,27 @@ pub fn dead_letter_producer<'a>(
             ("message.max.bytes", "67108864"),
         ],
     )
+}
+
+/// The token source of `kafka.oauth` (none without it), its first token asked for now: a
+/// refusal of the client credentials (an HTTP 4xx from the token endpoint) stops the
+/// collector with the endpoint's answer, since asking again cannot change it; an endpoint that
+/// does not answer yet is asked again by every client while it waits for its token.
+pub async fn token_source(k: &KafkaConfig) -> anyhow::Result<Option<Arc<TokenSource>>> {
+    let Some(oauth) = &k.oauth else {
+        return Ok(None);
+    };
+    let source = TokenSource::new(oauth.client()?);
+    let asking = source.clone();
+    match tokio::task::spawn_blocking(move || asking.token()).await? {
+        Ok(t) => tracing::info!(
+            endpoint = %oauth.token_endpoint, principal = %t.principal, valid_for = ?t.lifetime,
+            "OAUTHBEARER token fetched"
+        ),
+        Err(e) if e.is_refusal() => anyhow::bail!("kafka.oauth: {e}"),
+        Err(e) => tracing::warn!("kafka.oauth: {e}; the Kafka clients wait for a token"),
+    }
+    Ok(Some(source))
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use prometheus_client::registry::Registry;
+use rdkafka::producer::FutureProducer;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::batch::CutPolicy;
@@ -35,6 +36,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let sink = clickhouse_sink(&cfg)?;
+    let oauth = kafka_clients::token_source(&cfg.kafka).await?;
     let health = Arc::new(Health::default());
     let heartbeat = Arc::new(AtomicU64::new(0));
     let http = crate::http::serve(
@@ -48,7 +50,7 @@ pub async fn run(
     tracing::info!(addr = %cfg.metrics_addr, "serving /metrics, /healthz, /readyz");
     spawn_readiness(sink.clone(), health.clone());
     tokio::pin!(shutdown);
-    if !crate::startup::check(&cfg, &metrics, &mut shutdown).await {
+    if !crate::startup::check(&cfg, oauth.as_ref(), &metrics, &mut shutdown).await {
         http.abort();
         return Ok(());
     }
@@ -65,10 +67,11 @@ pub async fn run(
     let (ack_tx, ack_rx) = crossbeam_channel::unbounded::<Ack>();
     let worker_handles =
         workers::spawn(encode_threads(&cfg), factory.clone(), batch_rx, encoded_tx);
-    let dead_letters = dead_letters(&cfg)?;
+    // The producer's token link lives as long as the run (the inserts hold a clone).
+    let (dead_letters, _dead_letter_producer) = dead_letters(&cfg, oauth.as_ref())?;
     let holdings = Holdings::new();
     let source = source::spawn(
-        source_config(&cfg, dead_letters.is_some()),
+        source_config(&cfg, dead_letters.is_some(), oauth),
         metrics.clone(),
         budget,
         batch_tx,
@@ -148,25 +151,43 @@ fn encode_threads(cfg: &Config) -> usize {
     threads
 }
 
-/// The dead-letter topic's producer, when one is configured.
-fn dead_letters(cfg: &Config) -> anyhow::Result<Option<KafkaDeadLetters>> {
+/// The dead-letter topic's producer, when one is configured, and the producer with its
+/// token link (kept by the caller for as long as the inserts may send).
+fn dead_letters(
+    cfg: &Config,
+    oauth: Option<&Arc<kafka_clients::TokenSource>>,
+) -> anyhow::Result<(
+    Option<KafkaDeadLetters>,
+    Option<kafka_clients::WithToken<FutureProducer>>,
+)> {
     let Some(topic) = &cfg.kafka.dead_letter_topic else {
-        return Ok(None);
+        return Ok((None, None));
     };
     let k = &cfg.kafka;
-    Ok(Some(KafkaDeadLetters {
-        producer: kafka_clients::dead_letter_producer(&k.brokers, &k.properties).create()?,
-        topic: topic.clone(),
-    }))
+    let producer: FutureProducer =
+        kafka_clients::dead_letter_producer(&k.brokers, &k.properties).create()?;
+    let linked = kafka_clients::WithToken::new(producer.clone(), oauth);
+    Ok((
+        Some(KafkaDeadLetters {
+            producer,
+            topic: topic.clone(),
+        }),
+        Some(linked),
+    ))
 }
 
-fn source_config(cfg: &Config, dead_letters: bool) -> SourceConfig {
+fn source_config(
+    cfg: &Config,
+    dead_letters: bool,
+    oauth: Option<Arc<kafka_clients::TokenSource>>,
+) -> SourceConfig {
     let k = &cfg.kafka;
     let live_cut = CutPolicy {
         max_bytes: cfg.batch.max_bytes,
         max_records: cfg.batch.max_records,
     };
     SourceConfig {
+        oauth,
         consumer: kafka_clients::consumer(&k.brokers, &k.group_id, &k.properties),
         watermarks: kafka_clients::watermarks(&k.brokers, &k.properties),
         replayer: kafka_clients::replayer(&k.brokers, &k.group_id, &k.properties),

@@ -16,6 +16,7 @@
 //!   reachability handling takes over).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -26,18 +27,19 @@ use tracehouse_schema::table_check::{self, TableProblem};
 
 use crate::config::{ClickHouseConfig, Config, ConfigError};
 use crate::insert::encoder::table_options;
-use crate::kafka_clients;
+use crate::kafka_clients::{self, TokenSource, WithToken};
 use crate::metrics::Metrics;
 
 /// How often a missing table is looked for again.
 const MISSING_TABLE_POLL: Duration = Duration::from_secs(2);
 
 /// The partitions of `cfg`'s topics, summed (`None` when Kafka cannot say in 10 s).
-fn topic_partitions(cfg: &Config) -> Option<u64> {
+fn topic_partitions(cfg: &Config, oauth: Option<&Arc<TokenSource>>) -> Option<u64> {
     let k = &cfg.kafka;
     let consumer: BaseConsumer = kafka_clients::watermarks(&k.brokers, &k.properties)
         .create()
         .ok()?;
+    let consumer = WithToken::new(consumer, oauth);
     let mut total = 0u64;
     for topic in &k.topics {
         let md = consumer
@@ -66,7 +68,12 @@ pub fn clickhouse_tls(c: &ClickHouseConfig) -> Result<TlsConfig, ConfigError> {
 
 /// Check the table; returns when the collector may start consuming (or `stop` resolved,
 /// then `false`).
-pub async fn check(cfg: &Config, metrics: &Metrics, stop: impl Future<Output = ()>) -> bool {
+pub async fn check(
+    cfg: &Config,
+    oauth: Option<&Arc<TokenSource>>,
+    metrics: &Metrics,
+    stop: impl Future<Output = ()>,
+) -> bool {
     let c = &cfg.clickhouse;
     let server = match (c.credentials(), clickhouse_tls(c), table_options(cfg)) {
         (Ok(creds), Ok(tls), Ok(opts)) => Server::new(&ConnectionConfig {
@@ -83,7 +90,8 @@ pub async fn check(cfg: &Config, metrics: &Metrics, stop: impl Future<Output = (
     };
     let partitions = {
         let cfg = cfg.clone();
-        tokio::task::spawn_blocking(move || topic_partitions(&cfg))
+        let oauth = oauth.cloned();
+        tokio::task::spawn_blocking(move || topic_partitions(&cfg, oauth.as_ref()))
             .await
             .ok()
             .flatten()

@@ -27,6 +27,7 @@ use super::watermarks::Watermarks;
 use super::{Heartbeat, SourceConfig};
 use crate::batch::{LogId, RecordBatch};
 use crate::budget::Budget;
+use crate::kafka_clients::WithToken;
 use crate::log_limit::RateLimit;
 use crate::metrics::{Metrics, TopicLabels};
 use crate::offsets::PartitionLedger;
@@ -34,7 +35,7 @@ use crate::workers::Work;
 
 pub(super) struct SourceLoop {
     pub(super) cfg: SourceConfig,
-    pub(super) consumer: BaseConsumer<SourceContext>,
+    pub(super) consumer: WithToken<BaseConsumer<SourceContext>>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) budget: Arc<Budget>,
     pub(super) batches: crossbeam_channel::Sender<Work>,

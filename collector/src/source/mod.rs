@@ -37,6 +37,7 @@ pub use machine::{Ack, Command, MachineConfig, PartitionId, backlog_policy};
 
 use crate::batch::CHUNK_BYTES;
 use crate::budget::Budget;
+use crate::kafka_clients::{TokenSource, WithToken};
 use crate::metrics::Metrics;
 use crate::pool::BufPool;
 use context::SourceContext;
@@ -56,6 +57,8 @@ pub struct SourceConfig {
     pub watermarks: ClientConfig,
     /// The bundle replayer's ([`crate::kafka_clients::replayer`]).
     pub replayer: ClientConfig,
+    /// The OAUTHBEARER token source every client takes its tokens from (`kafka.oauth`).
+    pub oauth: Option<Arc<TokenSource>>,
     pub topics: Vec<String>,
     pub machine: MachineConfig,
     /// New cuts named in the legacy log (`kafka.commit_format: th2`; `offsets.rs` rule 5).
@@ -103,13 +106,21 @@ pub fn spawn(
         holdings: holdings.clone(),
     };
     let consumer: BaseConsumer<SourceContext> = cfg.consumer.create_with_context(ctx)?;
+    let consumer = WithToken::new(consumer, cfg.oauth.as_ref());
     let wm_client = cfg.watermarks.clone();
     let topics: Vec<&str> = cfg.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics)?;
     let stop = Arc::new(AtomicBool::new(false));
-    watermarks::spawn(wm_client, holdings, watermarks.clone(), stop.clone());
+    watermarks::spawn(
+        wm_client,
+        cfg.oauth.clone(),
+        holdings,
+        watermarks.clone(),
+        stop.clone(),
+    );
     let replays = replay::spawn(
         cfg.replayer.clone(),
+        cfg.oauth.clone(),
         cfg.machine,
         budget.clone(),
         batches.clone(),

@@ -25,6 +25,7 @@ use super::machine::{MachineConfig, PartitionId, Record, push_record};
 use crate::batch::{BatchBuilder, RecordBatch};
 use crate::budget::Budget;
 use crate::bundle::{Bundle, BundleDesc};
+use crate::kafka_clients::{TokenSource, WithToken};
 use crate::workers::Work;
 
 /// How long a replay waits for a record before it asks Kafka what it still holds and reads again.
@@ -41,12 +42,13 @@ pub struct Request {
 /// Start the replayer thread; it ends when the request channel closes or `stop` is set.
 pub fn spawn(
     client: ClientConfig,
+    oauth: Option<Arc<TokenSource>>,
     cfg: MachineConfig,
     budget: Arc<Budget>,
     work: crossbeam_channel::Sender<Work>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<crossbeam_channel::Sender<Request>> {
-    let consumer: BaseConsumer = client.create()?;
+    let consumer = WithToken::new(client.create::<BaseConsumer>()?, oauth.as_ref());
     let (tx, rx) = crossbeam_channel::unbounded::<Request>();
     std::thread::Builder::new()
         .name("bundle-replay".into())

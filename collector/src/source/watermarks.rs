@@ -13,14 +13,21 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::holdings::Holdings;
 use super::machine::PartitionId;
+use crate::kafka_clients::{TokenSource, WithToken};
 
 /// High watermark of each held partition, refreshed every second.
 pub type Watermarks = Arc<Mutex<HashMap<PartitionId, i64>>>;
 
 /// Refresh the high watermarks of the held partitions every second until `stop`.
-pub fn spawn(client: ClientConfig, held: Holdings, watermarks: Watermarks, stop: Arc<AtomicBool>) {
-    let consumer: BaseConsumer = match client.create() {
-        Ok(c) => c,
+pub fn spawn(
+    client: ClientConfig,
+    oauth: Option<Arc<TokenSource>>,
+    held: Holdings,
+    watermarks: Watermarks,
+    stop: Arc<AtomicBool>,
+) {
+    let consumer = match client.create::<BaseConsumer>() {
+        Ok(c) => WithToken::new(c, oauth.as_ref()),
         Err(e) => {
             tracing::warn!(error = %e, "cannot create the watermark client; lag in records will not be reported");
             return;

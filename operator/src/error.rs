@@ -77,7 +77,9 @@ impl Error {
             Self::Kafka(
                 KafkaError::TopicNotFound { .. } | KafkaError::DeadLetterTopicNotFound { .. },
             ) => "kafka_topic_not_found",
-            Self::Kafka(KafkaError::AuthFailed { .. }) => "kafka_auth",
+            Self::Kafka(KafkaError::AuthFailed { .. } | KafkaError::TokenFailed { .. }) => {
+                "kafka_auth"
+            }
             Self::Kafka(KafkaError::TlsFailed { .. } | KafkaError::ProtocolMismatch { .. }) => {
                 "kafka_tls"
             }
@@ -98,7 +100,9 @@ impl Error {
             Self::Secret(_) => "SecretInvalid",
             Self::Kafka(KafkaError::TopicNotFound { .. }) => "TopicNotFound",
             Self::Kafka(KafkaError::DeadLetterTopicNotFound { .. }) => "DeadLetterTopicNotFound",
-            Self::Kafka(KafkaError::AuthFailed { .. }) => "KafkaAuthFailed",
+            Self::Kafka(KafkaError::AuthFailed { .. } | KafkaError::TokenFailed { .. }) => {
+                "KafkaAuthFailed"
+            }
             Self::Kafka(KafkaError::TlsFailed { .. }) => "KafkaTlsFailed",
             Self::Kafka(KafkaError::ProtocolMismatch { .. }) => "KafkaProtocolMismatch",
             Self::Kafka(_) => "KafkaUnreachable",
@@ -207,6 +211,14 @@ mod tests {
                 },
                 "ClickHouseTlsFailed",
                 "schema",
+            ),
+            (
+                Error::Kafka(KafkaError::TokenFailed {
+                    brokers: "b".into(),
+                    detail: "the token endpoint https://idp/token answered HTTP 401 Unauthorized: invalid_client".into(),
+                }),
+                "KafkaAuthFailed",
+                "kafka_auth",
             ),
         ];
         for (e, reason, label) in &named {

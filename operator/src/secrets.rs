@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 
 use sha2::{Digest, Sha256};
+use tracehouse_contract::oauth::OAuthClient;
 use tracehouse_schema::{ClientIdentity, ConnectionConfig, TlsConfig};
 
 use crate::crd::{ClickHouseSpec, CredentialsSecretRef, KafkaSpec, TlsSpec, TracePipeline};
@@ -239,14 +240,30 @@ impl SecretSnapshot {
                 properties.insert("ssl.key.pem".into(), self.value(name, key_key)?);
             }
         }
-        if let Some(sasl) = &spec.sasl {
-            let c = self.credentials(&sasl.credentials)?;
+        if let Some(c) = spec.sasl.as_ref().and_then(|s| s.credentials.as_ref()) {
+            let c = self.credentials(c)?;
             properties.insert("sasl.username".into(), c.username);
             properties.insert("sasl.password".into(), c.password);
         }
+        let oauth = match spec.sasl.as_ref().and_then(|s| s.oauth.as_ref()) {
+            Some(o) => Some(OAuthClient {
+                token_endpoint: o.token_endpoint.clone(),
+                client_id: self.value(&o.credentials.name, &o.credentials.client_id_key)?,
+                client_secret: self.value(&o.credentials.name, &o.credentials.client_secret_key)?,
+                scope: o.scope.clone(),
+                extensions: o.extensions.clone(),
+                // The token endpoint is trusted through the system roots and the Kafka CA.
+                ca_pem: match spec.tls.as_ref().and_then(|t| t.ca.as_ref()) {
+                    Some(ca) => Some(self.value(&ca.name, &ca.key)?),
+                    None => None,
+                },
+            }),
+            None => None,
+        };
         Ok(KafkaAccess {
             brokers: spec.bootstrap_servers.clone(),
             properties,
+            oauth,
         })
     }
 
@@ -417,6 +434,45 @@ mod tests {
         // A key the Secret lacks is named with its Secret.
         let err = s.value("kafka-ca", "tls.crt").unwrap_err();
         assert!(matches!(err, SecretError::MissingKey { .. }), "{err}");
+    }
+
+    #[test]
+    fn oauthbearer_gives_the_operator_the_oauth_client_and_no_sasl_password() {
+        let tp = crate::crd::fixtures::oauth();
+        let mut s = SecretSnapshot {
+            namespace: "shop".into(),
+            ..Default::default()
+        };
+        s.insert("kafka-ca", Some(secret(&[("ca.crt", "PEM")])));
+        s.insert(
+            "kafka-oauth",
+            Some(secret(&[
+                ("clientId", "tracehouse"),
+                ("clientSecret", "s3cr3t"),
+            ])),
+        );
+        let access = s.kafka_access(&tp.spec.kafka).unwrap();
+        assert_eq!(access.properties["sasl.mechanism"], "OAUTHBEARER");
+        assert_eq!(access.properties["security.protocol"], "SASL_SSL");
+        assert!(!access.properties.contains_key("sasl.password"));
+        let o = access.oauth.clone().unwrap();
+        assert_eq!(o.token_endpoint, "https://login.example.com/oauth2/token");
+        assert_eq!(
+            (o.client_id.as_str(), o.client_secret.as_str()),
+            ("tracehouse", "s3cr3t")
+        );
+        assert_eq!(o.scope.as_deref(), Some("kafka"));
+        assert_eq!(o.extensions["logicalCluster"], "lkc-12345");
+        // The token endpoint is trusted through the Kafka CA too.
+        assert_eq!(o.ca_pem.as_deref(), Some("PEM"));
+        assert!(!format!("{access:?}").contains("s3cr3t"));
+        // The Secret's keys are named when missing.
+        s.insert("kafka-oauth", Some(secret(&[("clientId", "tracehouse")])));
+        let err = s.kafka_access(&tp.spec.kafka).unwrap_err();
+        assert!(
+            matches!(&err, SecretError::MissingKey { name, key, .. } if name == "kafka-oauth" && key == "clientSecret"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -107,6 +107,7 @@ async fn one_client_reads_a_pipelines_brokers_again_and_sees_them_change() {
         let access = KafkaAccess {
             brokers: kafka_brokers(),
             properties: BTreeMap::new(),
+            ..Default::default()
         };
         let client = clients.get("shop/orders", &access, &group, T).unwrap();
         let counts = client

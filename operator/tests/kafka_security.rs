@@ -27,6 +27,7 @@ fn scram(password: &str, ca_var: &str) -> KafkaAccess {
             ("sasl.password".into(), password.into()),
             ("ssl.ca.pem".into(), pem(ca_var)),
         ]),
+        ..Default::default()
     }
 }
 
@@ -69,6 +70,7 @@ async fn secured_listeners_answer_the_right_credentials_and_name_the_wrong_ones(
             ("ssl.certificate.pem".into(), pem("TRACEHOUSE_CLIENT_CERT")),
             ("ssl.key.pem".into(), pem("TRACEHOUSE_CLIENT_KEY")),
         ]),
+        ..Default::default()
     };
     let ok = read(&mtls).await;
     assert!(ok.is_ok(), "mutual TLS: {ok:?}");
@@ -117,6 +119,7 @@ async fn secured_listeners_answer_the_right_credentials_and_name_the_wrong_ones(
         let access = KafkaAccess {
             brokers: stack_var(brokers),
             properties,
+            ..Default::default()
         };
         let err = read(&access).await.unwrap_err();
         assert!(named(&err), "{what}: {err}");

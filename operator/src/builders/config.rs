@@ -8,7 +8,7 @@ use tracehouse_contract::config as collector;
 use super::clickhouse_tls::clickhouse_tls_files;
 use super::{BuildError, METRICS_PORT, invalid};
 use crate::crd::{ByteSize, TracePipeline};
-use crate::kafka::security::kafka_security_properties;
+use crate::kafka::security::{kafka_oauth_files, kafka_security_properties};
 
 /// The collector drains for this long on SIGTERM (must stay below the grace period).
 const SHUTDOWN_DEADLINE_MS: u64 = 25_000;
@@ -43,6 +43,8 @@ pub fn collector_config(tp: &TracePipeline) -> Result<collector::Config, BuildEr
         s.kafka.tls.as_ref(),
         s.kafka.sasl.as_ref(),
     ));
+    // OAUTHBEARER: the client id and secret are mounted files, only their paths here.
+    cfg.kafka.oauth = kafka_oauth_files(s.kafka.tls.as_ref(), s.kafka.sasl.as_ref());
     let ch = &s.clickhouse;
     cfg.clickhouse.url = ch.endpoint.clone();
     cfg.clickhouse.database = ch.database.clone();
@@ -98,6 +100,10 @@ fn spec_field(collector_field: &str) -> &'static str {
         "kafka.commit_format" => "spec.kafka.commitFormat",
         "kafka.group_id" => "spec.kafka.consumerGroup",
         "kafka.properties" => "spec.kafka.properties",
+        "kafka.oauth" => "spec.kafka.sasl.oauth",
+        "kafka.oauth.token_endpoint" => "spec.kafka.sasl.oauth.tokenEndpoint",
+        "kafka.oauth.scope" => "spec.kafka.sasl.oauth.scope",
+        "kafka.oauth.extensions" => "spec.kafka.sasl.oauth.extensions",
         "clickhouse.url" => "spec.clickhouse.endpoint",
         "clickhouse.database" => "spec.clickhouse.database",
         "clickhouse.table" => "spec.clickhouse.table",
@@ -124,6 +130,32 @@ pub fn config_hash(rendered: &str) -> String {
 mod tests {
     use super::*;
     use crate::crd::fixtures::sample;
+
+    /// What CEL leaves to the collector's own rules is refused here, naming the spec field.
+    #[test]
+    fn an_oauth_setting_the_collector_refuses_names_its_spec_field() {
+        for (what, change) in [
+            (
+                "spec.kafka.sasl.oauth.extensions",
+                ("logical_cluster", "https://idp/token"),
+            ),
+            (
+                "spec.kafka.sasl.oauth.tokenEndpoint",
+                ("logicalCluster", "https:///token"),
+            ),
+        ] {
+            let mut tp = crate::crd::fixtures::oauth();
+            let o = tp.spec.kafka.sasl.as_mut().unwrap().oauth.as_mut().unwrap();
+            o.extensions = [(change.0.to_owned(), "x".to_owned())].into();
+            o.token_endpoint = change.1.into();
+            match collector_config(&tp) {
+                Err(crate::builders::BuildError::InvalidField { field, .. }) => {
+                    assert_eq!(field, what)
+                }
+                other => panic!("{what}: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn collector_config_is_valid_for_the_collector_and_carries_the_spec() {

@@ -89,8 +89,8 @@ fn container_env(tp: &TracePipeline) -> Vec<EnvVar> {
         env.push(user("CLICKHOUSE_USER", c));
         env.push(env_secret("CLICKHOUSE_PASSWORD", &c.name, &c.password_key));
     }
-    if let Some(sasl) = &s.kafka.sasl {
-        let c = &sasl.credentials;
+    // PLAIN and SCRAM; OAUTHBEARER's client id and secret are files (`volumes.rs`).
+    if let Some(c) = s.kafka.sasl.as_ref().and_then(|s| s.credentials.as_ref()) {
         env.push(user(ENV_KAFKA_SASL_USERNAME, c));
         env.push(env_secret(
             ENV_KAFKA_SASL_PASSWORD,

@@ -314,7 +314,16 @@ pub fn referenced_secrets(tp: &TracePipeline) -> std::collections::BTreeSet<Stri
     let c = s.clickhouse.tls.as_ref();
     [
         s.clickhouse.credentials.as_ref().map(|r| &r.name),
-        s.kafka.sasl.as_ref().map(|r| &r.credentials.name),
+        s.kafka
+            .sasl
+            .as_ref()
+            .and_then(|r| r.credentials.as_ref())
+            .map(|r| &r.name),
+        s.kafka
+            .sasl
+            .as_ref()
+            .and_then(|r| r.oauth.as_ref())
+            .map(|o| &o.credentials.name),
         k.and_then(|t| t.ca.as_ref()).map(|r| &r.name),
         k.and_then(|t| t.client_cert_secret_name.as_ref()),
         c.and_then(|t| t.ca.as_ref()).map(|r| &r.name),
@@ -397,12 +406,13 @@ mod tests {
         let mut tp = sample();
         tp.spec.kafka.sasl = Some(KafkaSasl {
             mechanism: SaslMechanism::ScramSha512,
-            credentials: CredentialsSecretRef {
+            credentials: Some(CredentialsSecretRef {
                 name: "kafka-user".into(),
                 username: None,
                 username_key: "user".into(),
                 password_key: "pass".into(),
-            },
+            }),
+            oauth: None,
         });
         tp.spec.kafka.tls = Some(TlsSpec {
             ca: Some(SecretKeyRef {

@@ -44,6 +44,13 @@ fn spec_setting(key: &str) -> Option<(&'static str, LeaveOut)> {
             s.clickhouse.insert_quorum = None;
         }),
         "processing" => ("spec.processing", |s| s.processing = None),
+        // The mechanism stays OAUTHBEARER: such a gateway cannot authenticate, and says so
+        // through ConfigApplied rather than by a client of another mechanism.
+        "kafka.oauth" => ("spec.kafka.sasl.oauth", |s| {
+            if let Some(sasl) = &mut s.kafka.sasl {
+                sasl.oauth = None;
+            }
+        }),
         _ => return None,
     })
 }
@@ -159,6 +166,44 @@ mod tests {
         // A spec with no newer setting needs only the baseline.
         let (_, required) = config_for(&sample(), None).unwrap();
         assert_eq!(required, BASELINE_REVISION);
+    }
+
+    /// OAUTHBEARER for a collector that does not know `kafka.oauth`: named, left out of the
+    /// configuration and of the pod template (no client id and secret mounted), the mechanism
+    /// kept (such a gateway cannot authenticate; ConfigApplied says why).
+    #[test]
+    fn oauth_for_an_older_collector_is_named_and_left_out() {
+        let tp = crate::crd::fixtures::oauth();
+        let (effective, not_applied) = restricted(&tp, BASELINE_REVISION).unwrap();
+        assert_eq!(
+            not_applied,
+            [NotApplied {
+                field: "spec.kafka.sasl.oauth".into(),
+                revision: 2
+            }]
+        );
+        let (config, required) = config_for(&effective, None).unwrap();
+        assert_eq!(required, BASELINE_REVISION);
+        assert_eq!(config.kafka.oauth, None);
+        assert_eq!(config.kafka.properties["sasl.mechanism"], "OAUTHBEARER");
+        assert!(!referenced_secrets(&effective).contains("kafka-oauth"));
+        let old = desired_for(
+            &tp,
+            2,
+            &CollectorDefaults::default(),
+            Some(BASELINE_REVISION),
+        )
+        .unwrap();
+        let volumes = old
+            .deployment
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+            .volumes
+            .unwrap();
+        assert!(!volumes.iter().any(|v| v.name == "kafka-oauth"));
     }
 
     /// Every key of `ADDED` that a spec can render maps back to its spec field: a key added to

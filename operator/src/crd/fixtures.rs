@@ -27,6 +27,27 @@ pub fn sample() -> TracePipeline {
     }))
 }
 
+/// Kafka over SASL_SSL with OAUTHBEARER (Confluent Cloud's extensions), the Kafka CA given.
+pub fn oauth() -> TracePipeline {
+    pipeline(serde_json::json!({
+        "kafka": {
+            "bootstrapServers": "kafka:9093",
+            "tls": { "ca": { "name": "kafka-ca", "key": "ca.crt" } },
+            "sasl": {
+                "mechanism": "OAUTHBEARER",
+                "oauth": {
+                    "tokenEndpoint": "https://login.example.com/oauth2/token",
+                    "credentials": { "name": "kafka-oauth" },
+                    "scope": "kafka",
+                    "extensions": { "logicalCluster": "lkc-12345", "identityPoolId": "pool-AbCd" }
+                }
+            }
+        },
+        "clickhouse": { "endpoint": "http://clickhouse.db:8123" },
+        "collector": { "image": "ghcr.io/tracehouse/collector:0.1.0" }
+    }))
+}
+
 /// Kafka over SASL_SSL, ClickHouse over mutual TLS with credentials: five Secrets referenced.
 pub fn secured() -> TracePipeline {
     pipeline(serde_json::json!({

@@ -110,11 +110,38 @@ pub struct TlsSpec {
 /// SASL authentication to the brokers.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.mechanism != 'OAUTHBEARER' || has(self.oauth)",
+        "message": "spec.kafka.sasl.oauth is required when spec.kafka.sasl.mechanism is OAUTHBEARER: the token endpoint and the Secret with the client id and secret",
+        "fieldPath": ".oauth"
+    },
+    {
+        "rule": "self.mechanism == 'OAUTHBEARER' || has(self.credentials)",
+        "message": "spec.kafka.sasl.credentials is required when spec.kafka.sasl.mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+        "fieldPath": ".credentials"
+    },
+    {
+        "rule": "self.mechanism == 'OAUTHBEARER' || !has(self.oauth)",
+        "message": "spec.kafka.sasl.oauth is only for spec.kafka.sasl.mechanism OAUTHBEARER",
+        "fieldPath": ".oauth"
+    },
+    {
+        "rule": "self.mechanism != 'OAUTHBEARER' || !has(self.credentials)",
+        "message": "spec.kafka.sasl.credentials is not read with OAUTHBEARER: the client id and secret are spec.kafka.sasl.oauth.credentials",
+        "fieldPath": ".credentials"
+    }
+]))]
 pub struct KafkaSasl {
-    /// `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`.
+    /// `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512` or `OAUTHBEARER`.
     pub mechanism: SaslMechanism,
-    /// The Secret holding the user name and password.
-    pub credentials: CredentialsSecretRef,
+    /// The Secret holding the user name and password (`PLAIN`, `SCRAM-*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<CredentialsSecretRef>,
+    /// `OAUTHBEARER`: tokens from an OIDC provider's token endpoint (client credentials),
+    /// fetched and refreshed by the collectors and the operator alike.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<KafkaOAuth>,
 }
 
 /// SASL mechanism.
@@ -126,6 +153,8 @@ pub enum SaslMechanism {
     ScramSha256,
     #[serde(rename = "SCRAM-SHA-512")]
     ScramSha512,
+    #[serde(rename = "OAUTHBEARER")]
+    OAuthBearer,
 }
 
 impl SaslMechanism {
@@ -135,8 +164,63 @@ impl SaslMechanism {
             Self::Plain => "PLAIN",
             Self::ScramSha256 => "SCRAM-SHA-256",
             Self::ScramSha512 => "SCRAM-SHA-512",
+            Self::OAuthBearer => tracehouse_contract::oauth::MECHANISM,
         }
     }
+}
+
+/// OIDC client credentials for `OAUTHBEARER` (`spec.kafka.sasl.oauth`): a token from
+/// `tokenEndpoint` for the client id and secret in a Secret, refreshed before it expires. The
+/// endpoint is trusted through the system roots and `spec.kafka.tls.ca`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaOAuth {
+    /// The provider's token endpoint, e.g. `https://login.example.com/oauth2/token`.
+    #[schemars(length(min = 1, max = 2048))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self.startsWith('https://') || self.startsWith('http://')",
+        "message": "spec.kafka.sasl.oauth.tokenEndpoint must start with https:// (or http://)"
+    }]))]
+    pub token_endpoint: String,
+    /// The Secret with the client id and secret.
+    pub credentials: OAuthCredentialsRef,
+    /// `scope` of the token request (default: the provider's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub scope: Option<String>,
+    /// SASL extensions sent with the token (RFC 7628: keys are letters, values printable
+    /// ASCII), e.g. Confluent Cloud's `logicalCluster` and `identityPoolId`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 16, "x-kubernetes-validations" = [{
+        "rule": "self.all(k, k != 'auth')",
+        "message": "spec.kafka.sasl.oauth.extensions must not set `auth`: it carries the token itself"
+    }]))]
+    pub extensions: BTreeMap<String, String>,
+}
+
+/// The Secret in the pipeline's namespace with an OAuth client's id and secret.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OAuthCredentialsRef {
+    /// Secret name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key holding the client id.
+    #[serde(default = "default_client_id_key")]
+    #[schemars(length(min = 1, max = 253))]
+    pub client_id_key: String,
+    /// Key holding the client secret.
+    #[serde(default = "default_client_secret_key")]
+    #[schemars(length(min = 1, max = 253))]
+    pub client_secret_key: String,
+}
+
+fn default_client_id_key() -> String {
+    "clientId".to_owned()
+}
+
+fn default_client_secret_key() -> String {
+    "clientSecret".to_owned()
 }
 
 /// One key of a Secret in the pipeline's namespace.

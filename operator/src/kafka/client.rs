@@ -14,6 +14,11 @@
 //! per client (`busy`): the security failure librdkafka reports meanwhile through its error
 //! callback belongs to that read ([`super::classify`]), and an assignment is never shared.
 //!
+//! OAUTHBEARER: the client (and the admin client below) takes its tokens from the pipeline's
+//! [`TokenSource`] through a [`WithToken`] link, made with the client; a read that fails
+//! while the token endpoint refuses or does not answer is named by that failure
+//! ([`KafkaError::TokenFailed`]), since the brokers were never asked.
+//!
 //! The broker's configuration is the one read librdkafka's Rust binding offers only on an
 //! admin client (a second librdkafka instance; calling `rd_kafka_DescribeConfigs` on this
 //! client's handle would take `unsafe`, which the workspace denies). So it is made only for a
@@ -31,6 +36,7 @@ use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use tracehouse_contract::oauth::{TokenSource, WithToken};
 
 use super::{KafkaAccess, KafkaError, PartitionOffsets, Reports};
 use crate::kafka::Failure;
@@ -47,7 +53,9 @@ const RETENTION_SETTING: &str = "offsets.retention.minutes";
 /// The reads of one pipeline's brokers, over one librdkafka client.
 pub struct KafkaClient {
     access: KafkaAccess,
-    consumer: BaseConsumer<Reports>,
+    consumer: WithToken<BaseConsumer<Reports>>,
+    /// The pipeline's OAUTHBEARER tokens, for this client and its admin client.
+    tokens: Option<Arc<TokenSource>>,
     /// One read at a time (see the module's notes).
     busy: Mutex<()>,
     /// The broker's `offsets.retention.minutes` (`None`: not set, or not readable), and
@@ -110,9 +118,16 @@ impl KafkaClient {
                 last: Mutex::default(),
             })
             .map_err(|e| failure(&access.brokers, e, None))?;
+        // The token request gets part of a read's time, so its failure is known when the
+        // read gives up waiting for a token.
+        let tokens = access
+            .oauth
+            .clone()
+            .map(|o| TokenSource::with_timeout(o, timeout.mul_f64(0.6)));
         Ok(Self {
             access: access.clone(),
-            consumer,
+            consumer: WithToken::new(consumer, tokens.as_ref()),
+            tokens,
             busy: Mutex::new(()),
             retention: Mutex::new(None),
         })
@@ -261,6 +276,7 @@ impl KafkaClient {
         let admin: AdminClient<DefaultClientContext> = config(&self.access, None, timeout)
             .create()
             .map_err(|e| failure(&self.access.brokers, e, None))?;
+        let admin = WithToken::new(admin, self.tokens.as_ref());
         let options = AdminOptions::new().request_timeout(Some(timeout));
         let asked = [ResourceSpecifier::Broker(broker)];
         let answer = tokio::time::timeout(timeout, admin.describe_configs(&asked, &options)).await;
@@ -418,13 +434,20 @@ impl KafkaClient {
     }
 }
 
-/// Why `consumer` could not reach the brokers: the security failure librdkafka reported
-/// meanwhile, if any, else unreachable.
+/// Why `consumer` could not reach the brokers: no OAUTHBEARER token (the token endpoint's
+/// refusal), else the security failure librdkafka reported meanwhile, if any, else
+/// unreachable.
 fn failure(
     brokers: &str,
     source: rdkafka::error::KafkaError,
-    consumer: Option<&BaseConsumer<Reports>>,
+    consumer: Option<&WithToken<BaseConsumer<Reports>>>,
 ) -> KafkaError {
+    if let Some(detail) = consumer.and_then(|c| c.token_failure()) {
+        return KafkaError::TokenFailed {
+            brokers: brokers.to_owned(),
+            detail,
+        };
+    }
     let named = consumer.and_then(|c| {
         // librdkafka's error events wait in the queue until polled: serve them so the
         // context sees why the brokers could not be reached.

@@ -52,14 +52,16 @@ pub fn keeps_after(error: &KafkaError) -> bool {
         | KafkaError::Topic { .. } => true,
         KafkaError::Unreachable { .. }
         | KafkaError::AuthFailed { .. }
+        | KafkaError::TokenFailed { .. }
         | KafkaError::TlsFailed { .. }
         | KafkaError::ProtocolMismatch { .. }
         | KafkaError::Task(_) => false,
     }
 }
 
-/// `sha256:<hex>` over the brokers, the consumer group and every client property in order:
-/// tells settings apart without keeping any value (properties hold passwords and keys).
+/// `sha256:<hex>` over the brokers, the consumer group, every client property in order and
+/// the OAuth client: tells settings apart without keeping any value (properties hold
+/// passwords and keys, the OAuth client its secret).
 pub fn fingerprint(access: &KafkaAccess, group: &str) -> String {
     let mut h = Sha256::new();
     let mut field = |b: &[u8]| {
@@ -71,6 +73,18 @@ pub fn fingerprint(access: &KafkaAccess, group: &str) -> String {
     for (k, v) in &access.properties {
         field(k.as_bytes());
         field(v.as_bytes());
+    }
+    if let Some(o) = &access.oauth {
+        field(b"oauth");
+        field(o.token_endpoint.as_bytes());
+        field(o.client_id.as_bytes());
+        field(o.client_secret.as_bytes());
+        field(o.scope.as_deref().unwrap_or_default().as_bytes());
+        for (k, v) in &o.extensions {
+            field(k.as_bytes());
+            field(v.as_bytes());
+        }
+        field(o.ca_pem.as_deref().unwrap_or_default().as_bytes());
     }
     let hex: String = h.finalize()[..16]
         .iter()
@@ -194,6 +208,7 @@ mod tests {
                 ("sasl.username".into(), "writer".into()),
                 ("sasl.password".into(), password.into()),
             ]),
+            ..Default::default()
         }
     }
 
@@ -212,6 +227,26 @@ mod tests {
     }
 
     #[test]
+    fn a_rotated_oauth_client_secret_is_another_client() {
+        let with = |secret: &str| KafkaAccess {
+            oauth: Some(tracehouse_contract::oauth::OAuthClient {
+                token_endpoint: "https://idp/token".into(),
+                client_id: "tracehouse".into(),
+                client_secret: secret.into(),
+                scope: None,
+                extensions: BTreeMap::new(),
+                ca_pem: None,
+            }),
+            ..access("unused")
+        };
+        let a = fingerprint(&with("s3cr3t"), "g");
+        assert_eq!(a, fingerprint(&with("s3cr3t"), "g"));
+        assert_ne!(a, fingerprint(&with("rotated"), "g"));
+        assert_ne!(a, fingerprint(&access("unused"), "g"));
+        assert!(!a.contains("s3cr3t"));
+    }
+
+    #[test]
     fn the_fingerprint_never_shows_a_value_and_fields_do_not_run_together() {
         let a = fingerprint(&access("hunter2"), "g");
         assert!(a.starts_with("sha256:") && !a.contains("hunter2"), "{a}");
@@ -219,10 +254,12 @@ mod tests {
         let one = KafkaAccess {
             brokers: "ab".into(),
             properties: BTreeMap::new(),
+            ..Default::default()
         };
         let two = KafkaAccess {
             brokers: "a".into(),
             properties: BTreeMap::new(),
+            ..Default::default()
         };
         assert_ne!(fingerprint(&one, "c"), fingerprint(&two, "bc"));
     }

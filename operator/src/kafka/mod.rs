@@ -22,6 +22,7 @@ use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::types::RDKafkaRespErr;
+use tracehouse_contract::oauth::OAuthClient;
 
 pub mod client;
 pub mod clients;
@@ -57,6 +58,10 @@ pub enum KafkaError {
     /// The brokers refused the SASL credentials.
     #[error("Kafka brokers {brokers} refused the SASL credentials: {detail}")]
     AuthFailed { brokers: String, detail: String },
+    /// OAUTHBEARER without a token: the token endpoint refused the client credentials or did
+    /// not answer (`detail` names it and its HTTP status), so the brokers were never asked.
+    #[error("no OAUTHBEARER token for the Kafka brokers {brokers}: {detail}")]
+    TokenFailed { brokers: String, detail: String },
     /// The TLS handshake with the brokers failed (unknown CA, bad or missing certificate).
     #[error("TLS to the Kafka brokers {brokers} failed: {detail}")]
     TlsFailed { brokers: String, detail: String },
@@ -171,11 +176,13 @@ pub struct PartitionOffsets {
 }
 
 /// How to reach the brokers: bootstrap servers and librdkafka client properties (security
-/// settings with inline PEMs and SASL credentials, never file paths).
+/// settings with inline PEMs and SASL credentials, never file paths), and for OAUTHBEARER
+/// the OAuth client whose tokens the client takes.
 #[derive(Clone, Default)]
 pub struct KafkaAccess {
     pub brokers: String,
     pub properties: BTreeMap<String, String>,
+    pub oauth: Option<OAuthClient>,
 }
 
 impl fmt::Debug for KafkaAccess {
@@ -184,6 +191,7 @@ impl fmt::Debug for KafkaAccess {
         f.debug_struct("KafkaAccess")
             .field("brokers", &self.brokers)
             .field("property_keys", &keys)
+            .field("oauth", &self.oauth)
             .finish()
     }
 }

@@ -6,7 +6,7 @@ mod golden_fixture;
 
 use golden_fixture::{Variant, assert_rows_eq, expected_rows, request};
 use serde_json::{Value as J, json};
-use tracehouse_collector::encode::{Compression, EncodeError, Encoder, EncoderOptions, compress};
+use tracehouse_collector::encode::{Compression, Encoder, EncoderOptions, compress};
 use tracehouse_schema::{
     Attributes, ClickHouseType as T, Ident, InsertFormat, TableOptions, insert_columns,
 };
@@ -190,6 +190,36 @@ enum Ty {
 }
 
 impl Ty {
+    /// A type's name as Native writes it (the inverse of [`Ty::name`]).
+    fn parse(name: &str) -> Ty {
+        let inner = |prefix: &str| {
+            name.strip_prefix(prefix)
+                .and_then(|r| r.strip_suffix(')'))
+                .map(|r| Box::new(Ty::parse(r)))
+        };
+        if let Some(t) = inner("Array(") {
+            return Ty::Array(t);
+        }
+        if let Some(t) = inner("Nullable(") {
+            return Ty::Nullable(t);
+        }
+        if let Some(params) = name
+            .strip_prefix("JSON(max_dynamic_types=")
+            .and_then(|r| r.strip_suffix(')'))
+        {
+            let (types, paths) = params.split_once(", max_dynamic_paths=").unwrap();
+            return Ty::Json(paths.parse().unwrap(), types.parse().unwrap());
+        }
+        match name {
+            "Int64" => Ty::Int64,
+            "Float64" => Ty::Float64,
+            "String" => Ty::String,
+            "Bool" => Ty::Bool,
+            "Dynamic" => Ty::Dynamic,
+            other => panic!("unknown type name {other}"),
+        }
+    }
+
     fn name(&self) -> String {
         match self {
             Ty::Nothing => "Nothing".into(),
@@ -220,25 +250,87 @@ fn read_rowbinary(t: &TableOptions, body: &[u8]) -> Vec<J> {
     rows
 }
 
+/// What a Native column's state prefix said: needed to read its data.
+enum Prefix {
+    None,
+    Inner(Box<Prefix>),
+    Map(Box<Prefix>, Box<Prefix>),
+    /// A flattened `JSON`: its paths, each with its flattened `Dynamic`.
+    Json(Vec<(String, Prefix)>),
+    /// A flattened `Dynamic`: its types, each with its own prefix.
+    Dynamic(Vec<(Ty, Prefix)>),
+}
+
 impl Reader<'_> {
-    fn native_prefix(&mut self, t: &T) {
+    fn native_prefix(&mut self, t: &T) -> Prefix {
         match t {
-            T::LowCardinality(_) => assert_eq!(self.u64(), 1, "LowCardinality key version"),
-            T::Array(inner) => self.native_prefix(inner),
-            T::Map(k, v) => {
-                self.native_prefix(k);
-                self.native_prefix(v);
+            T::LowCardinality(_) => {
+                assert_eq!(self.u64(), 1, "LowCardinality key version");
+                Prefix::None
             }
-            _ => {}
+            T::Array(inner) => Prefix::Inner(Box::new(self.native_prefix(inner))),
+            T::Map(k, v) => Prefix::Map(
+                Box::new(self.native_prefix(k)),
+                Box::new(self.native_prefix(v)),
+            ),
+            T::Json => self.json_prefix(),
+            _ => Prefix::None,
         }
     }
 
-    fn native_data(&mut self, t: &T, n: usize) -> Vec<J> {
+    /// `u64 3` (flattened), the paths, each path's `Dynamic` prefix.
+    fn json_prefix(&mut self) -> Prefix {
+        assert_eq!(self.u64(), 3, "JSON serialization: flattened");
+        let paths: Vec<String> = (0..self.varint()).map(|_| self.string()).collect();
+        let mut sorted = paths.clone();
+        sorted.sort();
+        assert_eq!(paths, sorted, "paths in bytewise order");
+        Prefix::Json(
+            paths
+                .into_iter()
+                .map(|p| (p, self.dynamic_prefix()))
+                .collect(),
+        )
+    }
+
+    /// `u64 3` (flattened), the type names, each type's prefix.
+    fn dynamic_prefix(&mut self) -> Prefix {
+        assert_eq!(self.u64(), 3, "Dynamic serialization: flattened");
+        let types: Vec<Ty> = (0..self.varint())
+            .map(|_| Ty::parse(&self.string()))
+            .collect();
+        let names: Vec<String> = types.iter().map(Ty::name).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted, "types in order of their names");
+        Prefix::Dynamic(
+            types
+                .into_iter()
+                .map(|t| {
+                    let p = self.typed_prefix(&t);
+                    (t, p)
+                })
+                .collect(),
+        )
+    }
+
+    fn typed_prefix(&mut self, t: &Ty) -> Prefix {
         match t {
-            T::String => (0..n).map(|_| json!(self.string())).collect(),
-            T::DateTime64(9) => (0..n).map(|_| json!(self.i64())).collect(),
-            T::UInt64 => (0..n).map(|_| json!(self.u64())).collect(),
-            T::LowCardinality(inner) if **inner == T::String => {
+            Ty::Array(inner) | Ty::Nullable(inner) => {
+                Prefix::Inner(Box::new(self.typed_prefix(inner)))
+            }
+            Ty::Dynamic => self.dynamic_prefix(),
+            Ty::Json(..) => self.json_prefix(),
+            _ => Prefix::None,
+        }
+    }
+
+    fn native_data(&mut self, t: &T, p: &Prefix, n: usize) -> Vec<J> {
+        match (t, p) {
+            (T::String, _) => (0..n).map(|_| json!(self.string())).collect(),
+            (T::DateTime64(9), _) => (0..n).map(|_| json!(self.i64())).collect(),
+            (T::UInt64, _) => (0..n).map(|_| json!(self.u64())).collect(),
+            (T::LowCardinality(inner), _) if **inner == T::String => {
                 if n == 0 {
                     return Vec::new();
                 }
@@ -255,16 +347,17 @@ impl Reader<'_> {
                     })
                     .collect()
             }
-            T::Array(inner) => {
+            (T::Array(inner), Prefix::Inner(p)) => {
                 let offsets: Vec<u64> = (0..n).map(|_| self.u64()).collect();
-                let items = self.native_data(inner, offsets.last().copied().unwrap_or(0) as usize);
+                let items =
+                    self.native_data(inner, p, offsets.last().copied().unwrap_or(0) as usize);
                 split(&offsets, items)
             }
-            T::Map(k, v) => {
+            (T::Map(k, v), Prefix::Map(pk, pv)) => {
                 let offsets: Vec<u64> = (0..n).map(|_| self.u64()).collect();
                 let total = offsets.last().copied().unwrap_or(0) as usize;
-                let keys = self.native_data(k, total);
-                let values = self.native_data(v, total);
+                let keys = self.native_data(k, pk, total);
+                let values = self.native_data(v, pv, total);
                 let pairs = keys
                     .into_iter()
                     .zip(values)
@@ -272,7 +365,94 @@ impl Reader<'_> {
                     .collect();
                 split(&offsets, pairs)
             }
-            other => panic!("native reader does not know {other}"),
+            (T::Json, p) => self.json_data(p, n),
+            (other, _) => panic!("native reader does not know {other}"),
+        }
+    }
+
+    /// `n` rows of a flattened `JSON` column, each `{path: [type, value]}` of its non-NULL
+    /// paths (as the RowBinary reader gives them).
+    fn json_data(&mut self, p: &Prefix, n: usize) -> Vec<J> {
+        let Prefix::Json(paths) = p else {
+            panic!("JSON data without a JSON prefix")
+        };
+        let mut rows = vec![serde_json::Map::new(); n];
+        for (path, dynamic) in paths {
+            let mut present = 0;
+            for (row, value) in rows.iter_mut().zip(self.dynamic_data(dynamic, n)) {
+                if value[0] != "Nothing" {
+                    row.insert(path.clone(), value);
+                    present += 1;
+                }
+            }
+            assert!(present > 0, "path {path} with no value in the block");
+        }
+        rows.into_iter().map(J::Object).collect()
+    }
+
+    /// `n` rows of a flattened `Dynamic` column, each `[type, value]` (`["Nothing", null]`
+    /// for NULL, as the RowBinary reader gives them).
+    fn dynamic_data(&mut self, p: &Prefix, n: usize) -> Vec<J> {
+        let Prefix::Dynamic(types) = p else {
+            panic!("Dynamic data without a Dynamic prefix")
+        };
+        let width = match types.len() {
+            0..=0xff => 1,
+            0x100..=0xffff => 2,
+            _ => 4,
+        };
+        let discriminators: Vec<usize> = (0..n)
+            .map(|_| {
+                let mut b = [0u8; 8];
+                b[..width].copy_from_slice(self.take(width));
+                u64::from_le_bytes(b) as usize
+            })
+            .collect();
+        let mut columns: Vec<std::vec::IntoIter<J>> = types
+            .iter()
+            .enumerate()
+            .map(|(i, (t, p))| {
+                let count = discriminators.iter().filter(|&&d| d == i).count();
+                assert!(count > 0, "type {} with no value", t.name());
+                self.typed_data(t, p, count).into_iter()
+            })
+            .collect();
+        discriminators
+            .into_iter()
+            .map(|d| match types.get(d) {
+                Some((t, _)) => json!([t.name(), columns[d].next().unwrap()]),
+                None => {
+                    assert_eq!(d, types.len(), "NULL is the number of types");
+                    json!(["Nothing", null])
+                }
+            })
+            .collect()
+    }
+
+    fn typed_data(&mut self, t: &Ty, p: &Prefix, n: usize) -> Vec<J> {
+        match (t, p) {
+            (Ty::Int64, _) => (0..n).map(|_| json!(self.i64())).collect(),
+            (Ty::Float64, _) => (0..n).map(|_| self.f64()).collect(),
+            (Ty::String, _) => (0..n).map(|_| json!(self.string())).collect(),
+            (Ty::Bool, _) => (0..n).map(|_| json!(self.u8() != 0)).collect(),
+            (Ty::Nullable(inner), Prefix::Inner(p)) => {
+                let nulls: Vec<bool> = (0..n).map(|_| self.u8() == 1).collect();
+                let values = self.typed_data(inner, p, n);
+                nulls
+                    .into_iter()
+                    .zip(values)
+                    .map(|(null, v)| if null { J::Null } else { v })
+                    .collect()
+            }
+            (Ty::Array(inner), Prefix::Inner(p)) => {
+                let offsets: Vec<u64> = (0..n).map(|_| self.u64()).collect();
+                let items =
+                    self.typed_data(inner, p, offsets.last().copied().unwrap_or(0) as usize);
+                split(&offsets, items)
+            }
+            (Ty::Dynamic, p) => self.dynamic_data(p, n),
+            (Ty::Json(..), p) => self.json_data(p, n),
+            (t, _) => panic!("no Native column of {}", t.name()),
         }
     }
 }
@@ -309,8 +489,8 @@ fn read_native(t: &TableOptions, body: &[u8]) -> Vec<J> {
             let name = r.string();
             let ty = r.string();
             got_header.push((name, ty));
-            r.native_prefix(&c.ch_type);
-            columns.push(r.native_data(&c.ch_type, nrows));
+            let prefix = r.native_prefix(&c.ch_type);
+            columns.push(r.native_data(&c.ch_type, &prefix, nrows));
         }
         assert_eq!(ncols, cols.len());
         assert_eq!(got_header, header, "Native header vs schema insert columns");
@@ -344,38 +524,44 @@ fn rowbinary_rows_match_the_golden_rows_for_every_variant() {
 }
 
 #[test]
-fn native_rows_match_the_golden_rows_for_the_map_variant() {
-    let t = table(Variant::Map, false);
-    let body = encode(&t, InsertFormat::Native, Compression::None);
-    let got = read_native(&t, &body);
-    assert_rows_eq(&got, &expected_rows(Variant::Map, false), "Native Map");
+fn native_rows_match_the_golden_rows_for_every_variant() {
+    for (variant, keys) in [
+        (Variant::Map, false),
+        (Variant::Json, true),
+        (Variant::Json, false),
+    ] {
+        let t = table(variant, keys);
+        let body = encode(&t, InsertFormat::Native, Compression::None);
+        let got = read_native(&t, &body);
+        assert_rows_eq(
+            &got,
+            &expected_rows(variant, keys),
+            &format!("Native {variant:?} keys={keys}"),
+        );
+    }
 }
 
 #[test]
 fn native_cuts_blocks_by_size_and_every_block_carries_the_schema_header() {
-    let t = table(Variant::Map, false);
-    let mut options = EncoderOptions::new(InsertFormat::Native);
-    options.compression = Compression::None;
-    options.native_block_bytes = 1;
-    let mut enc = Encoder::with_options(&t, options).unwrap();
-    // 256 copies: the size check runs every 256 rows, so several blocks are cut.
-    let req = request();
-    for _ in 0..60 {
-        enc.push_request(&req).unwrap();
+    for variant in [Variant::Map, Variant::Json] {
+        let t = table(variant, false);
+        let mut options = EncoderOptions::new(InsertFormat::Native);
+        options.compression = Compression::None;
+        options.native_block_bytes = 1;
+        let mut enc = Encoder::with_options(&t, options).unwrap();
+        // A block is cut after every record.
+        let req = request();
+        for _ in 0..60 {
+            enc.push_request(&req).unwrap();
+        }
+        let body = enc.finish();
+        let got = read_native(&t, &body);
+        assert_eq!(got.len(), 300);
+        let want = expected_rows(variant, false);
+        for (i, row) in got.chunks(5).enumerate() {
+            assert_rows_eq(row, &want, &format!("{variant:?} copy {i}"));
+        }
     }
-    let body = enc.finish();
-    let got = read_native(&t, &body);
-    assert_eq!(got.len(), 300);
-    let want = expected_rows(Variant::Map, false);
-    for (i, row) in got.chunks(5).enumerate() {
-        assert_rows_eq(row, &want, &format!("copy {i}"));
-    }
-}
-
-#[test]
-fn native_json_is_refused_when_the_encoder_is_built() {
-    let err = Encoder::new(&table(Variant::Json, true), InsertFormat::Native).unwrap_err();
-    assert_eq!(err, EncodeError::NativeJson);
 }
 
 #[test]

@@ -18,6 +18,7 @@ fn encoders() -> Vec<Encoder> {
         (Attributes::Map, InsertFormat::Native),
         (Attributes::Map, InsertFormat::RowBinary),
         (Attributes::Json, InsertFormat::RowBinary),
+        (Attributes::Json, InsertFormat::Native),
     ] {
         let mut t = TableOptions::new(
             Ident::new("database", "otel").unwrap(),

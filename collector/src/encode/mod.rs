@@ -18,6 +18,8 @@
 
 pub mod compress;
 mod native;
+mod native_dynamic;
+mod native_json;
 pub mod plan;
 mod rowbinary;
 
@@ -81,11 +83,6 @@ pub enum EncodeError {
         ch_type: String,
         expected: String,
     },
-    /// Native with `JSON` attribute columns (see the module docs of `encode::native`).
-    #[error(
-        "the Native encoder cannot write JSON attribute columns yet; use RowBinary for the JSON variant"
-    )]
-    NativeJson,
 }
 
 /// Attributes rendered for one column value, in the table's attribute layout.
@@ -219,7 +216,7 @@ impl Encoder {
         let rows = match options.format {
             // `resolve` never returns `Auto`.
             InsertFormat::RowBinary | InsertFormat::Auto => Rows::RowBinary,
-            InsertFormat::Native => Rows::Native(NativeBlock::new(&plan)?),
+            InsertFormat::Native => Rows::Native(NativeBlock::new(&plan)),
         };
         Ok(Self {
             options,

@@ -18,21 +18,17 @@
 //! Columns are built in their own buffers while rows arrive and laid out one after
 //! the other when the block is cut, so each column's bytes are contiguous.
 //!
-//! `JSON` columns are not written yet ([`EncodeError::NativeJson`]; the JSON variant
-//! uses RowBinary). The server reads them in Native with the `FLATTENED` object
-//! serialization (version 3: the list of all paths, then per path a `Dynamic` in its
-//! own `FLATTENED` form — list of types by name, one type index per row with
-//! `types.len()` meaning NULL, then one column per type), which needs per-path,
-//! per-type column builders including columnar `Array(Nullable(T))`, `Array(Dynamic)`
-//! and `Array(JSON)` — a sizeable piece of its own, worth doing given the server-CPU
-//! figures for Native (see the collector's format decision).
+//! - `JSON`: flattened, every path a `Dynamic` column of its own ([`super::native_json`],
+//!   [`super::native_dynamic`]); the server reads that from 25.6 on, which is why the JSON
+//!   table gets Native only from a server known to read it (`crate::insert::format`).
 
 use std::collections::HashMap;
 
 use tracehouse_schema::SpanColumn;
 
+use super::native_json::JsonColumn;
 use super::plan::{AttrShape, PlannedColumn, Shape, Text};
-use super::{EncodeError, Rendered, SpanRow};
+use super::{Rendered, SpanRow};
 use crate::decode::proto;
 use crate::rows;
 use crate::wire::{put_str, put_u64, put_varint};
@@ -42,7 +38,7 @@ const LC_SHARED_DICTIONARIES_WITH_ADDITIONAL_KEYS: u64 = 1;
 const LC_HAS_ADDITIONAL_KEYS: u64 = 1 << 9;
 const LC_NEED_UPDATE_DICTIONARY: u64 = 1 << 10;
 
-type FastMap = HashMap<Box<[u8]>, u32, foldhash::fast::FixedState>;
+pub(super) type FastMap = HashMap<Box<[u8]>, u32, foldhash::fast::FixedState>;
 
 /// A column under construction.
 #[derive(Debug)]
@@ -63,6 +59,7 @@ enum Builder {
         keys: Box<Builder>,
         values: Box<Builder>,
     },
+    Json(JsonColumn),
 }
 
 #[derive(Debug, Default)]
@@ -156,26 +153,26 @@ impl Builder {
         }
     }
 
-    fn attrs(a: AttrShape) -> Result<Self, EncodeError> {
+    fn attrs(a: AttrShape) -> Self {
         match a {
-            AttrShape::Map(key) => Ok(Builder::Map {
+            AttrShape::Map(key) => Builder::Map {
                 offsets: Vec::new(),
                 keys: Box::new(Builder::text(key)),
                 values: Box::new(Builder::text(Text::String)),
-            }),
-            AttrShape::Json => Err(EncodeError::NativeJson),
+            },
+            AttrShape::Json => Builder::Json(JsonColumn::default()),
         }
     }
 
-    fn for_shape(shape: Shape) -> Result<Self, EncodeError> {
-        Ok(match shape {
+    fn for_shape(shape: Shape) -> Self {
+        match shape {
             Shape::Nanos | Shape::UInt64 => Builder::Fixed(Vec::new()),
             Shape::Text(t) => Builder::text(t),
-            Shape::Attrs(a) => Builder::attrs(a)?,
+            Shape::Attrs(a) => Builder::attrs(a),
             Shape::NanosArray => Builder::array(Builder::Fixed(Vec::new())),
             Shape::TextArray(t) => Builder::array(Builder::text(t)),
-            Shape::AttrsArray(a) => Builder::array(Builder::attrs(a)?),
-        })
+            Shape::AttrsArray(a) => Builder::array(Builder::attrs(a)),
+        }
     }
 
     #[inline]
@@ -212,7 +209,12 @@ impl Builder {
         }
     }
 
-    fn push_attrs(&mut self, attrs: &Rendered) {
+    fn push_attrs(&mut self, attrs: &Rendered) -> proto::Result<()> {
+        if let (Builder::Json(column), Rendered::Json(j)) = (&mut *self, attrs) {
+            // Only a bug of the transcoder could refuse the values `rows::json` wrote: the
+            // record then goes the way of one the in-place reader does not take.
+            return column.push_object(j).map_err(|_| proto::Unusual);
+        }
         if let (Some((offsets, keys, values)), Rendered::Map(m)) = (self.map_parts(), attrs) {
             for (k, v) in m.iter() {
                 keys.push_str(k);
@@ -220,6 +222,7 @@ impl Builder {
             }
             close_row(offsets, m.len());
         }
+        Ok(())
     }
 
     /// The offsets, keys and values of a `Map` column.
@@ -235,7 +238,11 @@ impl Builder {
     }
 
     /// [`Self::push_attrs`] for a map that repeats row after row (the resource's).
-    fn push_repeated_attrs(&mut self, attrs: &Rendered, cache: &mut RepeatCache) {
+    fn push_repeated_attrs(
+        &mut self,
+        attrs: &Rendered,
+        cache: &mut RepeatCache,
+    ) -> proto::Result<()> {
         if let (Some((offsets, keys, values)), Rendered::Map(m)) = (self.map_parts(), attrs)
             && let (Builder::Lc(lc), Builder::Str { data, rows }) = (keys, values)
         {
@@ -253,9 +260,9 @@ impl Builder {
             data.extend_from_slice(&cache.values);
             *rows += m.len();
             close_row(offsets, m.len());
-            return;
+            return Ok(());
         }
-        self.push_attrs(attrs);
+        self.push_attrs(attrs)
     }
 
     /// Closes the current row of an `Array` after `n` elements were pushed to `inner`.
@@ -281,6 +288,7 @@ impl Builder {
                 keys.write_prefix(out);
                 values.write_prefix(out);
             }
+            Builder::Json(j) => j.write_prefix(out),
         }
     }
 
@@ -301,6 +309,7 @@ impl Builder {
                 keys.write_data(out);
                 values.write_data(out);
             }
+            Builder::Json(j) => j.write_data(out),
         }
     }
 
@@ -325,6 +334,7 @@ impl Builder {
                 keys.clear();
                 values.clear();
             }
+            Builder::Json(j) => j.clear(),
         }
     }
 
@@ -346,6 +356,7 @@ impl Builder {
                 keys.mark(out);
                 values.mark(out);
             }
+            Builder::Json(j) => j.mark(out),
         }
     }
 
@@ -379,6 +390,7 @@ impl Builder {
                 keys.rollback(marks);
                 values.rollback(marks);
             }
+            Builder::Json(j) => j.rollback(marks),
         }
     }
 
@@ -393,6 +405,7 @@ impl Builder {
                 keys,
                 values,
             } => offsets.len() * 8 + keys.data_len() + values.data_len(),
+            Builder::Json(j) => j.data_len(),
         }
     }
 }
@@ -421,19 +434,19 @@ pub(super) struct NativeBlock {
 }
 
 impl NativeBlock {
-    pub(super) fn new(plan: &[PlannedColumn]) -> Result<Self, EncodeError> {
+    pub(super) fn new(plan: &[PlannedColumn]) -> Self {
         let mut names = Vec::with_capacity(plan.len());
         let mut columns = Vec::with_capacity(plan.len());
         for c in plan {
             names.push((c.name, c.ch_type.to_string()));
-            columns.push((c.id, Builder::for_shape(c.shape)?));
+            columns.push((c.id, Builder::for_shape(c.shape)));
         }
-        Ok(Self {
+        Self {
             names,
             columns,
             rows: 0,
             resource_cache: Some(RepeatCache::default()),
-        })
+        }
     }
 
     #[cfg(test)]
@@ -469,12 +482,12 @@ impl NativeBlock {
                 C::SpanKind => b.push_str(rows::span_kind(span.kind).as_bytes()),
                 C::ServiceName => b.push_str(row.service_name),
                 C::ResourceAttributes => match resource_cache.as_deref_mut() {
-                    Some(cache) => b.push_repeated_attrs(row.resource, cache),
-                    None => b.push_attrs(row.resource),
+                    Some(cache) => b.push_repeated_attrs(row.resource, cache)?,
+                    None => b.push_attrs(row.resource)?,
                 },
                 C::ScopeName => b.push_str(row.scope_name),
                 C::ScopeVersion => b.push_str(row.scope_version),
-                C::SpanAttributes => b.push_attrs(row.attrs),
+                C::SpanAttributes => b.push_attrs(row.attrs)?,
                 C::ResourceAttributesKeys | C::SpanAttributesKeys => {
                     let attrs = if *id == C::SpanAttributesKeys {
                         row.attrs
@@ -520,7 +533,7 @@ impl NativeBlock {
                             &row.lists.event_attrs[e.attrs.clone()],
                             proto::EVENT_LINK_VALUE_DEPTH,
                         )?;
-                        inner.push_attrs(scratch);
+                        inner.push_attrs(scratch)?;
                     }
                     b.end_array(events.len());
                 }
@@ -552,7 +565,7 @@ impl NativeBlock {
                             &row.lists.link_attrs[l.attrs.clone()],
                             proto::EVENT_LINK_VALUE_DEPTH,
                         )?;
-                        inner.push_attrs(scratch);
+                        inner.push_attrs(scratch)?;
                     }
                     b.end_array(links.len());
                 }

@@ -135,26 +135,44 @@ pub fn write_private(path: &Path, text: &str) {
     f.write_all(text.as_bytes()).unwrap();
 }
 
-/// A throw-away RSA key (PEM) the broker does not know: the stand-in signs with it to show
-/// the broker checks signatures. Removed by the caller.
-pub fn foreign_signing_key() -> PathBuf {
-    let path = std::env::temp_dir().join(format!("{}.pem", unique_name("oidc-foreign-key")));
-    let out = Command::new("openssl")
-        .args([
-            "genpkey",
-            "-algorithm",
-            "RSA",
-            "-pkeyopt",
-            "rsa_keygen_bits:2048",
-            "-out",
-        ])
-        .arg(&path)
-        .output()
-        .expect("openssl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    path
+/// A throw-away RSA key (PEM) the broker does not know, removed when dropped: the stand-in
+/// signs with it to show the broker checks signatures.
+pub struct ForeignKey {
+    pub path: PathBuf,
+}
+
+impl ForeignKey {
+    pub fn new() -> Self {
+        let path = std::env::temp_dir().join(format!("{}.pem", unique_name("oidc-foreign-key")));
+        let out = Command::new("openssl")
+            .args([
+                "genpkey",
+                "-algorithm",
+                "RSA",
+                "-pkeyopt",
+                "rsa_keygen_bits:2048",
+                "-out",
+            ])
+            .arg(&path)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Self { path }
+    }
+}
+
+impl Default for ForeignKey {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for ForeignKey {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use common::create_topic;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tracehouse_contract::oauth::OAuthClient;
-use tracehouse_e2e::oidc::{OidcProvider, foreign_signing_key};
+use tracehouse_e2e::oidc::{ForeignKey, OidcProvider};
 use tracehouse_e2e::{delete_topics, kafka_brokers, stack_var, unique_name};
 use tracehouse_operator::error::Error;
 use tracehouse_operator::kafka::{KafkaAccess, KafkaClient, KafkaError, PartitionOffsets};
@@ -91,7 +91,6 @@ async fn the_operators_reads_go_through_oauthbearer_and_refusals_are_named() {
     let topic = unique_name("th-oauth");
     let group = unique_name("th-oauth-group");
     create_topic(&topic, 2).await;
-    let foreign_key = foreign_signing_key();
     let body = async {
         records_and_a_commit(&topic, &group).await;
         let idp = OidcProvider::start(CLIENT_ID, "the-client-secret", 300);
@@ -143,8 +142,9 @@ async fn the_operators_reads_go_through_oauthbearer_and_refusals_are_named() {
         assert_eq!(Error::Kafka(err).reason(), "KafkaAuthFailed");
 
         // A token the broker cannot verify: the broker's refusal.
+        let foreign_key = ForeignKey::new();
         let forger =
-            OidcProvider::start_with_key(&foreign_key, CLIENT_ID, "the-client-secret", 300);
+            OidcProvider::start_with_key(&foreign_key.path, CLIENT_ID, "the-client-secret", 300);
         let err = partitions(&access(&forger.url, "the-client-secret"), &topic)
             .await
             .unwrap_err();
@@ -154,7 +154,9 @@ async fn the_operators_reads_go_through_oauthbearer_and_refusals_are_named() {
         );
         assert_eq!(forger.issued(), 1);
     };
-    body.await;
-    let _ = std::fs::remove_file(&foreign_key);
+    let result = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(body)).await;
     delete_topics(&[&topic]).await;
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
 }

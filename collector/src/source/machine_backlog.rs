@@ -60,9 +60,8 @@ impl Partition {
     /// Whether the records waiting in Kafka past `offset` (the open batch's last) are at
     /// least as many as the open batch holds: another batch of this size is ready to read.
     pub(super) fn behind(&self, offset: i64) -> bool {
-        self.high_watermark.is_some_and(|high| {
-            high - (offset + 1) >= self.builder.held().1 as i64
-        })
+        self.high_watermark
+            .is_some_and(|high| high - (offset + 1) >= self.builder.held().1 as i64)
     }
 
     /// Rules 2 (no recorded cut here: the caller checked), the size cut and rule 8.

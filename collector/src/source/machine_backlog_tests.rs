@@ -44,8 +44,15 @@ fn a_caught_up_partition_cuts_at_the_size_cut_as_before() {
     // Caught up: the log ends where the consumer is.
     high(&mut o, &[(0, 25)]);
     o.deliver(0, 25..30, b"r");
-    assert_eq!(o.kafka.ranges(), [range(0, 9), range(10, 19), range(20, 29)]);
-    assert_eq!(o.kafka.durable, [false, false, false], "size cuts replay from the data");
+    assert_eq!(
+        o.kafka.ranges(),
+        [range(0, 9), range(10, 19), range(20, 29)]
+    );
+    assert_eq!(
+        o.kafka.durable,
+        [false, false, false],
+        "size cuts replay from the data"
+    );
 }
 
 #[test]
@@ -59,7 +66,11 @@ fn a_partition_behind_grows_its_batch_to_the_backlog_cut_durably() {
         [range(0, 39), range(40, 79)],
         "40 records a batch while 1 000 wait"
     );
-    assert_eq!(o.kafka.durable, [true, true], "a grown cut depends on the backlog");
+    assert_eq!(
+        o.kafka.durable,
+        [true, true],
+        "a grown cut depends on the backlog"
+    );
 }
 
 #[test]
@@ -86,7 +97,11 @@ fn a_successor_replays_a_grown_cut_exactly_whatever_its_own_backlog() {
     let mut next = Owner::after(&first, config(10));
     next.assign(0);
     next.deliver(0, 0..50, b"r");
-    assert_eq!(next.kafka.ranges()[0], range(0, 39), "the recorded cut, not 10 records");
+    assert_eq!(
+        next.kafka.ranges()[0],
+        range(0, 39),
+        "the recorded cut, not 10 records"
+    );
 }
 
 #[test]
@@ -103,9 +118,17 @@ fn a_bundle_of_partitions_behind_grows_to_the_backlog_cut() {
             o.deliver(p, round * 3..round * 3 + 3, b"r");
         }
     }
-    let held: usize = o.kafka.sent.iter().map(|b| b.range.last - b.range.first + 1).sum::<i64>() as usize;
+    let held: usize = o
+        .kafka
+        .sent
+        .iter()
+        .map(|b| b.range.last - b.range.first + 1)
+        .sum::<i64>() as usize;
     assert_eq!(o.kafka.bundles.len(), 1, "one bundle");
-    assert!(held >= 40, "the bundle held {held} records, at least the backlog cut");
+    assert!(
+        held >= 40,
+        "the bundle held {held} records, at least the backlog cut"
+    );
 
     // Caught up: bundles close at the live cut again.
     let mut live = Owner::new(growing(true), 1 << 20);
@@ -117,5 +140,9 @@ fn a_bundle_of_partitions_behind_grows_to_the_backlog_cut() {
             live.deliver(p, round * 3..round * 3 + 3, b"r");
         }
     }
-    assert!(live.kafka.bundles.len() >= 2, "{} bundles", live.kafka.bundles.len());
+    assert!(
+        live.kafka.bundles.len() >= 2,
+        "{} bundles",
+        live.kafka.bundles.len()
+    );
 }

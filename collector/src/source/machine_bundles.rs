@@ -49,7 +49,8 @@ impl Machine {
             }
         }
         // Rule 8: while the bundle's partitions are behind, it grows to the backlog cut.
-        let cut = if self.cfg.backlog_cut.max_bytes > self.cfg.cut.max_bytes && self.bundle_behind() {
+        let cut = if self.cfg.backlog_cut.max_bytes > self.cfg.cut.max_bytes && self.bundle_behind()
+        {
             self.cfg.backlog_cut
         } else {
             self.cfg.cut

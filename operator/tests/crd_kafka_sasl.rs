@@ -36,7 +36,10 @@ async fn the_api_server_names_every_missing_or_misplaced_sasl_setting() {
         "extensions": { "logicalCluster": "lkc-12345", "identityPoolId": "pool-AbCd" }
     });
     for (name, sasl) in [
-        ("oauth", json!({ "mechanism": "OAUTHBEARER", "oauth": oauth })),
+        (
+            "oauth",
+            json!({ "mechanism": "OAUTHBEARER", "oauth": oauth }),
+        ),
         (
             "scram",
             json!({ "mechanism": "SCRAM-SHA-512", "credentials": { "name": "kafka-scram" } }),

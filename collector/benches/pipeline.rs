@@ -1,5 +1,5 @@
 //! The collector's CPU path per span: Kafka payload → decode → rows → encode → LZ4,
-//! for RowBinary and Native, Map and JSON attributes, reported in spans per second
+//! for RowBinary and Native, Map and JSON attributes (each in both), reported in spans per second
 //! (criterion "elements"). One bench thread = one core. Each format also runs without
 //! compression, which prints what LZ4 alone costs per span.
 //!
@@ -125,6 +125,7 @@ fn data_set(c: &mut Criterion, name: &str, records: &[Vec<u8>]) {
         (Attributes::Map, InsertFormat::RowBinary),
         (Attributes::Map, InsertFormat::Native),
         (Attributes::Json, InsertFormat::RowBinary),
+        (Attributes::Json, InsertFormat::Native),
     ] {
         let label = format!("{attributes:?}/{format:?}");
         if std::env::var("BENCH_FORMAT").is_ok_and(|f| f != label) {

@@ -318,36 +318,40 @@ fn a_declined_record_leaves_no_partial_rows() {
 fn the_resource_attributes_cache_writes_what_the_plain_path_writes() {
     // Resources alternate between records, a damaged record is taken back in the
     // middle, and tiny blocks force a cut (and a new dictionary) after every record.
-    let mut t = TableOptions::new(
-        Ident::new("database", "otel").unwrap(),
-        Ident::new("table", "otel_traces").unwrap(),
-    );
-    t.attributes = Attributes::Map;
-    let mut o = EncoderOptions::new(InsertFormat::Native);
-    o.compression = Compression::None;
+    // Map and JSON (whose keys column is cached too).
     let reqs = requests(6);
     let mut bad = reqs[2].encode_to_vec();
     let n = bad.len();
     bad[n - 2] = 0xff;
-    for block_bytes in [1, EncoderOptions::DEFAULT_NATIVE_BLOCK_BYTES] {
-        o.native_block_bytes = block_bytes;
-        let mut cached = Encoder::with_options(&t, o).unwrap();
-        let mut plain = Encoder::with_options(&t, o).unwrap();
-        if let super::Rows::Native(b) = &mut plain.rows {
-            b.without_repeat_cache();
-        }
-        for e in [&mut cached, &mut plain] {
-            for (i, r) in reqs.iter().enumerate() {
-                e.push_proto(&r.encode_to_vec()).unwrap();
-                if i == 3 {
-                    assert!(e.push_proto(&bad).is_err());
+    for attributes in [Attributes::Map, Attributes::Json] {
+        let mut t = TableOptions::new(
+            Ident::new("database", "otel").unwrap(),
+            Ident::new("table", "otel_traces").unwrap(),
+        );
+        t.attributes = attributes;
+        t.attribute_keys_columns = true;
+        let mut o = EncoderOptions::new(InsertFormat::Native);
+        o.compression = Compression::None;
+        for block_bytes in [1, EncoderOptions::DEFAULT_NATIVE_BLOCK_BYTES] {
+            o.native_block_bytes = block_bytes;
+            let mut cached = Encoder::with_options(&t, o).unwrap();
+            let mut plain = Encoder::with_options(&t, o).unwrap();
+            if let super::Rows::Native(b) = &mut plain.rows {
+                b.without_repeat_cache();
+            }
+            for e in [&mut cached, &mut plain] {
+                for (i, r) in reqs.iter().enumerate() {
+                    e.push_proto(&r.encode_to_vec()).unwrap();
+                    if i == 3 {
+                        assert!(e.push_proto(&bad).is_err());
+                    }
                 }
             }
+            assert!(
+                cached.finish() == plain.finish(),
+                "{attributes:?}, block bytes {block_bytes}"
+            );
         }
-        assert!(
-            cached.finish() == plain.finish(),
-            "block bytes {block_bytes}"
-        );
     }
 }
 

@@ -20,6 +20,8 @@ pub mod compress;
 mod native;
 mod native_dynamic;
 mod native_json;
+mod native_lc;
+mod native_repeat;
 pub mod plan;
 mod rowbinary;
 
@@ -119,6 +121,9 @@ pub(crate) struct SpanRow<'a> {
     pub scope_name: &'a [u8],
     pub scope_version: &'a [u8],
     pub resource: &'a Rendered,
+    /// Changes whenever `resource` does (a new resource), for what is worked out once per
+    /// resource.
+    pub resource_generation: u64,
     pub attrs: &'a Rendered,
 }
 
@@ -184,6 +189,8 @@ pub struct Encoder {
     /// Reused by [`Self::mark`].
     mark_scratch: Vec<usize>,
     resource: Rendered,
+    /// Counts the resources rendered into `resource` ([`SpanRow::resource_generation`]).
+    resource_generation: u64,
     /// RowBinary only: `resource` serialized, once per resource.
     resource_bytes: rowbinary::ResourceBytes,
     span_attrs: Rendered,
@@ -231,6 +238,7 @@ impl Encoder {
             service_name: Vec::new(),
             mark_scratch: Vec::new(),
             resource: Rendered::new(table.attributes),
+            resource_generation: 0,
             resource_bytes: rowbinary::ResourceBytes::default(),
             span_attrs: Rendered::new(table.attributes),
             nested_attrs: Rendered::new(table.attributes),
@@ -409,6 +417,7 @@ impl Encoder {
             }
             // Once per resource: every span of it shares these values.
             rows::service_name(&resource.attrs, &mut self.service_name)?;
+            self.resource_generation += 1;
             self.resource
                 .fill(&resource.attrs, proto::RESOURCE_VALUE_DEPTH)?;
             if matches!(self.rows, Rows::RowBinary) {
@@ -439,6 +448,7 @@ impl Encoder {
                         scope_name: scope.name,
                         scope_version: scope.version,
                         resource: &self.resource,
+                        resource_generation: self.resource_generation,
                         attrs: &self.span_attrs,
                     };
                     match &mut self.rows {

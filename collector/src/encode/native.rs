@@ -6,43 +6,33 @@
 //!
 //! - `DateTime64(9)`, `UInt64`: 8 bytes little-endian per row;
 //! - `String`: var-int length and bytes per row;
-//! - `LowCardinality(String)`: prefix `u64 1` (shared dictionary with additional
-//!   keys); data `u64 flags` (index width | has additional keys | update dictionary),
-//!   `u64` key count, the keys as a `String` column, `u64` row count, one index per row
-//!   (u8/u16/u32 by dictionary size); nothing at all for zero rows;
+//! - `LowCardinality(String)`: a dictionary per block ([`super::native_lc`]);
 //! - `Array(T)`: T's prefix; cumulative `u64` end offsets per row; T's data for all
 //!   elements;
 //! - `Map(K, V)`: as `Array(Tuple(K, V))`: K's and V's prefixes, offsets, all keys,
-//!   all values.
-//!
-//! Columns are built in their own buffers while rows arrive and laid out one after
-//! the other when the block is cut, so each column's bytes are contiguous.
-//!
+//!   all values;
 //! - `JSON`: flattened, every path a `Dynamic` column of its own ([`super::native_json`],
 //!   [`super::native_dynamic`]); the server reads that from 25.6 on, which is why the JSON
 //!   table gets Native only from a server known to read it (`crate::insert::format`).
-
-use std::collections::HashMap;
+//!
+//! Columns are built in their own buffers while rows arrive and laid out one after
+//! the other when the block is cut, so each column's bytes are contiguous. The resource's
+//! columns are worked out once per resource ([`super::native_repeat`]).
 
 use tracehouse_schema::SpanColumn;
 
 use super::native_json::JsonColumn;
+use super::native_lc::LowCardinality;
+use super::native_repeat::RepeatCache;
 use super::plan::{AttrShape, PlannedColumn, Shape, Text};
 use super::{Rendered, SpanRow};
 use crate::decode::proto;
 use crate::rows;
 use crate::wire::{put_str, put_u64, put_varint};
 
-/// `LowCardinality` serialization constants (ClickHouse `SerializationLowCardinality`).
-const LC_SHARED_DICTIONARIES_WITH_ADDITIONAL_KEYS: u64 = 1;
-const LC_HAS_ADDITIONAL_KEYS: u64 = 1 << 9;
-const LC_NEED_UPDATE_DICTIONARY: u64 = 1 << 10;
-
-pub(super) type FastMap = HashMap<Box<[u8]>, u32, foldhash::fast::FixedState>;
-
 /// A column under construction.
 #[derive(Debug)]
-enum Builder {
+pub(super) enum Builder {
     /// 8-byte little-endian values.
     Fixed(Vec<u8>),
     Str {
@@ -60,79 +50,6 @@ enum Builder {
         values: Box<Builder>,
     },
     Json(JsonColumn),
-}
-
-#[derive(Debug, Default)]
-struct LowCardinality {
-    dict: FastMap,
-    /// The dictionary, already as a `String` column.
-    keys: Vec<u8>,
-    indexes: Vec<u32>,
-    /// Changes whenever dictionary entries go away, so indexes remembered from before
-    /// ([`RepeatCache`]) are known to be stale.
-    epoch: u64,
-}
-
-impl LowCardinality {
-    #[inline]
-    fn index_of(&mut self, s: &[u8]) -> u32 {
-        match self.dict.get(s) {
-            Some(&i) => i,
-            None => {
-                let i = u32::try_from(self.dict.len()).unwrap_or(u32::MAX);
-                self.dict.insert(s.into(), i);
-                put_str(&mut self.keys, s);
-                i
-            }
-        }
-    }
-
-    fn push(&mut self, s: &[u8]) {
-        let index = self.index_of(s);
-        self.indexes.push(index);
-    }
-
-    fn write_data(&self, out: &mut Vec<u8>) {
-        if self.indexes.is_empty() {
-            return;
-        }
-        let keys = self.dict.len();
-        let (width, code) = match keys {
-            0..=0x100 => (1, 0),
-            0x101..=0x1_0000 => (2, 1),
-            _ => (4, 2),
-        };
-        put_u64(
-            out,
-            code | LC_HAS_ADDITIONAL_KEYS | LC_NEED_UPDATE_DICTIONARY,
-        );
-        put_u64(out, keys as u64);
-        out.extend_from_slice(&self.keys);
-        put_u64(out, self.indexes.len() as u64);
-        out.reserve(self.indexes.len() * width);
-        for &i in &self.indexes {
-            out.extend_from_slice(&i.to_le_bytes()[..width]);
-        }
-    }
-
-    fn clear(&mut self) {
-        self.dict.clear();
-        self.keys.clear();
-        self.indexes.clear();
-        self.epoch += 1;
-    }
-}
-
-/// The resource's attributes as the `ResourceAttributes` column last wrote them: every
-/// span of a resource carries the same map, so its dictionary indexes and its values'
-/// bytes are worked out once per resource instead of once per span.
-#[derive(Debug, Default)]
-pub(super) struct RepeatCache {
-    /// [`crate::rows::MapAttrs::generation`] and [`LowCardinality::epoch`] it is for.
-    key: Option<(u64, u64)>,
-    key_indexes: Vec<u32>,
-    /// The values, already as `String` column bytes.
-    values: Vec<u8>,
 }
 
 impl Builder {
@@ -183,7 +100,7 @@ impl Builder {
     }
 
     #[inline]
-    fn push_str(&mut self, s: &[u8]) {
+    pub(super) fn push_str(&mut self, s: &[u8]) {
         match self {
             Builder::Str { data, rows } => {
                 put_str(data, s);
@@ -209,7 +126,7 @@ impl Builder {
         }
     }
 
-    fn push_attrs(&mut self, attrs: &Rendered) -> proto::Result<()> {
+    pub(super) fn push_attrs(&mut self, attrs: &Rendered) -> proto::Result<()> {
         if let (Builder::Json(column), Rendered::Json(j)) = (&mut *self, attrs) {
             // Only a bug of the transcoder could refuse the values `rows::json` wrote: the
             // record then goes the way of one the in-place reader does not take.
@@ -226,7 +143,7 @@ impl Builder {
     }
 
     /// The offsets, keys and values of a `Map` column.
-    fn map_parts(&mut self) -> Option<(&mut Vec<u64>, &mut Builder, &mut Builder)> {
+    pub(super) fn map_parts(&mut self) -> Option<(&mut Vec<u64>, &mut Builder, &mut Builder)> {
         match self {
             Builder::Map {
                 offsets,
@@ -237,42 +154,14 @@ impl Builder {
         }
     }
 
-    /// [`Self::push_attrs`] for a map that repeats row after row (the resource's).
-    fn push_repeated_attrs(
-        &mut self,
-        attrs: &Rendered,
-        cache: &mut RepeatCache,
-    ) -> proto::Result<()> {
-        if let (Some((offsets, keys, values)), Rendered::Map(m)) = (self.map_parts(), attrs)
-            && let (Builder::Lc(lc), Builder::Str { data, rows }) = (keys, values)
-        {
-            let key = (m.generation(), lc.epoch);
-            if cache.key != Some(key) {
-                cache.key_indexes.clear();
-                cache.values.clear();
-                for (k, v) in m.iter() {
-                    cache.key_indexes.push(lc.index_of(k));
-                    put_str(&mut cache.values, v);
-                }
-                cache.key = Some(key);
-            }
-            lc.indexes.extend_from_slice(&cache.key_indexes);
-            data.extend_from_slice(&cache.values);
-            *rows += m.len();
-            close_row(offsets, m.len());
-            return Ok(());
-        }
-        self.push_attrs(attrs)
-    }
-
     /// Closes the current row of an `Array` after `n` elements were pushed to `inner`.
-    fn end_array(&mut self, n: usize) {
+    pub(super) fn end_array(&mut self, n: usize) {
         if let Builder::Array { offsets, .. } = self {
             close_row(offsets, n);
         }
     }
 
-    fn inner(&mut self) -> &mut Builder {
+    pub(super) fn inner(&mut self) -> &mut Builder {
         match self {
             Builder::Array { inner, .. } => inner,
             other => other,
@@ -282,7 +171,7 @@ impl Builder {
     fn write_prefix(&self, out: &mut Vec<u8>) {
         match self {
             Builder::Fixed(_) | Builder::Str { .. } => {}
-            Builder::Lc(_) => put_u64(out, LC_SHARED_DICTIONARIES_WITH_ADDITIONAL_KEYS),
+            Builder::Lc(lc) => lc.write_prefix(out),
             Builder::Array { inner, .. } => inner.write_prefix(out),
             Builder::Map { keys, values, .. } => {
                 keys.write_prefix(out);
@@ -342,7 +231,7 @@ impl Builder {
         match self {
             Builder::Fixed(data) => out.push(data.len()),
             Builder::Str { data, rows } => out.extend([data.len(), *rows]),
-            Builder::Lc(lc) => out.extend([lc.indexes.len(), lc.dict.len(), lc.keys.len()]),
+            Builder::Lc(lc) => lc.mark(out),
             Builder::Array { offsets, inner } => {
                 out.push(offsets.len());
                 inner.mark(out);
@@ -368,15 +257,7 @@ impl Builder {
                 data.truncate(next());
                 *rows = next();
             }
-            Builder::Lc(lc) => {
-                lc.indexes.truncate(next());
-                let keys = next();
-                if lc.dict.len() > keys {
-                    lc.dict.retain(|_, i| (*i as usize) < keys);
-                    lc.epoch += 1;
-                }
-                lc.keys.truncate(next());
-            }
+            Builder::Lc(lc) => lc.rollback(marks),
             Builder::Array { offsets, inner } => {
                 offsets.truncate(next());
                 inner.rollback(marks);
@@ -398,7 +279,7 @@ impl Builder {
     fn data_len(&self) -> usize {
         match self {
             Builder::Fixed(data) | Builder::Str { data, .. } => data.len(),
-            Builder::Lc(lc) => lc.keys.len() + lc.indexes.len() * 2,
+            Builder::Lc(lc) => lc.data_len(),
             Builder::Array { offsets, inner } => offsets.len() * 8 + inner.data_len(),
             Builder::Map {
                 offsets,
@@ -411,7 +292,7 @@ impl Builder {
 }
 
 /// Closes a row of an `Array` or `Map` column that has `n` more elements than the last.
-fn close_row(offsets: &mut Vec<u64>, n: usize) {
+pub(super) fn close_row(offsets: &mut Vec<u64>, n: usize) {
     let end = offsets.last().copied().unwrap_or(0) + n as u64;
     offsets.push(end);
 }
@@ -430,7 +311,7 @@ pub(super) struct NativeBlock {
     columns: Vec<(SpanColumn, Builder)>,
     rows: usize,
     /// `None` only in tests that compare against the uncached path.
-    resource_cache: Option<RepeatCache>,
+    resource_cache: Option<Box<RepeatCache>>,
 }
 
 impl NativeBlock {
@@ -445,7 +326,7 @@ impl NativeBlock {
             names,
             columns,
             rows: 0,
-            resource_cache: Some(RepeatCache::default()),
+            resource_cache: Some(Box::default()),
         }
     }
 
@@ -482,12 +363,19 @@ impl NativeBlock {
                 C::SpanKind => b.push_str(rows::span_kind(span.kind).as_bytes()),
                 C::ServiceName => b.push_str(row.service_name),
                 C::ResourceAttributes => match resource_cache.as_deref_mut() {
-                    Some(cache) => b.push_repeated_attrs(row.resource, cache)?,
+                    Some(cache) => {
+                        b.push_repeated_attrs(row.resource, row.resource_generation, cache)?
+                    }
                     None => b.push_attrs(row.resource)?,
                 },
                 C::ScopeName => b.push_str(row.scope_name),
                 C::ScopeVersion => b.push_str(row.scope_version),
                 C::SpanAttributes => b.push_attrs(row.attrs)?,
+                C::ResourceAttributesKeys if resource_cache.is_some() => {
+                    if let Some(cache) = resource_cache.as_deref_mut() {
+                        b.push_repeated_keys(row.resource, row.resource_generation, cache);
+                    }
+                }
                 C::ResourceAttributesKeys | C::SpanAttributesKeys => {
                     let attrs = if *id == C::SpanAttributesKeys {
                         row.attrs

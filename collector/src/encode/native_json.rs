@@ -12,8 +12,8 @@
 //! attribute columns take a rendered object, and a `JSON` nested in a value (an array of
 //! kvlists) is read from its binary encoding.
 
-use super::native::FastMap;
 use super::native_dynamic::{DynamicColumn, FLATTENED, Malformed, Result, string, varint};
+use super::native_lc::FastMap;
 use crate::rows::JsonObject;
 use crate::wire::{put_str, put_u64, put_varint};
 
@@ -25,6 +25,17 @@ pub(super) struct JsonColumn {
     /// The paths met in this block, in order of appearance, each with its values.
     paths: Vec<(Box<[u8]>, DynamicColumn)>,
     rows: usize,
+    /// Changes whenever paths go away, so path indexes remembered from before
+    /// ([`RepeatPaths`]) are known to be stale.
+    epoch: u64,
+}
+
+/// The path indexes of an object pushed row after row (the resource's), found once.
+#[derive(Debug, Default)]
+pub(super) struct RepeatPaths {
+    /// The object's generation and the column's epoch they are for.
+    key: Option<(u64, u64)>,
+    indexes: Vec<u32>,
 }
 
 impl JsonColumn {
@@ -49,23 +60,54 @@ impl JsonColumn {
         Ok(())
     }
 
+    /// [`Self::push_object`] for an object that repeats row after row: `generation` changes
+    /// whenever `obj` does.
+    pub(super) fn push_repeated(
+        &mut self,
+        obj: &JsonObject,
+        generation: u64,
+        cache: &mut RepeatPaths,
+    ) -> Result<()> {
+        let key = (generation, self.epoch);
+        if cache.key != Some(key) {
+            cache.indexes.clear();
+            for (path, _) in obj.stored() {
+                let i = self.index_of(path)?;
+                cache.indexes.push(i);
+            }
+            cache.key = Some(key);
+        }
+        for ((_, mut value), &i) in obj.stored().zip(&cache.indexes) {
+            self.push_at(i as usize, &mut value)?;
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
     /// Adds a row without paths.
     pub(super) fn push_empty(&mut self) {
         self.rows += 1;
     }
 
+    /// The index of `path` in `paths`, added if new.
+    fn index_of(&mut self, path: &[u8]) -> Result<u32> {
+        if let Some(&i) = self.index.get(path) {
+            return Ok(i);
+        }
+        let i = u32::try_from(self.paths.len()).map_err(|_| Malformed)?;
+        self.index.insert(path.into(), i);
+        self.paths.push((path.into(), DynamicColumn::default()));
+        Ok(i)
+    }
+
     /// Adds the current row's value of `path`, read off the front of `r`.
     fn push_path(&mut self, path: &[u8], r: &mut &[u8]) -> Result<()> {
-        let i = match self.index.get(path) {
-            Some(&i) => i as usize,
-            None => {
-                let i = self.paths.len();
-                self.index
-                    .insert(path.into(), u32::try_from(i).map_err(|_| Malformed)?);
-                self.paths.push((path.into(), DynamicColumn::default()));
-                i
-            }
-        };
+        let i = self.index_of(path)? as usize;
+        self.push_at(i, r)
+    }
+
+    /// Adds the current row's value of the path at `i`, read off the front of `r`.
+    fn push_at(&mut self, i: usize, r: &mut &[u8]) -> Result<()> {
         let column = &mut self.paths[i].1;
         if column.len() > self.rows {
             // The path twice in one object: JsonObject keeps one.
@@ -110,6 +152,7 @@ impl JsonColumn {
         self.index.clear();
         self.paths.clear();
         self.rows = 0;
+        self.epoch += 1;
     }
 
     pub(super) fn mark(&self, out: &mut Vec<usize>) {
@@ -126,6 +169,7 @@ impl JsonColumn {
             // Paths first met after the mark only have values after it.
             self.paths.truncate(paths);
             self.index.retain(|_, i| (*i as usize) < paths);
+            self.epoch += 1;
         }
         for (_, c) in &mut self.paths {
             c.rollback(marks);

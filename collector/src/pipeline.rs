@@ -54,6 +54,8 @@ pub async fn run(
         http.abort();
         return Ok(());
     }
+    // A JSON table's format depends on the server (`insert/format.rs`): known from here on.
+    let factory = crate::insert::format::for_server(&cfg, &metrics, &sink, factory).await;
 
     let budget = Budget::new(cfg.limits.max_inflight_bytes);
     // Unbounded in count, bounded in bytes by type: a batch carries its budget permit and

@@ -5,6 +5,9 @@
 //! mixed types, dotted keys, a path with more types than a path keeps, more paths than a
 //! column keeps) and loadgen's records; in one block and in many, compressed as sent.
 //!
+//! And the collector itself on the stack (a 26.9 server): `insert_format: auto` sends the JSON
+//! table Native, `row_binary` RowBinary, each span stored exactly once.
+//!
 //! Also the body dump of `e2e/format-cost` (ignored test `dump_bodies`): loadgen's records
 //! encoded by the collector in each format, for the server-CPU measure.
 //!
@@ -12,6 +15,7 @@
 //! skips, without them: run `eval "$(e2e/stack env)"` from the repository root first.
 #![cfg(feature = "stack-tests")]
 
+mod common;
 mod golden_fixture;
 
 use golden_fixture::{arr, assert_rows_eq, b, bytes, d, empty, i, kv, kvl, request, s};
@@ -42,22 +46,28 @@ fn table(db: &str, name: &str, keys: bool) -> TableOptions {
 }
 
 /// Writes loadgen's records, encoded by the collector for the JSON table, into
-/// `$TRACEHOUSE_BODY_DIR` (default `target/format-cost`): `<format>/<n>.bin`, the
+/// `$TRACEHOUSE_BODY_DIR` (default `format-cost/` in cargo's test scratch directory,
+/// `target/tmp`): `<format>/<n>.bin`, the
 /// uncompressed insert bodies of each format the encoder writes, one per
 /// `TRACEHOUSE_BODY_BATCH` spans (default 8 000, about what one 8 MiB batch of loadgen's
 /// records holds); `insert.sql` (the statement without its `FORMAT`), `table_<engine>.sql`
 /// (the table's DDL for `{db}`.`{table}`), `spans.txt`. `TRACEHOUSE_BODY_SPANS` spans in all
-/// (default 200 000). Run by `e2e/format-cost`.
+/// (default 200 000); `TRACEHOUSE_BODY_BLOCK_BYTES`: Native blocks cut at this many bytes of
+/// column data (default the encoder's, 2 MiB). Run by `e2e/format-cost`.
 #[test]
 #[ignore = "a tool: run by e2e/format-cost"]
 fn dump_bodies() {
-    let dir = std::env::var("TRACEHOUSE_BODY_DIR").unwrap_or_else(|_| "target/format-cost".into());
+    let dir = std::env::var("TRACEHOUSE_BODY_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_TARGET_TMPDIR"), "/format-cost").into());
     let spans: usize = std::env::var("TRACEHOUSE_BODY_SPANS")
         .map(|s| s.parse().expect("TRACEHOUSE_BODY_SPANS: a number"))
         .unwrap_or(200_000);
     let batch: usize = std::env::var("TRACEHOUSE_BODY_BATCH")
         .map(|s| s.parse().expect("TRACEHOUSE_BODY_BATCH: a number"))
         .unwrap_or(8_000);
+    let block_bytes: usize = std::env::var("TRACEHOUSE_BODY_BLOCK_BYTES")
+        .map(|s| s.parse().expect("TRACEHOUSE_BODY_BLOCK_BYTES: a number"))
+        .unwrap_or(EncoderOptions::DEFAULT_NATIVE_BLOCK_BYTES);
     let keys = std::env::var("TRACEHOUSE_BODY_NO_KEYS").is_err();
     std::fs::create_dir_all(&dir).unwrap();
     let mut generator = Generator::new(GeneratorConfig {
@@ -75,6 +85,7 @@ fn dump_bodies() {
     for format in [InsertFormat::RowBinary, InsertFormat::Native] {
         let options = EncoderOptions {
             compression: Compression::None,
+            native_block_bytes: block_bytes,
             ..EncoderOptions::new(format)
         };
         let Ok(mut enc) = Encoder::with_options(&t, options) else {
@@ -559,4 +570,26 @@ async fn loadgen_records_store_the_same_rows_in_native_as_in_rowbinary() {
         assert_eq!(rows, 3000);
     }
     ch.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_collector_sends_a_json_table_native_on_this_server_unless_told_row_binary() {
+    use std::time::Duration;
+    for (config, format) in [
+        (None, "Native"),
+        (Some("tests/configs/row-binary.yaml"), "RowBinary"),
+    ] {
+        let w = common::World::new("nativejson", Attributes::Json);
+        w.produce(3_000, 2, 5).await;
+        let extra: Vec<&str> = config.map(|c| vec!["--config", c]).unwrap_or_default();
+        let c = w.start_collector(&extra);
+        assert_eq!(w.wait_rows(3_000, Duration::from_secs(90)).await, 3_000);
+        assert!(w.verify(3_000).await.is_exact());
+        let log = std::fs::read_to_string(&c.log).unwrap_or_default();
+        let line = log
+            .lines()
+            .find(|l| l.contains("insert format"))
+            .unwrap_or_else(|| panic!("no insert format line:\n{}", c.log_tail()));
+        assert!(line.contains(&format!("\"{format}\"")), "{line}");
+    }
 }

@@ -274,19 +274,21 @@ pub fn enable_insert_deduplication(opts: &TableOptions) -> Result<Option<Vec<Str
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum InsertFormat {
-    /// The measured best for the table variant (see the collector README).
+    /// The measured best for the table variant and the server (see the collector README).
     #[default]
     Auto,
-    /// ClickHouse `Native`: column blocks (Map attributes only).
+    /// ClickHouse `Native`: column blocks (both attribute layouts; JSON in the flattened
+    /// serialization, which servers read from 25.6 on).
     Native,
     /// ClickHouse `RowBinary`: row after row (both attribute layouts).
     RowBinary,
 }
 
 impl InsertFormat {
-    /// The format actually sent to a table with `attributes`: [`Self::Auto`] becomes the
-    /// measured best (Native for Map attributes, RowBinary for JSON ones, which the Native
-    /// encoder cannot write); an explicit choice stays. Never returns `Auto`.
+    /// The format sent to a table with `attributes` when the server is not known:
+    /// [`Self::Auto`] becomes Native for Map attributes and RowBinary for JSON ones (the
+    /// collector sends those Native too once it knows the server reads them: its
+    /// `insert/format.rs`); an explicit choice stays. Never returns `Auto`.
     pub fn resolve(self, attributes: Attributes) -> Self {
         match (self, attributes) {
             (Self::Auto, Attributes::Map) => Self::Native,

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tracehouse_schema::{SettingError, TableOptions, TableSettings};
+use tracehouse_schema::{InsertFormat, SettingError, TableOptions, TableSettings};
 
 use crate::config::Config;
 use crate::decode;
@@ -100,9 +100,20 @@ pub fn processor(cfg: &Config) -> Result<Processor, String> {
     Processor::new(p, key).map_err(|e| e.to_string())
 }
 
-/// Build the per-thread encoder factory (checked once here, so workers cannot fail).
+/// Build the per-thread encoder factory (checked once here, so workers cannot fail), for the
+/// configured `clickhouse.insert_format` (`auto` as known without the server: see
+/// [`crate::insert::format`], which may build another for the server at hand).
 /// `metrics` receives what the processing rules did.
 pub fn factory(cfg: &Config, metrics: &Metrics) -> Result<EncoderFactory, String> {
+    factory_with(cfg, metrics, cfg.clickhouse.insert_format)
+}
+
+/// [`factory`] for `format` instead of the configured one.
+pub fn factory_with(
+    cfg: &Config,
+    metrics: &Metrics,
+    format: InsertFormat,
+) -> Result<EncoderFactory, String> {
     let processor = Arc::new(processor(cfg)?);
     let processed: Arc<[[Counter; 3]]> = processor
         .names()
@@ -121,7 +132,6 @@ pub fn factory(cfg: &Config, metrics: &Metrics) -> Result<EncoderFactory, String
         .collect();
     let table = table_options(cfg).map_err(|e| e.to_string())?;
     // `auto` is resolved for the table by the encoder.
-    let format = cfg.clickhouse.insert_format;
     let encoding = cfg.kafka.encoding;
     let options = EncoderOptions {
         max_expanded_record_bytes: cfg.limits.max_expanded_record_bytes,

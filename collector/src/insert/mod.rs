@@ -37,6 +37,7 @@
 pub mod breaker;
 pub mod dead_letter;
 pub mod encoder;
+pub mod format;
 pub mod retry;
 pub mod sink;
 

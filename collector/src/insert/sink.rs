@@ -143,6 +143,36 @@ impl Sink {
         }
     }
 
+    /// `SELECT version()`: the server's release (`26.9.2.1`), which decides the insert format
+    /// of a JSON table ([`crate::insert::format`]).
+    pub async fn server_version(&self) -> Result<String, InsertError> {
+        let resp = self
+            .client
+            .get(format!("{}/", self.base_url))
+            .query(&[("query", "SELECT version()")])
+            .header("X-ClickHouse-User", &self.credentials.user)
+            .header("X-ClickHouse-Key", &self.credentials.password)
+            .send()
+            .await
+            .map_err(|e| InsertError::Transport(describe_reqwest(&e)))?;
+        let status = resp.status();
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| InsertError::Transport(describe_reqwest(&e)))?;
+        match parse_exception_code(&text) {
+            Some(code) => Err(InsertError::Server {
+                code,
+                message: first_line(&text),
+            }),
+            None if status.is_success() => Ok(text.trim().to_string()),
+            None => Err(InsertError::Http {
+                status: status.as_u16(),
+                message: first_line(&text),
+            }),
+        }
+    }
+
     /// Send one insert body, with `decompress=1` when the encoder compressed it (the body
     /// says). `query` is the `INSERT INTO … FORMAT …` statement; `token` the deduplication
     /// token (same batch ⇒ same token).

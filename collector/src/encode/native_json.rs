@@ -28,6 +28,10 @@ pub(super) struct JsonColumn {
     /// Changes whenever paths go away, so path indexes remembered from before
     /// ([`RepeatPaths`]) are known to be stale.
     epoch: u64,
+    /// The path indexes of the last object pushed, in its order: the next span of the same
+    /// instrumentation has the same paths, found by comparing each with the path at the same
+    /// place instead of hashing it.
+    last: Vec<u32>,
 }
 
 /// The path indexes of an object pushed row after row (the resource's), found once.
@@ -41,9 +45,30 @@ pub(super) struct RepeatPaths {
 impl JsonColumn {
     /// Adds a row holding `obj`'s stored paths.
     pub(super) fn push_object(&mut self, obj: &JsonObject) -> Result<()> {
+        let mut last = std::mem::take(&mut self.last);
+        let mut n = 0;
         for (path, mut value) in obj.stored() {
-            self.push_path(path, &mut value)?;
+            // A remembered index is only a guess: it is used when its path is this one.
+            let i = match last.get(n) {
+                Some(&i)
+                    if self
+                        .paths
+                        .get(i as usize)
+                        .is_some_and(|(p, _)| **p == *path) =>
+                {
+                    i
+                }
+                _ => self.index_of(path)?,
+            };
+            match last.get_mut(n) {
+                Some(slot) => *slot = i,
+                None => last.push(i),
+            }
+            n += 1;
+            self.push_at(i as usize, &mut value)?;
         }
+        last.truncate(n);
+        self.last = last;
         self.rows += 1;
         Ok(())
     }

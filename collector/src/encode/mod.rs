@@ -18,10 +18,8 @@
 
 pub mod compress;
 mod native;
-mod native_dynamic;
 mod native_json;
 mod native_lc;
-mod native_repeat;
 pub mod plan;
 mod rowbinary;
 

@@ -12,23 +12,23 @@
 //! - `Map(K, V)`: as `Array(Tuple(K, V))`: K's and V's prefixes, offsets, all keys,
 //!   all values;
 //! - `JSON`: flattened, every path a `Dynamic` column of its own ([`super::native_json`],
-//!   [`super::native_dynamic`]); the server reads that from 25.6 on, which is why the JSON
+//!   [`super::native_json`]); the server reads that from 25.6 on, which is why the JSON
 //!   table gets Native only from a server known to read it (`crate::insert::format`).
 //!
 //! Columns are built in their own buffers while rows arrive and laid out one after
 //! the other when the block is cut, so each column's bytes are contiguous. The resource's
-//! columns are worked out once per resource ([`super::native_repeat`]).
+//! columns are worked out once per resource ([`repeat`]).
 
 use tracehouse_schema::SpanColumn;
 
 use super::native_json::JsonColumn;
 use super::native_lc::LowCardinality;
-use super::native_repeat::RepeatCache;
 use super::plan::{AttrShape, PlannedColumn, Shape, Text};
 use super::{Rendered, SpanRow};
 use crate::decode::proto;
 use crate::rows;
 use crate::wire::{put_str, put_u64, put_varint};
+use repeat::RepeatCache;
 
 /// A column under construction.
 #[derive(Debug)]
@@ -502,3 +502,8 @@ impl NativeBlock {
         self.rows = 0;
     }
 }
+
+/// What a resource's JSON columns resolve to, kept while its spans follow each other: a child,
+/// so it builds on this file's column builders without a circle between files.
+#[path = "native_repeat.rs"]
+mod repeat;

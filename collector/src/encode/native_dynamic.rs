@@ -20,18 +20,18 @@
 //! (1 = NULL) then T's column with a default value in NULL rows; `Array(T)` cumulative `u64`
 //! end offsets then T's column of every element; `JSON` see [`super::native_json`].
 
-use super::native_json::JsonColumn;
+use super::JsonColumn;
 use crate::rows::json::tag;
 use crate::wire::{put_u64, put_varint, read_varint};
 
 /// `FLATTENED`: the serialization version of a flattened `Dynamic` and `JSON` column.
-pub(super) const FLATTENED: u64 = 3;
+pub(in crate::encode) const FLATTENED: u64 = 3;
 
 /// A value the transcoder cannot read: never written by [`crate::rows::json`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Malformed;
+pub(in crate::encode) struct Malformed;
 
-pub(super) type Result<T> = std::result::Result<T, Malformed>;
+pub(in crate::encode) type Result<T> = std::result::Result<T, Malformed>;
 
 /// Takes `n` bytes off the front of `r`.
 fn take<'a>(r: &mut &'a [u8], n: usize) -> Result<&'a [u8]> {
@@ -44,7 +44,7 @@ fn take<'a>(r: &mut &'a [u8], n: usize) -> Result<&'a [u8]> {
 }
 
 /// Takes a var-int off the front of `r`.
-pub(super) fn varint(r: &mut &[u8]) -> Result<u64> {
+pub(in crate::encode) fn varint(r: &mut &[u8]) -> Result<u64> {
     let mut pos = 0;
     let v = read_varint(r, &mut pos).ok_or(Malformed)?;
     *r = &r[pos..];
@@ -53,7 +53,7 @@ pub(super) fn varint(r: &mut &[u8]) -> Result<u64> {
 
 /// Takes a `String` value off the front of `r`: its var-int length and bytes, as one slice
 /// (which is also its Native `String` column bytes) and the bytes alone.
-pub(super) fn string<'a>(r: &mut &'a [u8]) -> Result<(&'a [u8], &'a [u8])> {
+pub(in crate::encode) fn string<'a>(r: &mut &'a [u8]) -> Result<(&'a [u8], &'a [u8])> {
     let whole = *r;
     let len = usize::try_from(varint(r)?).map_err(|_| Malformed)?;
     let header = whole.len() - r.len();
@@ -131,7 +131,7 @@ fn put_type_name(t: &mut &[u8], out: &mut String) -> Result<()> {
 
 /// The column of one type inside a `Dynamic` (or inside another typed column).
 #[derive(Debug)]
-pub(super) enum Typed {
+pub(in crate::encode) enum Typed {
     /// `Int64`, `Float64` (8 bytes), `Bool` (1 byte): the value's bytes.
     Fixed {
         width: usize,
@@ -184,7 +184,7 @@ impl Typed {
     }
 
     /// Reads one value of this column's type, in its RowBinary encoding, off the front of `r`.
-    pub(super) fn push_value(&mut self, r: &mut &[u8]) -> Result<()> {
+    pub(in crate::encode) fn push_value(&mut self, r: &mut &[u8]) -> Result<()> {
         match self {
             Typed::Fixed { width, data } => data.extend_from_slice(take(r, *width)?),
             Typed::Str(data) => data.extend_from_slice(string(r)?.0),
@@ -226,7 +226,7 @@ impl Typed {
         }
     }
 
-    pub(super) fn write_prefix(&self, out: &mut Vec<u8>) {
+    pub(in crate::encode) fn write_prefix(&self, out: &mut Vec<u8>) {
         match self {
             Typed::Fixed { .. } | Typed::Str(_) => {}
             Typed::Nullable { inner, .. } | Typed::Array { inner, .. } => inner.write_prefix(out),
@@ -235,7 +235,7 @@ impl Typed {
         }
     }
 
-    pub(super) fn write_data(&self, out: &mut Vec<u8>) {
+    pub(in crate::encode) fn write_data(&self, out: &mut Vec<u8>) {
         match self {
             Typed::Fixed { data, .. } | Typed::Str(data) => out.extend_from_slice(data),
             Typed::Nullable { nulls, inner } => {
@@ -254,7 +254,7 @@ impl Typed {
         }
     }
 
-    pub(super) fn data_len(&self) -> usize {
+    pub(in crate::encode) fn data_len(&self) -> usize {
         match self {
             Typed::Fixed { data, .. } | Typed::Str(data) => data.len(),
             Typed::Nullable { nulls, inner } => nulls.len() + inner.data_len(),
@@ -264,7 +264,7 @@ impl Typed {
         }
     }
 
-    pub(super) fn mark(&self, out: &mut Vec<usize>) {
+    pub(in crate::encode) fn mark(&self, out: &mut Vec<usize>) {
         match self {
             Typed::Fixed { data, .. } | Typed::Str(data) => out.push(data.len()),
             Typed::Nullable { nulls, inner } => {
@@ -280,7 +280,7 @@ impl Typed {
         }
     }
 
-    pub(super) fn rollback(&mut self, marks: &mut impl Iterator<Item = usize>) {
+    pub(in crate::encode) fn rollback(&mut self, marks: &mut impl Iterator<Item = usize>) {
         let mut next = || marks.next().unwrap_or(0);
         match self {
             Typed::Fixed { data, .. } | Typed::Str(data) => data.truncate(next()),
@@ -311,7 +311,7 @@ struct TypeColumn {
 
 /// A `Dynamic` column of one block.
 #[derive(Debug, Default)]
-pub(super) struct DynamicColumn {
+pub(in crate::encode) struct DynamicColumn {
     /// The types met in this block, in order of appearance.
     types: Vec<TypeColumn>,
     /// Per row, the index of its value's type in `types`, or [`NULL`]. Rows past the end (a
@@ -321,24 +321,24 @@ pub(super) struct DynamicColumn {
 
 impl DynamicColumn {
     /// Rows so far (NULL rows past the end not counted).
-    pub(super) fn len(&self) -> usize {
+    pub(in crate::encode) fn len(&self) -> usize {
         self.discriminators.len()
     }
 
     /// NULL rows until the column has `rows` rows.
-    pub(super) fn pad_to(&mut self, rows: usize) {
+    pub(in crate::encode) fn pad_to(&mut self, rows: usize) {
         if self.discriminators.len() < rows {
             self.discriminators.resize(rows, NULL);
         }
     }
 
-    pub(super) fn push_null(&mut self) {
+    pub(in crate::encode) fn push_null(&mut self) {
         self.discriminators.push(NULL);
     }
 
     /// Reads one value in the binary `Dynamic` encoding (its type, then the value) off the
     /// front of `r`; `Nothing` is NULL.
-    pub(super) fn push_value(&mut self, r: &mut &[u8]) -> Result<()> {
+    pub(in crate::encode) fn push_value(&mut self, r: &mut &[u8]) -> Result<()> {
         let n = type_len(r)?;
         let (t, value) = r.split_at(n);
         *r = value;
@@ -374,7 +374,7 @@ impl DynamicColumn {
         order
     }
 
-    pub(super) fn write_prefix(&self, out: &mut Vec<u8>) {
+    pub(in crate::encode) fn write_prefix(&self, out: &mut Vec<u8>) {
         let order = self.sorted();
         put_u64(out, FLATTENED);
         put_varint(out, order.len() as u64);
@@ -387,7 +387,7 @@ impl DynamicColumn {
     }
 
     /// Writes the discriminators of `rows` rows (NULL past the end) and each type's column.
-    pub(super) fn write_data(&self, out: &mut Vec<u8>, rows: usize) {
+    pub(in crate::encode) fn write_data(&self, out: &mut Vec<u8>, rows: usize) {
         let order = self.sorted();
         // Discriminator of each type: its place in the written order; NULL is the count.
         let mut written = vec![0u32; order.len() + 1];
@@ -418,7 +418,7 @@ impl DynamicColumn {
         }
     }
 
-    pub(super) fn data_len(&self) -> usize {
+    pub(in crate::encode) fn data_len(&self) -> usize {
         self.discriminators.len()
             + self
                 .types
@@ -427,14 +427,14 @@ impl DynamicColumn {
                 .sum::<usize>()
     }
 
-    pub(super) fn mark(&self, out: &mut Vec<usize>) {
+    pub(in crate::encode) fn mark(&self, out: &mut Vec<usize>) {
         out.extend([self.discriminators.len(), self.types.len()]);
         for c in &self.types {
             c.column.mark(out);
         }
     }
 
-    pub(super) fn rollback(&mut self, marks: &mut impl Iterator<Item = usize>) {
+    pub(in crate::encode) fn rollback(&mut self, marks: &mut impl Iterator<Item = usize>) {
         self.discriminators.truncate(marks.next().unwrap_or(0));
         // Types first met after the mark only have values after it.
         self.types.truncate(marks.next().unwrap_or(0));

@@ -1,5 +1,5 @@
 //! Native: `JSON` columns in ClickHouse's `FLATTENED` serialization — every path of the
-//! block a `Dynamic` column of its own ([`super::native_dynamic`]).
+//! block a `Dynamic` column of its own ([`dynamic`]).
 //!
 //! A `JSON` column of a block, flattened:
 //! - state prefix: `u64 3`, var-int number of paths, the paths (sorted bytewise, as the
@@ -12,10 +12,10 @@
 //! attribute columns take a rendered object, and a `JSON` nested in a value (an array of
 //! kvlists) is read from its binary encoding.
 
-use super::native_dynamic::{DynamicColumn, FLATTENED, Malformed, Result, string, varint};
 use super::native_lc::FastMap;
 use crate::rows::JsonObject;
 use crate::wire::{put_str, put_u64, put_varint};
+use dynamic::{DynamicColumn, FLATTENED, Malformed, Result, string, varint};
 
 /// A `JSON` column of one block.
 #[derive(Debug, Default)]
@@ -201,6 +201,11 @@ impl JsonColumn {
         }
     }
 }
+
+/// The `Dynamic` column of one path, which may hold JSON again: a child, so the two recursive
+/// types read each other without a circle between files.
+#[path = "native_dynamic.rs"]
+pub(super) mod dynamic;
 
 #[cfg(test)]
 #[path = "native_json_tests.rs"]

@@ -23,7 +23,7 @@ pub(super) struct LowCardinality {
     keys: Vec<u8>,
     pub(super) indexes: Vec<u32>,
     /// Changes whenever dictionary entries go away, so indexes remembered from before
-    /// ([`super::native_repeat::RepeatCache`]) are known to be stale.
+    /// ([`super::native::RepeatCache`]) are known to be stale.
     pub(super) epoch: u64,
 }
 

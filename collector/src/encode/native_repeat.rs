@@ -3,15 +3,15 @@
 //! and JSON path indexes are found for its first span and reused for the others, until the
 //! resource changes or the block's dictionaries and paths do (a cut, a record taken back).
 
-use super::Rendered;
-use super::native::{Builder, close_row};
-use super::native_json::RepeatPaths;
+use super::super::Rendered;
+use super::super::native_json::RepeatPaths;
+use super::{Builder, close_row};
 use crate::decode::proto;
 use crate::wire::put_str;
 
 /// What the resource's columns last wrote, for the next span of the same resource.
 #[derive(Debug, Default)]
-pub(super) struct RepeatCache {
+pub(in crate::encode) struct RepeatCache {
     /// Map: [`crate::rows::MapAttrs::generation`] and the keys' dictionary epoch it is for.
     key: Option<(u64, u64)>,
     key_indexes: Vec<u32>,
@@ -28,7 +28,7 @@ pub(super) struct RepeatCache {
 impl Builder {
     /// [`Self::push_attrs`] for the resource's attributes; `generation` changes with the
     /// resource.
-    pub(super) fn push_repeated_attrs(
+    pub(in crate::encode) fn push_repeated_attrs(
         &mut self,
         attrs: &Rendered,
         generation: u64,
@@ -63,7 +63,7 @@ impl Builder {
 
     /// The keys of the resource's JSON attributes into `ResourceAttributesKeys`
     /// (`Array(LowCardinality(String))`); `generation` changes with the resource.
-    pub(super) fn push_repeated_keys(
+    pub(in crate::encode) fn push_repeated_keys(
         &mut self,
         attrs: &Rendered,
         generation: u64,

@@ -212,7 +212,8 @@ pub struct BatchConfig {
     /// While a partition is behind (another batch's worth of records already waiting in
     /// Kafka), its batch — or the bundle — grows past `max_bytes` up to this (`max_records`
     /// in proportion): a backlog goes in as fewer, larger parts. Used up to half of
-    /// `limits.max_inflight_bytes`; equal to `max_bytes`: never grows.
+    /// `limits.max_inflight_bytes`; at or below `max_bytes` (a pipeline that raised
+    /// `max_bytes` past it, say): never grows.
     #[serde(skip_serializing_if = "is_default_backlog_max_bytes")]
     pub backlog_max_bytes: usize,
 }
@@ -493,16 +494,6 @@ impl Config {
         }
         if b.max_records == 0 {
             return Err(invalid("batch.max_records", "must be > 0"));
-        }
-        if b.backlog_max_bytes < b.max_bytes {
-            return Err(invalid(
-                "batch.backlog_max_bytes",
-                format!(
-                    "{} is below batch.max_bytes ({}): set it to batch.max_bytes to never grow \
-                     a batch past it",
-                    b.backlog_max_bytes, b.max_bytes
-                ),
-            ));
         }
         let l = &self.limits;
         if l.max_expanded_record_bytes < 1 << 20 {

@@ -92,3 +92,14 @@ fn credentials_never_show_the_password() {
     };
     assert!(!format!("{c:?}").contains("s3cret"));
 }
+
+/// A pipeline that raised `batch.max_bytes` past the default backlog cut is valid: its
+/// batches simply never grow (the production sample's 32 MiB batches once failed here).
+#[test]
+fn a_max_bytes_above_the_default_backlog_cut_is_valid() {
+    let mut c = Config::default();
+    c.batch.max_bytes = 32 << 20;
+    c.limits.max_inflight_bytes = 96 << 20;
+    assert!(c.batch.backlog_max_bytes < c.batch.max_bytes);
+    c.validate().unwrap();
+}

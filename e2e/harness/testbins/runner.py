@@ -1,7 +1,7 @@
 """The `cargo test` step of e2e/test, with the test binaries run side by side.
 
-    python -m harness.testbins.runner [--jobs 3] [--test-threads 4] [--only TEXT]… [--list]
-                                      -- CARGO_TEST_ARGS…
+    python -m harness.testbins.runner [--jobs 3] [--test-threads 4] [--also NAME=COMMAND]…
+                                      [--only TEXT]… [--list] -- CARGO_TEST_ARGS…
 
 `cargo test` runs its test binaries one after another. The stack tests spend most of their time
 waiting on the stack (rollouts, resyncs, deliveries, deadlines), so one binary at a time left the
@@ -13,7 +13,8 @@ two cores of the CI machine mostly idle for twenty minutes. This runner
    target directory; else EXPECTED_S; else by name), each as `cargo test` would: from its
    package's directory, with CARGO_MANIFEST_DIR and the package's name and version in its
    environment, the build's library paths on LD_LIBRARY_PATH, and `--test-threads N`. The
-   doc tests are one job more: `cargo test CARGO_TEST_ARGS --doc`;
+   doc tests are one job more: `cargo test CARGO_TEST_ARGS --doc`, and so is each command of
+   `--also NAME=COMMAND` (e2e/test: the fault matrix's quick profile);
 3. then runs the binaries of ALONE one at a time, nothing else running: each disturbs the shared
    stack for the others (the reason is beside each);
 4. prints each binary's output whole when it ends (never interleaved with another's), with its
@@ -29,6 +30,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -65,14 +67,30 @@ ALONE = {
         "timing: the next schema step in under 8 s on the shared ClickHouse",
 }
 
-# Seconds each long binary took in a cold CI run (the order only: longest first) — for a
-# target directory without a run of its own yet. A run writes DURATIONS_FILE, which wins.
+# Seconds each binary of 10 s or more took alone on the stack (`--jobs 1`, 2026-11-29), for
+# the order only (longest first) in a target directory without a run of its own yet: a run
+# writes DURATIONS_FILE there, which wins.
 EXPECTED_S = {
-    "operator/tests/e2e_eviction.rs": 294,
-    "operator/tests/e2e_autoscale.rs": 190,
-    "operator/tests/e2e_gateway_health.rs": 135,
-    "operator/tests/e2e_dashboards.rs": 73,
-    "e2e/tests/helm_chart.rs": 54,
+    "operator/tests/e2e_eviction.rs": 285,
+    "operator/tests/e2e_autoscale.rs": 218,
+    "operator/tests/e2e_gateway_health.rs": 136,
+    "operator/tests/e2e_dashboards.rs": 70,
+    "operator/tests/e2e_tls.rs": 67,
+    "operator/tests/e2e_schema_mode.rs": 52,
+    "operator/tests/kafka_security.rs": 51,
+    "collector/tests/e2e_delivery.rs": 45,
+    "operator/tests/e2e_lag.rs": 44,
+    "operator/tests/e2e_skew.rs": 27,
+    "operator/tests/e2e_offsets_retention.rs": 26,
+    "collector/tests/e2e_proxy.rs": 24,
+    "collector/tests/e2e_logs.rs": 24,
+    "operator/tests/kafka_oauth.rs": 22,
+    "operator/tests/e2e_strimzi.rs": 17,
+    "operator/tests/e2e_errors.rs": 16,
+    "collector/tests/e2e_oauth.rs": 15,
+    "e2e/tests/k8s_node_agent.rs": 11,
+    # e2e/test's --also: the quick fault matrix alone took 404 s in the cold CI run of 2026-11-28.
+    "fault matrix, quick profile (e2e/chaos)": 404,
 }
 
 DURATIONS_FILE = "testbins-durations.json"
@@ -179,6 +197,15 @@ def jobs_of(exes, linked, test_threads, cargo_args, base_env=None):
                          f"--test-threads={test_threads}"],
                     cwd=REPO, env=base_env))
     return jobs
+
+
+def also_job(spec, base_env=None):
+    """A job of `--also NAME=COMMAND`: COMMAND (shell words) from the repository root."""
+    name, sep, command = spec.partition("=")
+    if not sep or not name.strip() or not command.strip():
+        raise SystemExit(f"--also wants NAME=COMMAND, not {spec!r}")
+    return Job(name=name.strip(), cmd=shlex.split(command), cwd=REPO,
+               env=dict(os.environ if base_env is None else base_env))
 
 
 def order(jobs, durations):
@@ -318,6 +345,9 @@ def main(argv=None):
                     help="--test-threads of each binary (default $TEST_THREADS or 4)")
     ap.add_argument("--only", action="append", default=[],
                     help="run only the binaries whose source path contains TEXT (repeatable)")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=COMMAND",
+                    help="one more job beside the test binaries (never beside an alone one): "
+                    "COMMAND run from the repository root, reported as NAME (repeatable)")
     ap.add_argument("--list", action="store_true", help="build, print the plan, run nothing")
     ap.add_argument("cargo_args", nargs="*", help="after --: the arguments of `cargo test`")
     a = ap.parse_args(argv)
@@ -329,7 +359,8 @@ def main(argv=None):
         return status
     say(f"built in {time.monotonic() - started:.0f} s: {len(exes)} test binaries")
     path = durations_path(exes)
-    jobs = order(jobs_of(exes, linked, a.test_threads, a.cargo_args), load_durations(path))
+    jobs = jobs_of(exes, linked, a.test_threads, a.cargo_args) + [also_job(x) for x in a.also]
+    jobs = order(jobs, load_durations(path))
     if a.only:
         jobs = [j for j in jobs if any(t in j.name for t in a.only)]
     if a.list:

@@ -8,8 +8,8 @@ import unittest
 from pathlib import Path
 
 from harness.testbins import runner
-from harness.testbins.runner import (ALONE, DOC_TESTS, Job, counts_of, jobs_of, order, package_of,
-                                     run_jobs, summary, test_executables)
+from harness.testbins.runner import (ALONE, DOC_TESTS, Job, also_job, counts_of, jobs_of, order,
+                                     package_of, run_jobs, summary, test_executables)
 
 REPO = Path("/r")
 
@@ -85,6 +85,13 @@ class PlanTest(unittest.TestCase):
                                  "operator/tests/e2e_eviction.rs",     # EXPECTED_S
                                  DOC_TESTS, "operator/src/lib.rs",     # unknown: by name
                                  "collector/tests/e2e_outage.rs"])     # alone, last
+
+    def test_a_command_beside_the_binaries_runs_from_the_repository_root_side_by_side(self):
+        j = also_job("fault matrix (e2e/chaos)=e2e/chaos --seed 7", base_env={"A": "1"})
+        self.assertEqual((j.name, j.cmd, j.cwd, j.env, j.alone),
+                         ("fault matrix (e2e/chaos)", ["e2e/chaos", "--seed", "7"], runner.REPO, {"A": "1"}, ""))
+        with self.assertRaises(SystemExit):
+            also_job("no command")
 
     def test_every_alone_binary_names_a_reason_and_a_test_file_that_exists(self):
         repo = Path(__file__).resolve().parents[3]
